@@ -1,0 +1,245 @@
+"""Named search spaces: load ``search_spaces/NAME.yaml``, apply ``--set`` overrides, validate,
+and expand grid x repeats into runs."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from platform.errors import UsageError
+from trainables.config import ConfigError, TrialConfig, check_known_key, coerce_value
+
+__all__ = [
+    "SPACES_DIR",
+    "RESOURCE_KEYS",
+    "RunSpec",
+    "SearchSpace",
+    "expand_runs",
+    "list_spaces",
+    "load_space",
+]
+
+SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+TOP_LEVEL_KEYS = ("description", "repeats", "max_concurrent_trials", "resources", "grid", "fixed")
+RESOURCE_KEYS = ("train_workers", "use_gpu", "cpus_per_worker")
+SWEEP_KEYS = ("repeats", "max_concurrent_trials")
+
+# Short name tokens of swept keys. The first four always appear (the runbooks' names); the rest
+# appear only when swept.
+_ALWAYS = (
+    ("zero_stage", "z"),
+    ("micro_batch", "mb"),
+    ("num_workers", "nw"),
+    ("prefetch_factor", "pf"),
+)
+_TOKENS = {
+    "strategy": "",
+    "bucket_mb": "bk",
+    "train_workers": "w",
+    "model_size": "",
+    "audio_s": "a",
+}
+
+
+@dataclass
+class SearchSpace:
+    """A validated sweep definition: swept keys (``grid``), the rest (``fixed``) and repeats."""
+
+    name: str
+    description: str = ""
+    repeats: int = 1
+    max_concurrent_trials: int = 1
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def with_overrides(self, overrides: list[str]) -> SearchSpace:
+        """``key=value`` pairs, values parsed as YAML; a list value makes the key swept."""
+        space = SearchSpace(**{**self.__dict__, "grid": dict(self.grid), "fixed": dict(self.fixed)})
+        for item in overrides:
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise UsageError(f"--set {item!r}: expected key=value, e.g. --set max_steps=100")
+            try:
+                value = yaml.safe_load(raw)
+            except yaml.YAMLError:
+                value = raw
+            where = f"--set {item}"
+            if key in SWEEP_KEYS:
+                setattr(space, key, _positive_int(key, value, where))
+                continue
+            _known(key, where)
+            space.grid.pop(key, None)
+            space.fixed.pop(key, None)
+            if isinstance(value, list):
+                space.grid[key] = _grid_values(key, value, where)
+            else:
+                space.fixed[key] = value
+        space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
+        return space
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One repeat of one grid point, ready to become a Tune trial."""
+
+    name: str
+    group: str
+    repeat: int
+    config: TrialConfig
+    swept: dict[str, Any]
+
+
+def list_spaces(spaces_dir: Path = SPACES_DIR) -> dict[str, str]:
+    """Space names and their one-line descriptions; a broken file shows its error instead."""
+    out = {}
+    for path in sorted(spaces_dir.glob("*.yaml")):
+        try:
+            out[path.stem] = load_space(path.stem, spaces_dir).description
+        except (UsageError, ConfigError) as exc:
+            out[path.stem] = f"(invalid: {exc})"
+    return out
+
+
+def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
+    path = spaces_dir / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in spaces_dir.glob("*.yaml"))) or "none"
+        raise UsageError(f"unknown space {name!r}; known spaces: {known} (see --list-spaces)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UsageError(f"{at}: YAML syntax error: {problem}; fix the file") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise UsageError(
+                f"{path}: unknown top-level key {key!r}; allowed: {', '.join(TOP_LEVEL_KEYS)}"
+            )
+    where = str(path)
+    grid_raw = data.get("grid") or {}
+    fixed_raw = data.get("fixed") or {}
+    resources = data.get("resources") or {}
+    for section, value in (("grid", grid_raw), ("fixed", fixed_raw), ("resources", resources)):
+        if not isinstance(value, dict):
+            raise UsageError(f"{path}: '{section}' must be a mapping of key: value")
+    for key in resources:
+        if key not in RESOURCE_KEYS:
+            raise UsageError(
+                f"{path}: unknown key {key!r} in resources; allowed: {', '.join(RESOURCE_KEYS)}"
+            )
+    grid = {}
+    for key, values in grid_raw.items():
+        _known(key, f"{where} (grid)")
+        if not isinstance(values, list):
+            raise UsageError(f"{path}: grid.{key} must be a list of values, e.g. [4, 8]")
+        grid[key] = _grid_values(key, values, f"{where} (grid)")
+    fixed = dict(resources)
+    for key, value in fixed_raw.items():
+        _known(key, f"{where} (fixed)")
+        if key in grid or key in resources:
+            raise UsageError(f"{path}: {key!r} is set twice (grid, fixed or resources); keep one")
+        fixed[key] = value
+    return SearchSpace(
+        name=name,
+        description=str(data.get("description", "")).strip().splitlines()[0]
+        if data.get("description")
+        else "",
+        repeats=_positive_int("repeats", data.get("repeats", 1), where),
+        max_concurrent_trials=_positive_int(
+            "max_concurrent_trials", data.get("max_concurrent_trials", 1), where
+        ),
+        grid=grid,
+        fixed=fixed,
+        source=str(path),
+    )
+
+
+def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
+    """Every grid point x repeat, validated. Repeats are the outer loop (r1 of every group, then
+    r2, ...), so slow drift of the machine spreads over all groups instead of one."""
+    keys = list(space.grid)
+    points = [
+        dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.grid.values())
+    ]
+    groups: dict[str, tuple[dict[str, Any], TrialConfig]] = {}
+    for point in points:
+        try:
+            cfg = TrialConfig.from_dict({**space.fixed, **point}, where=space.source)
+        except ConfigError as exc:
+            at = f" (grid point {_fmt_point(point)})" if point else ""
+            raise ConfigError(f"{space.source}{at}: {exc}") from None
+        group = group_name(prefix, cfg, keys)
+        if group in groups:
+            raise UsageError(
+                f"{space.source}: grid points {_fmt_point(groups[group][0])} and {_fmt_point(point)} "
+                f"both get the name {group}; make the swept values distinct"
+            )
+        groups[group] = (point, cfg)
+    return [
+        RunSpec(name=f"{group}_r{r}", group=group, repeat=r, config=cfg, swept=point)
+        for r in range(1, space.repeats + 1)
+        for group, (point, cfg) in groups.items()
+    ]
+
+
+def group_name(prefix: str, cfg: TrialConfig, swept: list[str]) -> str:
+    """``sweep_z0_mb8_nw0_pf2`` plus a token for every other swept key."""
+    tokens = [prefix]
+    if "strategy" in swept:
+        tokens.append({"ddp": "ddp", "deepspeed": "ds"}[cfg.strategy])
+    tokens += [f"{short}{_fmt(getattr(cfg, key))}" for key, short in _ALWAYS]
+    for key in swept:
+        if key == "strategy" or key in dict(_ALWAYS):
+            continue
+        short = _TOKENS.get(key, key.replace("_", ""))
+        tokens.append(f"{short}{_fmt(getattr(cfg, key))}")
+    return "_".join(tokens)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        value = f"{value:g}".replace(".", "p").replace("-", "m")
+    return re.sub(r"[^A-Za-z0-9]+", "", str(value))
+
+
+def _fmt_point(point: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def _known(key: str, where: str) -> None:
+    try:
+        check_known_key(key, where=where)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _grid_values(key: str, values: list[Any], where: str) -> list[Any]:
+    if not values:
+        raise UsageError(f"{where}: grid.{key} is an empty list; give at least one value")
+    for value in values:
+        try:
+            coerce_value(key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    if len(set(map(repr, values))) != len(values):
+        raise UsageError(f"{where}: grid.{key} lists a value twice: {values}")
+    return values
+
+
+def _positive_int(key: str, value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{where}: {key} must be an integer >= 1, got {value!r}")
+    return value

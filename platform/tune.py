@@ -1,0 +1,317 @@
+"""``python -m platform.tune --space NAME``: run a named sweep as a Ray Tune grid search.
+
+Each Tune trial runs one run of the sweep as a Ray Train ``TorchTrainer``
+(trainables.trial.run_trial); platform.callbacks.SweepRecorder writes every timing window to
+``<output_root>/timing.parquet/`` and keeps ``run_manifest.tsv`` current; at the end the groups
+are ranked and the winner's resolved config goes to ``best_config.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from platform import analysis, results
+from platform.errors import EXIT_USAGE, UsageError
+from platform.spaces import RunSpec, SearchSpace, expand_runs, list_spaces, load_space
+from trainables.config import ConfigError, field_names
+
+__all__ = ["main", "MANIFEST_COLUMNS"]
+
+MANIFEST_COLUMNS = [
+    "run",
+    "group",
+    "repeat",
+    "status",
+    "failure_reason",
+    "duration_sec",
+    "last_step",
+    "tail_samples_per_sec_mean",
+    "tail_mean_iter_p50_ms",
+    "startup_s",
+    *field_names(),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m platform.tune",
+        description="Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
+    )
+    p.add_argument("--space", help="search space name: search_spaces/NAME.yaml")
+    p.add_argument("--output-root", type=Path, help="default: outputs/<space>_<timestamp>")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key (YAML value; a list such as [4,8] makes it swept); repeatable",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the runs and exit; starts no Ray")
+    p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
+    p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.list_spaces:
+            for name, description in list_spaces().items():
+                print(f"{name:<24} {description}")
+            return 0
+        if not args.space:
+            raise UsageError("--space NAME is required; see --list-spaces for the names")
+        space = load_space(args.space).with_overrides(args.set)
+        runs = expand_runs(space)
+        if args.dry_run:
+            print(format_plan(space, runs))
+            return 0
+        output_root = prepare_output_root(args.output_root, space.name)
+    except (UsageError, ConfigError) as exc:
+        print(f"platform.tune: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_sweep(space, runs, output_root, address=args.address)
+
+
+# --- planning ---
+def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
+    swept = list(space.grid)
+    fixed = {k: v for k, v in runs[0].config.to_dict().items() if k not in swept}
+    lines = [
+        f"space {space.name}: {space.description}",
+        f"{len(runs)} runs = {len(runs) // space.repeats} groups x {space.repeats} repeats, "
+        f"{space.max_concurrent_trials} at a time",
+        "fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()),
+    ]
+    width = max(len(r.name) for r in runs)
+    header = f"{'#':>3}  {'run':<{width}}  " + "  ".join(f"{k:>12}" for k in swept)
+    lines += ["", header, "-" * len(header)]
+    for i, run in enumerate(runs, start=1):
+        values = "  ".join(f"{getattr(run.config, k)!s:>12}" for k in swept)
+        lines.append(f"{i:>3}  {run.name:<{width}}  {values}")
+    return "\n".join(lines)
+
+
+def prepare_output_root(output_root: Path | None, space_name: str) -> Path:
+    """Create the output root and prove it writable, before Ray starts."""
+    if output_root is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        output_root = Path("outputs") / f"{space_name}_{stamp}"
+    output_root = output_root.expanduser().resolve()
+    if (output_root / results.MANIFEST).exists() or (output_root / results.TIMING_DIR).exists():
+        raise UsageError(
+            f"output root {output_root} already holds a sweep; choose another --output-root"
+        )
+    try:
+        output_root.mkdir(parents=True, exist_ok=True)
+        probe = output_root / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"output root {output_root} cannot be written ({exc.strerror or exc}); "
+            "choose a writable --output-root"
+        ) from None
+    return output_root
+
+
+def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[RunSpec]:
+    """Decide ``use_gpu: auto`` and check that every trial fits the cluster, so that no trial
+    waits forever for resources that do not exist."""
+    cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
+    out = []
+    for run in runs:
+        cfg = run.config
+        use_gpu = cfg.use_gpu if cfg.use_gpu != "auto" else gpus >= cfg.train_workers
+        need_cpu = cfg.train_workers * cfg.cpus_per_train_worker
+        need_gpu = cfg.train_workers if use_gpu else 0
+        if need_cpu > cpus or need_gpu > gpus:
+            raise UsageError(
+                f"run {run.name} needs {need_cpu} CPUs and {need_gpu} GPUs "
+                f"({cfg.train_workers} train workers x {cfg.cpus_per_train_worker} CPUs), the "
+                f"cluster has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
+                "or cpus_per_worker"
+            )
+        out.append(dataclasses.replace(run, config=dataclasses.replace(cfg, use_gpu=use_gpu)))
+    return out
+
+
+# --- running ---
+def run_sweep(
+    space: SearchSpace, runs: list[RunSpec], output_root: Path, *, address: str | None
+) -> int:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray import tune
+
+    from platform.callbacks import SweepRecorder
+    from trainables.trial import run_trial
+
+    sweep_start = time.time()
+    print(f"output root: {output_root}", flush=True)
+    try:
+        ray.init(
+            address=address,
+            dashboard_host="127.0.0.1",
+            logging_level="WARNING",
+            runtime_env={"env_vars": train_env_vars()},
+        )
+    except ConnectionError as exc:
+        print(
+            f"platform.tune: error: cannot reach Ray at --address {address} ({exc}); "
+            "check the address or drop --address to start a local cluster",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        try:
+            runs = resolve_resources(runs, ray.cluster_resources())
+        except UsageError as exc:
+            print(f"platform.tune: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        for run in runs:
+            results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run))
+        recorder = SweepRecorder(output_root, runs)
+        recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status)
+        write_manifest(output_root, runs, recorder.status)
+        tuner = tune.Tuner(
+            # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
+            # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
+            tune.with_resources(run_trial, {"cpu": 0, "memory": 2**20}),
+            param_space={"run": tune.grid_search([_trial_param(r, output_root) for r in runs])},
+            tune_config=tune.TuneConfig(
+                max_concurrent_trials=space.max_concurrent_trials,
+                trial_name_creator=_trial_name,
+                trial_dirname_creator=_trial_name,
+            ),
+            run_config=tune.RunConfig(
+                name="tune", storage_path=str(output_root), callbacks=[recorder], verbose=0
+            ),
+        )
+        try:
+            tuner.fit()
+        finally:
+            recorder.on_experiment_end(trials=[])
+            manifest = write_manifest(output_root, runs, recorder.status)
+        return report(space, manifest, runs, output_root, time.time() - sweep_start)
+    finally:
+        ray.shutdown()
+
+
+def train_env_vars() -> dict[str, str]:
+    """Environment of every process of the sweep's Ray job.
+
+    A Ray Train V2 worker's result queue holds one report, and the controller drains it only on
+    its health-check poll (2 s by default): a window shorter than that would block in
+    ``ray.train.report``. A shorter poll keeps short windows honest; users can still set it.
+    """
+    return {
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get(
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
+        )
+    }
+
+
+def _trial_name(trial) -> str:
+    return trial.config["run"]["name"]
+
+
+def _trial_param(run: RunSpec, output_root: Path) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "group": run.group,
+        "repeat": run.repeat,
+        "storage_path": str(output_root / "runs"),
+        "config": run.config.to_dict(),
+    }
+
+
+def _run_record(run: RunSpec) -> dict[str, Any]:
+    return {
+        "run": run.name,
+        "group": run.group,
+        "repeat": run.repeat,
+        "swept": run.swept,
+        "config": run.config.to_dict(),
+    }
+
+
+def write_manifest(
+    output_root: Path, runs: list[RunSpec], status: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per run: its status and key figures (from timing.parquet) and every config value."""
+    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+    figures = analysis.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
+    rows = []
+    for run in runs:
+        st = status.get(run.name, {"status": "pending"})
+        rows.append(
+            {
+                "run": run.name,
+                "group": run.group,
+                "repeat": run.repeat,
+                "status": st["status"],
+                "failure_reason": st.get("failure_reason", ""),
+                "duration_sec": st.get("duration_sec"),
+                **figures.get(run.name, {}),
+                **run.config.to_dict(),
+            }
+        )
+    results.write_tsv(output_root / results.MANIFEST, rows, MANIFEST_COLUMNS)
+    return rows
+
+
+def report(
+    space: SearchSpace,
+    manifest: list[dict[str, Any]],
+    runs: list[RunSpec],
+    output_root: Path,
+    wall_s: float,
+) -> int:
+    ranked = analysis.rank_groups(manifest)
+    print("\nruns:")
+    for row in manifest:
+        sps = row.get("tail_samples_per_sec_mean")
+        startup = row.get("startup_s")
+        print(
+            f"  {row['run']:<40} {row['status']:<8} "
+            f"startup {'-' if startup is None else f'{startup:.1f} s':>7}  "
+            f"tail {'-' if sps is None else f'{sps:.1f}':>8} samples/s"
+            + (f"  ({row['failure_reason']})" if row.get("failure_reason") else "")
+        )
+    print("\ngroups ranked by tail samples/s:")
+    print(analysis.format_ranking(ranked))
+    best = next((g for g in ranked if g["runs_ok"]), None)
+    if best is not None:
+        run = next(r for r in runs if r.group == best["group"])
+        results.write_json(
+            output_root / results.BEST_CONFIG,
+            {
+                "space": space.name,
+                "group": best["group"],
+                "tail_samples_per_sec_mean": best["tail_samples_per_sec_mean"],
+                "tail_samples_per_sec_std": best["tail_samples_per_sec_std"],
+                "tail_mean_iter_p50_ms": best["tail_mean_iter_p50_ms"],
+                "runs_ok": best["runs_ok"],
+                "swept": run.swept,
+                "config": run.config.to_dict(),
+            },
+        )
+        print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
+    failed = [r["run"] for r in manifest if r["status"] != "ok"]
+    print(
+        f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok; "
+        f"results in {output_root}"
+    )
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""README command 1, run as a user would: a real local Ray cluster, real Tune + Train (gloo),
+real Parquet. One sweep, many assertions (each Tune trial costs ~20 s here)."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("smoke") / "out"
+    out = subprocess.run(
+        [sys.executable, "-m", "platform.tune", "--space", "smoke", "--output-root", str(root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    (root.parent / "stdout.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
+    return root, out
+
+
+def test_sweep_exits_0_and_prints_progress_and_ranking(sweep):
+    root, out = sweep
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "[1/2] sweep_z0_mb4_nw0_pf2_r1: step 5/30" in out.stdout
+    assert "[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in" in out.stdout
+    assert "groups ranked by tail samples/s" in out.stdout
+    assert "2/2 runs ok" in out.stdout
+
+
+def test_timing_parquet_has_plausible_windows(sweep):
+    root, _ = sweep
+    df = pd.read_parquet(root / "timing.parquet")
+    assert set(df["run"]) == {"sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"}
+    assert (df.groupby("run").size() == 6).all()  # 30 steps / log_every 5
+    assert (df["step_ms_p50"] > 0).all()
+    assert (df["iter_ms_p50"] >= df["step_ms_p50"]).all()
+    assert (df["data_ms_p50"] >= 0).all() and (df["report_ms"] >= 0).all()
+    expected = df["global_batch"] / (df["iter_ms_mean"] / 1000.0)
+    assert ((df["samples_per_s"] / expected - 1).abs() < 0.05).all()
+    assert (df["world_size"] == 2).all()
+    assert set(df.loc[df["run"].str.contains("mb8"), "global_batch"]) == {16}
+    # A random model's global contrastive loss starts near ln(global batch).
+    first = df[df["window"] == 0].set_index("run")
+    for run, row in first.iterrows():
+        assert row["loss"] == pytest.approx(math.log(row["global_batch"]), rel=0.3), run
+    assert (df["startup_s"] > 0).all() and df["loss"].map(math.isfinite).all()
+
+
+def test_manifest_lists_both_runs_ok_with_figures_that_match_the_parquet(sweep):
+    root, _ = sweep
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
+    assert list(manifest["status"]) == ["ok", "ok"]
+    assert list(manifest["last_step"]) == [30, 30]
+    assert (manifest["duration_sec"] > 0).all()
+    for column in ("micro_batch", "num_workers", "strategy", "bucket_mb", "max_steps", "use_gpu"):
+        assert column in manifest
+    assert list(manifest["micro_batch"]) == [4, 8]
+    # Re-derive the tail figure from the Parquet rows: mean of the last 3 windows.
+    df = pd.read_parquet(root / "timing.parquet")
+    for _, row in manifest.iterrows():
+        tail = df[df["run"] == row["run"]].sort_values("window").tail(3)
+        assert row["tail_samples_per_sec_mean"] == pytest.approx(
+            tail["samples_per_s"].mean(), rel=1e-4
+        )
+        assert row["tail_mean_iter_p50_ms"] == pytest.approx(tail["iter_ms_p50"].mean(), rel=1e-4)
+
+
+def test_best_config_names_the_fastest_group_with_its_full_config(sweep):
+    root, _ = sweep
+    best = json.loads((root / "best_config.json").read_text())
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
+    fastest = manifest.sort_values("tail_samples_per_sec_mean").iloc[-1]["group"]
+    assert best["group"] == fastest
+    assert best["config"]["micro_batch"] == best["swept"]["micro_batch"]
+    assert best["config"]["train_workers"] == 2 and best["config"]["use_gpu"] is False
+    for run in manifest["run"]:
+        saved = json.loads((root / "runs" / run / "config.json").read_text())
+        assert saved["run"] == run and saved["config"]["max_steps"] == 30
+    assert not list(root.rglob(".*.tmp"))  # no temporary file left behind

@@ -1,0 +1,73 @@
+"""TrialConfig: types, ranges and impossible combinations fail with one line naming the key."""
+
+import pytest
+
+from trainables.config import ConfigError, TrialConfig, coerce_value
+
+
+def test_defaults_are_valid_and_round_trip_through_a_plain_dict():
+    cfg = TrialConfig()
+    assert TrialConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_int_accepted_for_float_and_converted():
+    cfg = TrialConfig(audio_s=2, lr=1)
+    assert isinstance(cfg.audio_s, float) and cfg.audio_s == 2.0
+    assert cfg.audio_samples == 32_000
+
+
+@pytest.mark.parametrize(
+    "values, key, fragment",
+    [
+        ({"micro_batch": 0}, "micro_batch", ">= 1, got 0"),
+        ({"micro_batch": "8"}, "micro_batch", "expected int"),
+        ({"micro_batch": 8.0}, "micro_batch", "expected int"),
+        ({"micro_batch": True}, "micro_batch", "expected int"),
+        ({"zero_stage": 4}, "zero_stage", "must be 0, 1, 2 or 3"),
+        ({"zero_stage": 2}, "zero_stage", "needs strategy deepspeed"),
+        ({"log_every": 50, "max_steps": 30}, "log_every", "larger than max_steps"),
+        ({"strategy": "fsdp"}, "strategy", "one of 'ddp', 'deepspeed'"),
+        ({"use_gpu": "yes"}, "use_gpu", "expected bool or one of 'auto'"),
+        ({"num_workers": -1}, "num_workers", ">= 0"),
+        ({"prefetch_factor": 0}, "prefetch_factor", ">= 1"),
+        ({"audio_s": 0.0}, "audio_s", "0.1-60"),
+        ({"model_size": "huge"}, "model_size", "'tiny', 'base'"),
+        ({"text_tokens": 129}, "text_tokens", "128 positions of the tiny text encoder"),
+    ],
+)
+def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):
+    with pytest.raises(ConfigError) as info:
+        TrialConfig.from_dict(values)
+    message = str(info.value)
+    assert message.startswith(f"{key}:")
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_deepspeed_is_refused_until_it_exists():
+    with pytest.raises(ConfigError, match="strategy: deepspeed is not available yet"):
+        TrialConfig(strategy="deepspeed", zero_stage=1)
+
+
+def test_unknown_key_suggests_the_closest_one():
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'micro_bach' in here; did you mean 'micro_batch'\?"
+    ):
+        TrialConfig.from_dict({"micro_bach": 4}, where="here")
+
+
+def test_unknown_key_without_a_close_match_lists_the_keys():
+    with pytest.raises(ConfigError, match="known keys: strategy, zero_stage"):
+        TrialConfig.from_dict({"zzz": 1})
+
+
+def test_cpus_per_train_worker_defaults_to_loader_workers_plus_one():
+    assert TrialConfig(num_workers=6).cpus_per_train_worker == 7
+    assert TrialConfig(num_workers=6, cpus_per_worker=2).cpus_per_train_worker == 2
+
+
+def test_coerce_value_of_a_single_key():
+    assert coerce_value("use_gpu", "auto") == "auto"
+    assert coerce_value("use_gpu", False) is False
+    with pytest.raises(ConfigError):
+        coerce_value("bucket_mb", "25")

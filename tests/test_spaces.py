@@ -1,0 +1,165 @@
+"""Search spaces: loading, overrides, expansion into named runs, and their errors."""
+
+import textwrap
+
+import pytest
+
+from platform.errors import UsageError
+from platform.spaces import SPACES_DIR, expand_runs, group_name, list_spaces, load_space
+from trainables.config import ConfigError, TrialConfig
+
+
+def write_space(tmp_path, name, text):
+    (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+BASIC = """
+    description: test space
+    repeats: 2
+    resources: {train_workers: 2, use_gpu: false, cpus_per_worker: 1}
+    grid:
+      micro_batch: [4, 8]
+    fixed:
+      max_steps: 10
+      log_every: 5
+"""
+
+
+def test_smoke_space_expands_to_the_documented_runs():
+    runs = expand_runs(load_space("smoke"))
+    assert [r.name for r in runs] == ["sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"]
+    assert {r.config.train_workers for r in runs} == {2}
+    assert runs[0].group == "sweep_z0_mb4_nw0_pf2"
+
+
+def test_every_shipped_space_is_valid():
+    spaces = list_spaces()
+    assert "smoke" in spaces
+    assert not [name for name, desc in spaces.items() if desc.startswith("(invalid")]
+    for name in spaces:
+        assert expand_runs(load_space(name, SPACES_DIR))
+
+
+def test_repeats_are_the_outer_loop(tmp_path):
+    runs = expand_runs(load_space("s", write_space(tmp_path, "s", BASIC)))
+    assert [r.name for r in runs] == [
+        "sweep_z0_mb4_nw0_pf2_r1",
+        "sweep_z0_mb8_nw0_pf2_r1",
+        "sweep_z0_mb4_nw0_pf2_r2",
+        "sweep_z0_mb8_nw0_pf2_r2",
+    ]
+    assert [r.repeat for r in runs] == [1, 1, 2, 2]
+    assert runs[0].swept == {"micro_batch": 4}
+
+
+def test_set_overrides_pin_a_swept_key_or_sweep_a_fixed_one(tmp_path):
+    space = load_space("s", write_space(tmp_path, "s", BASIC))
+    pinned = space.with_overrides(["micro_batch=16", "repeats=1"])
+    assert [r.name for r in expand_runs(pinned)] == ["sweep_z0_mb16_nw0_pf2_r1"]
+    swept = space.with_overrides(["bucket_mb=[25, 50]", "repeats=1"])
+    names = [r.name for r in expand_runs(swept)]
+    assert names == [
+        "sweep_z0_mb4_nw0_pf2_bk25_r1",
+        "sweep_z0_mb4_nw0_pf2_bk50_r1",
+        "sweep_z0_mb8_nw0_pf2_bk25_r1",
+        "sweep_z0_mb8_nw0_pf2_bk50_r1",
+    ]
+    assert space.grid == {"micro_batch": [4, 8]}  # the original is untouched
+
+
+def test_group_name_adds_tokens_only_for_swept_keys():
+    cfg = TrialConfig(micro_batch=160, num_workers=8, prefetch_factor=4, audio_s=1.5, use_gpu=False)
+    assert group_name("sweep", cfg, []) == "sweep_z0_mb160_nw8_pf4"
+    assert (
+        group_name("sweep", cfg, ["audio_s", "use_gpu"]) == "sweep_z0_mb160_nw8_pf4_a1p5_usegpuoff"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("grid: {micro_batch: [4, 8]\n", "YAML syntax error"),
+        ("grid: {micro_bach: [4]}\n", "did you mean 'micro_batch'"),
+        ("grids: {}\n", "unknown top-level key 'grids'"),
+        ("grid: {micro_batch: 4}\n", "grid.micro_batch must be a list"),
+        ("grid: {micro_batch: []}\n", "empty list"),
+        ("grid: {micro_batch: [4, 4]}\n", "lists a value twice"),
+        ("resources: {gpus: 2}\n", "unknown key 'gpus' in resources"),
+        ("repeats: 0\n", "repeats must be an integer >= 1"),
+        ("grid: {micro_batch: [4]}\nfixed: {micro_batch: 8}\n", "set twice"),
+        ("- a\n- b\n", "expected a mapping"),
+    ],
+)
+def test_bad_space_files_raise_usage_errors(tmp_path, text, fragment):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(UsageError, match=fragment):
+        expand_runs(load_space("bad", tmp_path))
+
+
+def test_yaml_error_names_file_and_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("repeats: 1\ngrid:\n  micro_batch: [4, 8\nfixed: {}\n")
+    with pytest.raises(UsageError) as info:
+        load_space("bad", tmp_path)
+    assert f"{tmp_path / 'bad.yaml'}:" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("grid: {micro_batch: [0, 4]}\n", "micro_batch: must be >= 1, got 0"),
+        ("fixed: {zero_stage: 4}\n", "zero_stage: must be 0, 1, 2 or 3"),
+        ("fixed: {zero_stage: 1, strategy: ddp}\n", "needs strategy deepspeed"),
+        ("fixed: {log_every: 100, max_steps: 30}\n", "larger than max_steps"),
+        ("grid: {micro_batch: ['x']}\n", "expected int"),
+    ],
+)
+def test_bad_values_raise_config_errors_naming_the_file(tmp_path, text, fragment):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        expand_runs(load_space("bad", tmp_path))
+    assert fragment in str(info.value)
+    assert str(tmp_path / "bad.yaml") in str(info.value)
+
+
+def test_unknown_space_lists_the_known_ones(tmp_path):
+    write_space(tmp_path, "alpha", BASIC)
+    with pytest.raises(UsageError, match="unknown space 'nope'; known spaces: alpha"):
+        load_space("nope", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "item, error, fragment",
+    [
+        ("micro_batch", UsageError, "expected key=value"),
+        ("micro_bach=4", UsageError, "did you mean 'micro_batch'"),
+        ("repeats=0", UsageError, "repeats must be an integer >= 1"),
+    ],
+)
+def test_bad_overrides(tmp_path, item, error, fragment):
+    space = load_space("s", write_space(tmp_path, "s", BASIC))
+    with pytest.raises(error, match=fragment):
+        expand_runs(space.with_overrides([item]))
+
+
+def test_bad_override_value_names_the_set_flag(tmp_path):
+    space = load_space("s", write_space(tmp_path, "s", BASIC)).with_overrides(["micro_batch=0"])
+    with pytest.raises(ConfigError, match=r"--set micro_batch=0.*micro_batch: must be >= 1"):
+        expand_runs(space)
+
+
+def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
+    from platform.tune import resolve_resources
+
+    space = load_space("smoke").with_overrides(["use_gpu=auto"])
+    runs = expand_runs(space)
+    assert {r.config.use_gpu for r in resolve_resources(runs, {"CPU": 2.0})} == {False}
+    assert {r.config.use_gpu for r in resolve_resources(runs, {"CPU": 2.0, "GPU": 2.0})} == {True}
+    assert {r.config.use_gpu for r in resolve_resources(runs, {"CPU": 2.0, "GPU": 1.0})} == {False}
+    greedy = expand_runs(space.with_overrides(["num_workers=2", "cpus_per_worker=0"]))
+    with pytest.raises(UsageError, match=r"needs 6 CPUs and 0 GPUs .* the cluster has 2 CPUs"):
+        resolve_resources(greedy, {"CPU": 2.0})
+    forced = expand_runs(space.with_overrides(["use_gpu=true"]))
+    with pytest.raises(UsageError, match="needs 2 CPUs and 2 GPUs"):
+        resolve_resources(forced, {"CPU": 8.0})

@@ -1,0 +1,32 @@
+"""Window statistics, checked against values worked out by hand."""
+
+import pytest
+
+from trainables.timing import WindowTimer, window_stats
+
+
+def test_window_stats_by_hand():
+    # sorted 1..10: p50 = 5.5; p90 (linear) = 9.1; mean = 5.5
+    stats = window_stats([10, 1, 9, 2, 8, 3, 7, 4, 6, 5], "iter_ms")
+    assert stats == pytest.approx({"iter_ms_p50": 5.5, "iter_ms_p90": 9.1, "iter_ms_mean": 5.5})
+
+
+def test_summary_throughput_is_global_batch_over_mean_iter_time():
+    timer = WindowTimer()
+    for data, step, it in [(1, 10, 20), (2, 20, 30), (3, 30, 40), (4, 40, 110)]:
+        timer.add(data_ms=data, step_ms=step, iter_ms=it)
+    out = timer.summary(global_batch=16)
+    assert out["iter_ms_mean"] == pytest.approx(50.0)
+    assert out["samples_per_s"] == pytest.approx(16 / 0.050)
+    assert out["data_ms_p50"] == pytest.approx(2.5)
+    assert out["step_ms_p90"] == pytest.approx(37.0)
+    assert out["steps_in_window"] == 4
+
+
+def test_reset_and_empty_window():
+    timer = WindowTimer()
+    timer.add(data_ms=1, step_ms=1, iter_ms=2)
+    timer.reset()
+    assert len(timer) == 0
+    with pytest.raises(ValueError, match="empty timing window"):
+        timer.summary(global_batch=1)

@@ -1,0 +1,143 @@
+"""``python -m platform.tune``: dry run, listing, and every bad input of issue 2."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs main() like `python -m platform.tune`, then says whether Ray was ever imported.
+PROBE = (
+    "import sys\n"
+    "from platform.tune import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "print('RAY_IMPORTED' if 'ray' in sys.modules else 'NO_RAY')\n"
+    "sys.exit(rc)\n"
+)
+
+
+def tune(*args, probe=False, spaces=None):
+    cmd = (
+        [sys.executable, "-c", PROBE, *args]
+        if probe
+        else [sys.executable, "-m", "platform.tune", *args]
+    )
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_prints_both_runs_quickly_without_ray():
+    start = time.monotonic()
+    out = tune("--space", "smoke", "--dry-run", probe=True)
+    elapsed = time.monotonic() - start
+    assert out.returncode == 0, out.stderr
+    assert "sweep_z0_mb4_nw0_pf2_r1" in out.stdout and "sweep_z0_mb8_nw0_pf2_r1" in out.stdout
+    assert "train_workers=2" in out.stdout  # resolved fixed values are shown
+    assert out.stdout.strip().endswith("NO_RAY")
+    assert elapsed < 5.0
+
+
+def test_dry_run_shows_set_overrides():
+    out = tune(
+        "--space", "smoke", "--dry-run", "--set", "micro_batch=[2,4,6]", "--set", "max_steps=12"
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("_r1") == 3 and "max_steps=12" in out.stdout
+
+
+def test_list_spaces():
+    out = tune("--list-spaces")
+    assert out.returncode == 0
+    assert out.stdout.startswith("smoke") and "CPU smoke sweep" in out.stdout
+
+
+def write_bad_space(name, text):
+    path = ROOT / "search_spaces" / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def bad_yaml():
+    path = write_bad_space("zz_test_bad_yaml", "grid:\n  micro_batch: [4, 8\nfixed: {}\n")
+    yield path
+    path.unlink()
+
+
+@pytest.fixture
+def bad_key_space():
+    path = write_bad_space("zz_test_bad_key", "grid: {micro_batch: [4]}\nfixed: {bucket: 25}\n")
+    yield path
+    path.unlink()
+
+
+CASES = {
+    "unknown space": (["--space", "nope"], "unknown space 'nope'; known spaces: smoke"),
+    "unknown --set key": (
+        ["--space", "smoke", "--set", "micro_bach=4"],
+        "did you mean 'micro_batch'",
+    ),
+    "micro_batch 0": (
+        ["--space", "smoke", "--set", "micro_batch=0"],
+        "micro_batch: must be >= 1, got 0",
+    ),
+    "wrong type": (["--space", "smoke", "--set", "micro_batch=eight"], "micro_batch: expected int"),
+    "zero_stage 4": (
+        ["--space", "smoke", "--set", "zero_stage=4"],
+        "zero_stage: must be 0, 1, 2 or 3",
+    ),
+    "log_every > max_steps": (
+        ["--space", "smoke", "--set", "log_every=100"],
+        "log_every: 100 is larger than max_steps 30",
+    ),
+    "ddp with zero_stage": (
+        ["--space", "smoke", "--set", "zero_stage=2"],
+        "needs strategy deepspeed",
+    ),
+    "no space": ([], "--space NAME is required"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_gives_one_line_exit_2_no_ray_nothing_written(case, tmp_path):
+    args, fragment = CASES[case]
+    root = tmp_path / "out"
+    out = tune(*args, "--output-root", str(root), probe=True)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("platform.tune: error: ")
+    assert fragment in lines[0]
+    assert out.stdout.strip() == "NO_RAY"
+    assert not root.exists()
+
+
+def test_yaml_syntax_error_names_file_and_line(bad_yaml, tmp_path):
+    out = tune("--space", bad_yaml.stem, "--output-root", str(tmp_path / "out"))
+    assert out.returncode == 2
+    assert f"{bad_yaml}:" in out.stderr and "YAML syntax error" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_key_in_the_space_file(bad_key_space, tmp_path):
+    out = tune("--space", bad_key_space.stem, "--output-root", str(tmp_path / "out"))
+    assert out.returncode == 2
+    assert "unknown key 'bucket'" in out.stderr and "did you mean 'bucket_mb'" in out.stderr
+
+
+def test_unwritable_output_root(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    out = tune("--space", "smoke", "--output-root", str(blocker / "out"), probe=True)
+    assert out.returncode == 2
+    assert "cannot be written" in out.stderr and "choose a writable --output-root" in out.stderr
+    assert out.stdout.strip() == "NO_RAY"
+
+
+def test_output_root_holding_a_sweep_is_refused(tmp_path):
+    (tmp_path / "run_manifest.tsv").write_text("run\n")
+    out = tune("--space", "smoke", "--output-root", str(tmp_path), probe=True)
+    assert out.returncode == 2 and "already holds a sweep" in out.stderr
+    assert out.stdout.strip() == "NO_RAY"

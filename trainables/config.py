@@ -1,0 +1,233 @@
+"""The typed configuration of one trial.
+
+Plain dicts cross the Ray boundary (Tune param space, ``train_loop_config``); on each side they
+are turned back into a :class:`TrialConfig`, which validates every field in ``__post_init__`` so
+that a bad value fails before any work starts, with one line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
+
+Strategy = Literal["ddp", "deepspeed"]
+ModelSize = Literal["tiny", "base"]
+Dataset = Literal["synthetic"]
+ContrastiveScope = Literal["global", "local"]
+
+
+# Longest token sequence each text encoder size has position embeddings for.
+MAX_TEXT_TOKENS = {"tiny": 128, "base": 512}
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot run. The message is one line: the key, the problem, the fix."""
+
+
+def _doc(text: str, **kwargs: Any) -> Any:
+    return field(metadata={"doc": text}, **kwargs)
+
+
+@dataclass(kw_only=True)
+class TrialConfig:
+    """Everything one trial needs. Field docs are the reference for search-space keys."""
+
+    # --- distributed strategy ---
+    strategy: Strategy = _doc(
+        "`ddp` (torch DistributedDataParallel) or `deepspeed`.", default="ddp"
+    )
+    zero_stage: int = _doc("DeepSpeed ZeRO stage 0-3; must be 0 with ddp.", default=0)
+    bucket_mb: int = _doc("DDP gradient bucket size (bucket_cap_mb), MB.", default=25)
+    train_workers: int = _doc("Ray Train workers per trial (one per GPU).", default=2)
+    use_gpu: bool | Literal["auto"] = _doc(
+        "Train on GPUs; `auto` uses them when the cluster has enough.", default="auto"
+    )
+    cpus_per_worker: int = _doc(
+        "CPUs reserved per Ray Train worker; 0 means num_workers + 1.", default=0
+    )
+    # --- batch and loader ---
+    micro_batch: int = _doc("Samples per worker per step.", default=8)
+    num_workers: int = _doc("DataLoader worker processes per train worker.", default=0)
+    prefetch_factor: int = _doc(
+        "Batches prefetched per DataLoader worker (used when num_workers > 0).", default=2
+    )
+    dataset: Dataset = _doc(
+        "`synthetic`: generated audio and token ids, no files.", default="synthetic"
+    )
+    audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
+    text_tokens: int = _doc("Token ids per synthetic transcript.", default=16)
+    # --- model and loss ---
+    model_size: ModelSize = _doc(
+        "`base` (wav2vec2-base + bert-base-uncased shapes, random init) or `tiny` (CPU tests).",
+        default="tiny",
+    )
+    proj_dim: int = _doc("Size of the shared embedding space.", default=256)
+    contrastive_scope: ContrastiveScope = _doc(
+        "`global`: all-gather embeddings so each sample sees the global batch as negatives; "
+        "`local`: negatives from the worker's own micro-batch only.",
+        default="global",
+    )
+    lr: float = _doc("AdamW learning rate.", default=1e-4)
+    weight_decay: float = _doc("AdamW weight decay.", default=0.01)
+    seed: int = _doc("Seed of model init and data order.", default=0)
+    # --- schedule and measurement ---
+    max_steps: int = _doc("Optimizer steps per run.", default=30)
+    log_every: int = _doc(
+        "Steps per timing window; each window is one ray.train.report (a barrier).", default=5
+    )
+    tail_timing_points: int = _doc(
+        "Windows at the end of a run averaged into its tail figures.", default=3
+    )
+    cuda_sync_timing: bool = _doc(
+        "Synchronize the GPU after each step so step_ms is exact (otherwise launch time).",
+        default=False,
+    )
+    pg_timeout_s: int = _doc("Process-group (gloo/NCCL) collective timeout, seconds.", default=1800)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, coerce_value(f.name, getattr(self, f.name), _hints()[f.name]))
+        self._check()
+
+    def _check(self) -> None:
+        _at_least("micro_batch", self.micro_batch, 1)
+        _at_least("num_workers", self.num_workers, 0)
+        _at_least("prefetch_factor", self.prefetch_factor, 1)
+        _at_least("bucket_mb", self.bucket_mb, 1)
+        _at_least("train_workers", self.train_workers, 1)
+        _at_least("cpus_per_worker", self.cpus_per_worker, 0)
+        _at_least("text_tokens", self.text_tokens, 2)
+        _at_least("proj_dim", self.proj_dim, 1)
+        _at_least("max_steps", self.max_steps, 1)
+        _at_least("log_every", self.log_every, 1)
+        _at_least("tail_timing_points", self.tail_timing_points, 1)
+        _at_least("pg_timeout_s", self.pg_timeout_s, 1)
+        if not 0 <= self.zero_stage <= 3:
+            raise ConfigError(f"zero_stage: must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.strategy == "ddp" and self.zero_stage != 0:
+            raise ConfigError(
+                f"zero_stage: {self.zero_stage} needs strategy deepspeed; with strategy ddp "
+                "set zero_stage=0 (or set strategy=deepspeed)"
+            )
+        if self.strategy == "deepspeed":
+            raise ConfigError(
+                "strategy: deepspeed is not available yet (it arrives with the stage-1 workload "
+                "issue); use strategy=ddp"
+            )
+        if self.log_every > self.max_steps:
+            raise ConfigError(
+                f"log_every: {self.log_every} is larger than max_steps {self.max_steps}, so no "
+                "window would ever be reported; set log_every <= max_steps"
+            )
+        if self.text_tokens > MAX_TEXT_TOKENS[self.model_size]:
+            raise ConfigError(
+                f"text_tokens: {self.text_tokens} exceeds the {MAX_TEXT_TOKENS[self.model_size]} "
+                f"positions of the {self.model_size} text encoder; lower text_tokens"
+            )
+        if not 0.1 <= self.audio_s <= 60:
+            raise ConfigError(f"audio_s: must be within 0.1-60 seconds, got {self.audio_s}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr: must be > 0, got {self.lr}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+
+    # --- conversions at the Ray boundary ---
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, where: str = "config") -> TrialConfig:
+        """Build from a plain dict; unknown keys fail with the closest known key as the fix."""
+        for key in values:
+            check_known_key(key, where=where)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def cpus_per_train_worker(self) -> int:
+        """CPUs a train worker reserves: its own process plus one per DataLoader worker."""
+        return self.cpus_per_worker or self.num_workers + 1
+
+    @property
+    def audio_samples(self) -> int:
+        return int(round(self.audio_s * 16_000))
+
+
+def field_names() -> list[str]:
+    return [f.name for f in dataclasses.fields(TrialConfig)]
+
+
+def field_doc(name: str) -> str:
+    return {f.name: f.metadata.get("doc", "") for f in dataclasses.fields(TrialConfig)}[name]
+
+
+def check_known_key(key: str, *, where: str) -> None:
+    names = field_names()
+    if key not in names:
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "known keys: " + ", ".join(names)
+        raise ConfigError(f"unknown key {key!r} in {where}; {hint}")
+
+
+_HINTS: dict[str, Any] | None = None
+
+
+def _hints() -> dict[str, Any]:
+    global _HINTS
+    if _HINTS is None:
+        _HINTS = typing.get_type_hints(TrialConfig)
+    return _HINTS
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise ConfigError(f"{name}: must be >= {low}, got {value}")
+
+
+def coerce_value(name: str, value: Any, hint: Any = None) -> Any:
+    """Check ``value`` against the field's type; ints are accepted for floats, nothing else."""
+    if hint is None:
+        check_known_key(name, where="config")
+        hint = _hints()[name]
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    for option in options:
+        ok, converted = _match(value, option)
+        if ok:
+            return converted
+    raise ConfigError(f"{name}: expected {_describe(hint)}, got {value!r}")
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
+
+
+def _match(value: Any, option: Any) -> tuple[bool, Any]:
+    if typing.get_origin(option) is Literal:
+        return (value in typing.get_args(option) and not isinstance(value, bool)), value
+    if option is bool:
+        return isinstance(value, bool), value
+    if option is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if option is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if option is str:
+        return isinstance(value, str), value
+    raise TypeError(f"unsupported config type {option!r}")
+
+
+def _describe(hint: Any) -> str:
+    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    parts = []
+    for option in options:
+        if typing.get_origin(option) is Literal:
+            parts.append("one of " + ", ".join(repr(v) for v in typing.get_args(option)))
+        else:
+            parts.append(getattr(option, "__name__", str(option)))
+    return " or ".join(parts)

@@ -1,0 +1,70 @@
+"""Datasets and loaders of the per-worker loop."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from trainables.config import TrialConfig
+from trainables.model import text_vocab_size
+
+__all__ = ["SyntheticSpeechText", "build_loader"]
+
+
+class SyntheticSpeechText(Dataset):
+    """Fixed random utterances and token ids: item ``i`` is the same on every call and worker.
+
+    Generating items in ``__getitem__`` (instead of one tensor per step in the loop) keeps the
+    DataLoader settings (workers, prefetch, pinning) doing real work, so they can be swept.
+    """
+
+    def __init__(
+        self, num_items: int, audio_samples: int, text_tokens: int, vocab_size: int, seed: int
+    ):
+        self.num_items = num_items
+        self.audio_samples = audio_samples
+        self.text_tokens = text_tokens
+        self.vocab_size = vocab_size
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return self.num_items
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        audio = 0.1 * torch.randn(self.audio_samples, generator=g)
+        # Ids 0-999 are reserved in BERT vocabularies ([PAD], [CLS], ...); start at 1000 when possible.
+        low = 1000 if self.vocab_size > 2000 else 1
+        ids = torch.randint(low, self.vocab_size, (self.text_tokens,), generator=g)
+        ids[0] = 101 if self.vocab_size > 2000 else 0  # [CLS] of bert-base-uncased / tiny vocab
+        return {
+            "audio": audio,
+            "audio_mask": torch.ones(self.audio_samples, dtype=torch.long),
+            "input_ids": ids,
+            "text_mask": torch.ones(self.text_tokens, dtype=torch.long),
+        }
+
+
+def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
+    """One epoch covers ``max_steps`` steps of every rank, so the loop never re-creates iterators
+    (which would put worker start-up inside a timed window)."""
+    dataset = SyntheticSpeechText(
+        num_items=cfg.max_steps * cfg.micro_batch * world_size,
+        audio_samples=cfg.audio_samples,
+        text_tokens=cfg.text_tokens,
+        vocab_size=text_vocab_size(cfg.model_size),
+        seed=cfg.seed,
+    )
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
+    )
+    return DataLoader(
+        dataset,
+        batch_size=cfg.micro_batch,
+        sampler=sampler,
+        num_workers=cfg.num_workers,
+        prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
+        persistent_workers=cfg.num_workers > 0,
+        pin_memory=pin_memory,
+        drop_last=True,
+    )

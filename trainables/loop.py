@@ -1,0 +1,113 @@
+"""The per-worker training loop: build, wrap, train ``max_steps`` steps, report one window per
+``log_every`` steps. It computes and reports; everything that records or prints observes in the
+driver (platform/callbacks.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from trainables.config import TrialConfig
+from trainables.data import build_loader
+from trainables.model import Stage1Model, build_model, contrastive_loss
+from trainables.timing import WindowTimer
+
+__all__ = ["train_loop_per_worker", "build_ddp_model"]
+
+
+def build_ddp_model(cfg: TrialConfig, device: torch.device) -> DistributedDataParallel:
+    torch.manual_seed(cfg.seed)  # identical init on every rank (DDP also broadcasts rank 0's)
+    model: Stage1Model = build_model(cfg.model_size, cfg.proj_dim).to(device)
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=cfg.bucket_mb,
+    )
+
+
+def _quiet_report_log() -> None:
+    """Ray Train V2 logs every report of every rank at INFO, under a logger named after its
+    source file (so RunConfig's LoggingConfig does not reach it); the driver prints progress."""
+    try:
+        from ray.train.v2._internal.execution import context
+    except ImportError:  # moved in another Ray version: the lines come back, nothing breaks
+        return
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    import ray.train
+    import ray.train.torch
+
+    _quiet_report_log()
+    cfg = TrialConfig.from_dict(loop_config["config"])
+    run = loop_config["run"]
+    ctx = ray.train.get_context()
+    rank, world_size = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    on_gpu = device.type == "cuda"
+
+    model = build_ddp_model(cfg, device)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True if on_gpu else None
+    )
+    loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
+    loader.sampler.set_epoch(0)
+    batches = iter(loader)
+
+    global_batch = cfg.micro_batch * world_size
+    timer = WindowTimer()
+    loss_sum = torch.zeros((), device=device)
+    window = 0
+    first_step_ts: float | None = None
+    report_ms = 0.0
+    loop_start = prev_end = time.perf_counter()
+    for step in range(1, cfg.max_steps + 1):
+        t0 = time.perf_counter()
+        batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+        t1 = time.perf_counter()
+        speech_emb, text_emb, logit_scale = model(**batch)
+        loss = contrastive_loss(speech_emb, text_emb, logit_scale, scope=cfg.contrastive_scope)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach()
+        if cfg.cuda_sync_timing and on_gpu:
+            torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
+        t2 = time.perf_counter()
+        # iter_ms runs from the end of the previous step, so it also holds the previous
+        # window's report (a barrier) and anything else the loop does between steps.
+        timer.add(data_ms=(t1 - t0) * 1e3, step_ms=(t2 - t1) * 1e3, iter_ms=(t2 - prev_end) * 1e3)
+        prev_end = t2
+        if first_step_ts is None:
+            first_step_ts = time.time()
+
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            metrics = timer.summary(global_batch)
+            metrics.update(
+                step=step,
+                max_steps=cfg.max_steps,
+                window=window,
+                # note: .item() is a CPU-GPU sync point; once per window, never per step
+                loss=float((loss_sum / len(timer)).item()),
+                rank=rank,
+                world_size=world_size,
+                global_batch=global_batch,
+                startup_s=first_step_ts - run["trial_start_ts"],
+                elapsed_s=time.perf_counter() - loop_start,
+                window_end_ts=time.time(),
+                report_ms=report_ms,
+            )
+            # In Ray Train V2 every report is a barrier across workers: once per window only.
+            # It also blocks while the previous report is still queued, until the controller
+            # polls (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.
+            t_report = time.perf_counter()
+            ray.train.report(metrics)
+            report_ms = (time.perf_counter() - t_report) * 1e3
+            timer.reset()
+            loss_sum.zero_()
+            window += 1

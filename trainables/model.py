@@ -1,0 +1,132 @@
+"""The stage-1 model: wav2vec2 speech encoder + BERT text encoder in one contrastive space."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from trainables.config import MAX_TEXT_TOKENS
+
+__all__ = ["Stage1Model", "build_model", "contrastive_loss", "gather_with_grad", "text_vocab_size"]
+
+# `base` is the wav2vec2-base / bert-base-uncased architecture (transformers' config defaults);
+# `tiny` keeps every code path (7-layer conv front end, positional conv, transformer) at a size
+# a 2-core CPU runs in milliseconds.
+_TINY_SPEECH = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(32,) * 7,
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=4,
+)
+_TINY_TEXT = dict(
+    vocab_size=1000,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=MAX_TEXT_TOKENS["tiny"],
+)
+
+
+def text_vocab_size(model_size: str) -> int:
+    return _TINY_TEXT["vocab_size"] if model_size == "tiny" else 30522
+
+
+def build_model(model_size: str, proj_dim: int) -> Stage1Model:
+    from transformers import BertConfig, Wav2Vec2Config
+
+    speech_kwargs = _TINY_SPEECH if model_size == "tiny" else {}
+    text_kwargs = _TINY_TEXT if model_size == "tiny" else {}
+    # LayerDrop and SpecAugment masking change which parameters receive gradients from step to
+    # step; DDP then fails ("Expected to have finished reduction") and ZeRO can hang. They are
+    # regularisers for long fine-tuning, not part of a throughput workload, so they stay off.
+    speech_cfg = Wav2Vec2Config(
+        **speech_kwargs, layerdrop=0.0, mask_time_prob=0.0, mask_feature_prob=0.0
+    )
+    text_cfg = BertConfig(**text_kwargs)
+    return Stage1Model(speech_cfg, text_cfg, proj_dim)
+
+
+class Stage1Model(nn.Module):
+    """Mean-pooled speech frames and the text [CLS] state, projected and L2-normalised."""
+
+    def __init__(self, speech_cfg, text_cfg, proj_dim: int):
+        super().__init__()
+        from transformers import BertModel, Wav2Vec2Model
+
+        self.speech = Wav2Vec2Model(speech_cfg)
+        self.text = BertModel(text_cfg, add_pooling_layer=False)
+        self.speech_proj = nn.Linear(speech_cfg.hidden_size, proj_dim)
+        self.text_proj = nn.Linear(text_cfg.hidden_size, proj_dim)
+        # A 1-element tensor, not a 0-dim one: DeepSpeed ZeRO cannot flatten 0-dim bf16 params.
+        self.logit_scale = nn.Parameter(torch.full((1,), math.log(1 / 0.07)))
+
+    def forward(
+        self,
+        audio: torch.Tensor,
+        audio_mask: torch.Tensor,
+        input_ids: torch.Tensor,
+        text_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        frames = self.speech(audio, attention_mask=audio_mask).last_hidden_state
+        frame_mask = self.speech._get_feature_vector_attention_mask(frames.shape[1], audio_mask)
+        frame_mask = frame_mask.unsqueeze(-1).to(frames.dtype)
+        pooled = (frames * frame_mask).sum(1) / frame_mask.sum(1).clamp(min=1.0)
+        cls = self.text(input_ids, attention_mask=text_mask).last_hidden_state[:, 0]
+        speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
+        text_emb = F.normalize(self.text_proj(cls), dim=-1)
+        # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky.
+        return speech_emb, text_emb, self.logit_scale.exp().clamp(max=100.0)
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    """all_gather whose backward hands each rank the summed gradient of its own slice."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        world = dist.get_world_size()
+        parts = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(parts, tensor.contiguous())
+        ctx.rank, ctx.rows = dist.get_rank(), tensor.shape[0]
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        # Every rank's loss depends on every rank's embeddings: sum the gradients of all ranks.
+        grad = grad.contiguous()
+        dist.all_reduce(grad)
+        return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
+
+
+def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensor
+    return _GatherWithGrad.apply(tensor)
+
+
+def contrastive_loss(
+    speech_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    logit_scale: torch.Tensor,
+    *,
+    scope: str = "global",
+) -> torch.Tensor:
+    """Symmetric InfoNCE. With scope `global`, the local rows are scored against every rank's
+    embeddings, so a random model starts near ln(global batch)."""
+    rank = 0
+    all_speech, all_text = speech_emb, text_emb
+    if scope == "global" and dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank()
+        all_speech, all_text = gather_with_grad(speech_emb), gather_with_grad(text_emb)
+    rows = speech_emb.shape[0]
+    labels = torch.arange(rows, device=speech_emb.device) + rank * rows
+    logits_speech = logit_scale * speech_emb @ all_text.T
+    logits_text = logit_scale * text_emb @ all_speech.T
+    return (F.cross_entropy(logits_speech, labels) + F.cross_entropy(logits_text, labels)) / 2

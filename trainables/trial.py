@@ -1,0 +1,57 @@
+"""The Tune trial function: one run of the sweep as a Ray Train ``TorchTrainer``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from trainables.config import TrialConfig
+from trainables.loop import train_loop_per_worker
+
+__all__ = ["run_trial", "build_trainer"]
+
+
+def build_trainer(run: dict[str, Any], *, tune_callbacks: bool = True):
+    """``run`` is the plain dict the driver puts in the param space: name, group, repeat,
+    storage_path, trial_start_ts and the resolved ``config``."""
+    from ray.train import LoggingConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    cfg = TrialConfig.from_dict(run["config"])
+    if cfg.use_gpu == "auto":
+        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
+    resources = {"CPU": cfg.cpus_per_train_worker}
+    if cfg.use_gpu:
+        resources["GPU"] = 1
+    callbacks = []
+    if tune_callbacks:
+        from ray.tune.integration.ray_train import TuneReportCallback
+
+        # Forwards rank 0's window reports to the Tune trial, where the platform's Tune
+        # callback (in the driver) records them.
+        callbacks.append(TuneReportCallback())
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "config": cfg.to_dict(),
+            "run": {k: v for k, v in run.items() if k != "config"},
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.train_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
+        ),
+        torch_config=TorchConfig(timeout_s=cfg.pg_timeout_s),
+        run_config=RunConfig(
+            name=run["name"],
+            storage_path=run["storage_path"],
+            callbacks=callbacks,
+            # Ray Train logs every report of every rank at INFO; the driver prints progress
+            # itself. The full logs stay in Ray's session log folder.
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
+    )
+
+
+def run_trial(config: dict[str, Any]) -> None:
+    """Tune entry point; ``config["run"]`` is one run of the sweep."""
+    run = dict(config["run"], trial_start_ts=time.time())
+    build_trainer(run).fit()
