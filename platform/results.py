@@ -3,17 +3,14 @@ renamed, so a crash or Ctrl-C never leaves a truncated file behind."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from data_prep.fileio import atomic_write_bytes, atomic_write_text, tsv_text, write_json
 
 __all__ = [
     "TIMING_SCHEMA",
@@ -60,58 +57,8 @@ TIMING_SCHEMA = pa.schema(
 )
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A dot-prefixed temporary name: pyarrow's dataset reader skips it, should it ever be left.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(Path(path), text.encode())
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
 def write_tsv(path: Path, rows: Iterable[dict[str, Any]], columns: list[str]) -> None:
-    buf = io.StringIO()
-    writer = csv.DictWriter(
-        buf, fieldnames=columns, delimiter="\t", extrasaction="ignore", lineterminator="\n"
-    )
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _tsv_value(row.get(k)) for k in columns})
-    atomic_write_text(path, buf.getvalue())
-
-
-def _tsv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, str):
-        return value.replace("\t", " ").replace("\n", " ")
-    return value
+    atomic_write_text(path, tsv_text(rows, columns))
 
 
 def write_part(dataset_dir: Path, name: str, rows: list[dict[str, Any]], schema: pa.Schema) -> Path:
@@ -120,7 +67,7 @@ def write_part(dataset_dir: Path, name: str, rows: list[dict[str, Any]], schema:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     path = Path(dataset_dir) / f"{name}.parquet"
-    _atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
     return path
 
 

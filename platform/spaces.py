@@ -15,6 +15,7 @@ from platform.errors import UsageError
 from trainables.config import ConfigError, TrialConfig, check_known_key, coerce_value
 
 __all__ = [
+    "DataPlan",
     "SPACES_DIR",
     "RESOURCE_KEYS",
     "RunSpec",
@@ -25,7 +26,17 @@ __all__ = [
 ]
 
 SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
-TOP_LEVEL_KEYS = ("description", "repeats", "max_concurrent_trials", "resources", "grid", "fixed")
+TOP_LEVEL_KEYS = (
+    "description",
+    "repeats",
+    "max_concurrent_trials",
+    "resources",
+    "grid",
+    "fixed",
+    "data",
+)
+DATA_KEYS = ("synth", "target_sr", "trim")
+SYNTH_KEYS = ("speakers", "chapters", "utts", "seed")
 RESOURCE_KEYS = ("train_workers", "use_gpu", "cpus_per_worker")
 SWEEP_KEYS = ("repeats", "max_concurrent_trials")
 
@@ -46,6 +57,24 @@ _TOKENS = {
 }
 
 
+@dataclass(frozen=True)
+class DataPlan:
+    """A space without a dataset: generate a synthetic LibriSpeech-layout corpus of this size
+    and prepare it with data_prep (on the sweep's cluster) before the first trial."""
+
+    synth: dict[str, int]
+    target_sr: int = 16_000
+    trim: bool = True
+
+    def describe(self) -> str:
+        s = self.synth
+        return (
+            f"synthetic corpus ({s.get('speakers', 4)} speakers x {s.get('chapters', 2)} chapters "
+            f"x {s.get('utts', 10)} utterances), prepared to {self.target_sr} Hz"
+            + (" with silence trimming" if self.trim else "")
+        )
+
+
 @dataclass
 class SearchSpace:
     """A validated sweep definition: swept keys (``grid``), the rest (``fixed``) and repeats."""
@@ -56,6 +85,7 @@ class SearchSpace:
     max_concurrent_trials: int = 1
     grid: dict[str, list[Any]] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
+    data: DataPlan | None = None
     source: str = ""
 
     def with_overrides(self, overrides: list[str]) -> SearchSpace:
@@ -151,6 +181,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
             raise UsageError(f"{path}: {key!r} is set twice (grid, fixed or resources); keep one")
         fixed[key] = value
     return SearchSpace(
+        data=_data_plan(data.get("data"), path),
         name=name,
         description=str(data.get("description", "")).strip().splitlines()[0]
         if data.get("description")
@@ -163,6 +194,38 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         fixed=fixed,
         source=str(path),
     )
+
+
+def _data_plan(raw: Any, path: Path) -> DataPlan | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("synth"), dict):
+        raise UsageError(
+            f"{path}: 'data' must be a mapping with a 'synth' mapping, e.g. data: {{synth: {{utts: 4}}}}"
+        )
+    for key in raw:
+        if key not in DATA_KEYS:
+            raise UsageError(
+                f"{path}: unknown key {key!r} in data; allowed: {', '.join(DATA_KEYS)}"
+            )
+    for key, value in raw["synth"].items():
+        if key not in SYNTH_KEYS:
+            raise UsageError(
+                f"{path}: unknown key {key!r} in data.synth; allowed: {', '.join(SYNTH_KEYS)}"
+            )
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < (0 if key == "seed" else 1)
+        ):
+            raise UsageError(f"{path}: data.synth.{key} must be a positive integer, got {value!r}")
+    target_sr = raw.get("target_sr", 16_000)
+    if isinstance(target_sr, bool) or not isinstance(target_sr, int) or target_sr < 1000:
+        raise UsageError(f"{path}: data.target_sr must be an integer rate in Hz, got {target_sr!r}")
+    trim = raw.get("trim", True)
+    if not isinstance(trim, bool):
+        raise UsageError(f"{path}: data.trim must be true or false, got {trim!r}")
+    return DataPlan(synth=dict(raw["synth"]), target_sr=target_sr, trim=trim)
 
 
 def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:

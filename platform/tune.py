@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from data_prep.fileio import ensure_writable_dir
 from platform import analysis, results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.spaces import RunSpec, SearchSpace, expand_runs, list_spaces, load_space
+from platform.spaces import DataPlan, RunSpec, SearchSpace, expand_runs, list_spaces, load_space
 from trainables.config import ConfigError, field_names
 
 __all__ = ["main", "MANIFEST_COLUMNS"]
@@ -90,6 +91,8 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         f"{space.max_concurrent_trials} at a time",
         "fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()),
     ]
+    if space.data is not None:
+        lines.append(f"data: {space.data.describe()}, before the first run")
     width = max(len(r.name) for r in runs)
     header = f"{'#':>3}  {'run':<{width}}  " + "  ".join(f"{k:>12}" for k in swept)
     lines += ["", header, "-" * len(header)]
@@ -110,10 +113,7 @@ def prepare_output_root(output_root: Path | None, space_name: str) -> Path:
             f"output root {output_root} already holds a sweep; choose another --output-root"
         )
     try:
-        output_root.mkdir(parents=True, exist_ok=True)
-        probe = output_root / ".write-probe"
-        probe.write_text("ok")
-        probe.unlink()
+        ensure_writable_dir(output_root)
     except OSError as exc:
         raise UsageError(
             f"output root {output_root} cannot be written ({exc.strerror or exc}); "
@@ -176,6 +176,14 @@ def run_sweep(
         except UsageError as exc:
             print(f"platform.tune: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+        if space.data is not None:
+            manifest = prepare_corpus(space.data, output_root)
+            runs = [
+                dataclasses.replace(
+                    r, config=dataclasses.replace(r.config, manifest_path=str(manifest))
+                )
+                for r in runs
+            ]
         for run in runs:
             results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run))
         recorder = SweepRecorder(output_root, runs)
@@ -205,18 +213,50 @@ def run_sweep(
         ray.shutdown()
 
 
-def train_env_vars() -> dict[str, str]:
+def prepare_corpus(plan: DataPlan, output_root: Path) -> Path:
+    """Generate the space's synthetic corpus under ``<output_root>/data/`` and prepare it with
+    data_prep on the sweep's cluster; returns the manifest path."""
+    from data_prep import synth
+    from data_prep.layout import discover
+    from data_prep.librispeech import prepare
+
+    raw, prepared = output_root / "data" / "synth", output_root / "data" / "prepared"
+    print(f"data: {plan.describe()}", flush=True)
+    synth.make_corpus(raw, **plan.synth)
+    manifest = prepared / f"manifest_{plan.target_sr // 1000}k{'_trim' if plan.trim else ''}.tsv"
+    counts = prepare(
+        discover(raw),
+        raw,
+        prepared,
+        manifest,
+        target_sr=plan.target_sr,
+        trim=plan.trim,
+        log_every=100,
+        stream=sys.stdout,
+    )
+    if counts["written"] + counts["skipped"] == 0:
+        raise RuntimeError(f"data preparation produced no utterance; see {manifest}")
+    return manifest
+
+
+# Communication settings a user exported for the driver must reach every worker, also on a
+# cluster joined with --address (whose processes did not inherit this shell's environment).
+FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_")
+
+
+def train_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Environment of every process of the sweep's Ray job.
 
     A Ray Train V2 worker's result queue holds one report, and the controller drains it only on
     its health-check poll (2 s by default): a window shorter than that would block in
     ``ray.train.report``. A shorter poll keeps short windows honest; users can still set it.
     """
-    return {
-        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get(
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
-        )
-    }
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
+    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = environ.get(
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
+    )
+    return env
 
 
 def _trial_name(trial) -> str:

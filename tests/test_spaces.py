@@ -163,3 +163,26 @@ def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
     forced = expand_runs(space.with_overrides(["use_gpu=true"]))
     with pytest.raises(UsageError, match="needs 2 CPUs and 2 GPUs"):
         resolve_resources(forced, {"CPU": 8.0})
+
+
+def test_smoke_space_prepares_a_synthetic_corpus():
+    plan = load_space("smoke").data
+    assert plan is not None and plan.synth["utts"] >= 1 and plan.target_sr == 16000 and plan.trim
+    assert "synthetic corpus (2 speakers x 1 chapters x 4 utterances)" in plan.describe()
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("data: {synth: 3}\n", "'data' must be a mapping with a 'synth' mapping"),
+        ("data: {synth: {utts: 2}, sr: 8000}\n", "unknown key 'sr' in data"),
+        ("data: {synth: {files: 2}}\n", "unknown key 'files' in data.synth"),
+        ("data: {synth: {utts: 0}}\n", "data.synth.utts must be a positive integer"),
+        ("data: {synth: {utts: 2}, target_sr: 16k}\n", "data.target_sr must be an integer"),
+        ("data: {synth: {utts: 2}, trim: maybe}\n", "data.trim must be true or false"),
+    ],
+)
+def test_bad_data_sections(tmp_path, text, fragment):
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(UsageError, match=fragment):
+        load_space("bad", tmp_path)

@@ -35,6 +35,7 @@ def test_dry_run_prints_both_runs_quickly_without_ray():
     assert out.returncode == 0, out.stderr
     assert "sweep_z0_mb4_nw0_pf2_r1" in out.stdout and "sweep_z0_mb8_nw0_pf2_r1" in out.stdout
     assert "train_workers=2" in out.stdout  # resolved fixed values are shown
+    assert "data: synthetic corpus" in out.stdout
     assert out.stdout.strip().endswith("NO_RAY")
     assert elapsed < 5.0
 
@@ -141,3 +142,30 @@ def test_output_root_holding_a_sweep_is_refused(tmp_path):
     out = tune("--space", "smoke", "--output-root", str(tmp_path), probe=True)
     assert out.returncode == 2 and "already holds a sweep" in out.stderr
     assert out.stdout.strip() == "NO_RAY"
+
+
+def test_job_environment_forwards_communication_settings_and_sets_the_report_poll():
+    from platform.tune import train_env_vars
+
+    env = train_env_vars(
+        {
+            "NCCL_NVLS_ENABLE": "0",
+            "NVSHMEM_DISABLE_NVLS": "1",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "CUDA_VISIBLE_DEVICES": "0,1",
+            "MY_API_TOKEN": "secret",
+            "HOME": "/root",
+        }
+    )
+    assert env == {
+        "NCCL_NVLS_ENABLE": "0",
+        "NVSHMEM_DISABLE_NVLS": "1",
+        "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
+    }
+    assert (
+        train_env_vars({"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "2"})[
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+        ]
+        == "2"
+    )

@@ -60,6 +60,11 @@ class TrialConfig:
     dataset: Dataset = _doc(
         "`synthetic`: generated audio and token ids, no files.", default="synthetic"
     )
+    manifest_path: str = _doc(
+        "data_prep manifest of the run's corpus (filled by the driver for spaces with a `data` "
+        "section); training reads it from the workload issue on, until then batches are synthetic.",
+        default="",
+    )
     audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
     text_tokens: int = _doc("Token ids per synthetic transcript.", default=16)
     # --- model and loss ---

@@ -75,6 +75,20 @@ def test_manifest_lists_both_runs_ok_with_figures_that_match_the_parquet(sweep):
         assert row["tail_mean_iter_p50_ms"] == pytest.approx(tail["iter_ms_p50"].mean(), rel=1e-4)
 
 
+def test_the_space_corpus_was_generated_and_prepared_before_the_runs(sweep):
+    root, out = sweep
+    assert (
+        "data: synthetic corpus" in out.stdout
+        and "8 written, 0 skipped as done, 0 errors" in out.stdout
+    )
+    prepared = root / "data" / "prepared" / "manifest_16k_trim.tsv"
+    corpus = pd.read_csv(prepared, sep="\t", keep_default_na=False)
+    assert len(corpus) == 8 and (corpus["sample_rate"] == 16000).all()
+    assert all((prepared.parent / p).is_file() for p in corpus["path"])
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
+    assert set(manifest["manifest_path"]) == {str(prepared)}
+
+
 def test_best_config_names_the_fastest_group_with_its_full_config(sweep):
     root, _ = sweep
     best = json.loads((root / "best_config.json").read_text())
