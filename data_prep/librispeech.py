@@ -31,7 +31,7 @@ from data_prep.fileio import (
     tsv_text,
 )
 from data_prep.layout import Discovery, LayoutError, discover
-from data_prep.pipeline import Progress, make_tasks, run_ray_data
+from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data
 
 __all__ = [
     "ERROR_COLUMNS",
@@ -180,7 +180,9 @@ def prepare(
         + (f"; removed {stale} stale temporaries" if stale else ""),
         file=stream,
     )
-    workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    workers = plan_blocks(
+        len(tasks), workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    )[1]
     start = time.monotonic()
     progress = Progress(len(tasks), log_every, stream=stream)
     results = []

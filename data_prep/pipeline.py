@@ -23,8 +23,12 @@ __all__ = ["Progress", "ProcessRow", "make_tasks", "process_row", "run_ray_data"
 MIN_ROWS_PER_BLOCK, MAX_ROWS_PER_BLOCK = 16, 128
 
 
-def rows_per_block(n: int, workers: int) -> int:
-    return max(MIN_ROWS_PER_BLOCK, min(MAX_ROWS_PER_BLOCK, math.ceil(n / (4 * workers))))
+def plan_blocks(n: int, workers: int) -> tuple[int, int]:
+    """(blocks, workers worth starting): about 4 blocks per worker of 16-128 rows each, and no
+    more actors than blocks (8 files never need 32 actors)."""
+    rows = max(MIN_ROWS_PER_BLOCK, min(MAX_ROWS_PER_BLOCK, math.ceil(n / (4 * workers))))
+    blocks = max(1, math.ceil(n / rows))
+    return blocks, max(1, min(workers, blocks))
 
 
 def make_tasks(
@@ -111,7 +115,7 @@ def run_ray_data(tasks: list[dict], workers: int) -> Iterator[dict]:
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # the CLI prints its own progress line
     ctx.print_on_execution_start = False
-    blocks = max(1, math.ceil(len(tasks) / rows_per_block(len(tasks), workers)))
+    blocks, workers = plan_blocks(len(tasks), workers)
     ds = ray.data.from_items(tasks, override_num_blocks=blocks).map(
         ProcessRow, compute=ray.data.ActorPoolStrategy(size=workers), num_cpus=1
     )

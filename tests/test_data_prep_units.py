@@ -207,3 +207,19 @@ def test_progress_prints_kept_lines_every_n_files_with_rate_and_eta():
         "2/4 files  2.0 files/s  ETA 1 s",
         "4/4 files  2.0 files/s  ETA 0 s",
     ]
+
+
+@pytest.mark.parametrize(
+    "n, workers, expected",
+    [
+        (8, 32, (1, 1)),  # a tiny corpus starts one actor, not 32
+        (320, 2, (8, 2)),  # 40-row blocks, 4 per worker
+        (2016, 2, (16, 2)),  # capped at 128 rows per block
+        (281_241, 49, (2198, 49)),
+        (40, 4, (3, 3)),  # 16-row minimum: three blocks, three actors
+    ],
+)
+def test_plan_blocks(n, workers, expected):
+    from data_prep.pipeline import plan_blocks
+
+    assert plan_blocks(n, workers) == expected
