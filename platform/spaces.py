@@ -151,11 +151,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         raise UsageError(f"{at}: YAML syntax error: {problem}; fix the file") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
-    for key in data:
-        if key not in TOP_LEVEL_KEYS:
-            raise UsageError(
-                f"{path}: unknown top-level key {key!r}; allowed: {', '.join(TOP_LEVEL_KEYS)}"
-            )
+    _only(data, TOP_LEVEL_KEYS, f"{path}: unknown top-level key")
     where = str(path)
     grid_raw = data.get("grid") or {}
     fixed_raw = data.get("fixed") or {}
@@ -163,11 +159,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
     for section, value in (("grid", grid_raw), ("fixed", fixed_raw), ("resources", resources)):
         if not isinstance(value, dict):
             raise UsageError(f"{path}: '{section}' must be a mapping of key: value")
-    for key in resources:
-        if key not in RESOURCE_KEYS:
-            raise UsageError(
-                f"{path}: unknown key {key!r} in resources; allowed: {', '.join(RESOURCE_KEYS)}"
-            )
+    _only(resources, RESOURCE_KEYS, f"{path}: unknown key", "in resources")
     grid = {}
     for key, values in grid_raw.items():
         _known(key, f"{where} (grid)")
@@ -196,6 +188,14 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
     )
 
 
+def _only(mapping: dict[str, Any], allowed: tuple[str, ...], prefix: str, where: str = "") -> None:
+    """Refuse the first key of ``mapping`` that is not in ``allowed``, naming the allowed ones."""
+    for key in mapping:
+        if key not in allowed:
+            at = f" {where}" if where else ""
+            raise UsageError(f"{prefix} {key!r}{at}; allowed: {', '.join(allowed)}")
+
+
 def _data_plan(raw: Any, path: Path) -> DataPlan | None:
     if raw is None:
         return None
@@ -203,16 +203,9 @@ def _data_plan(raw: Any, path: Path) -> DataPlan | None:
         raise UsageError(
             f"{path}: 'data' must be a mapping with a 'synth' mapping, e.g. data: {{synth: {{utts: 4}}}}"
         )
-    for key in raw:
-        if key not in DATA_KEYS:
-            raise UsageError(
-                f"{path}: unknown key {key!r} in data; allowed: {', '.join(DATA_KEYS)}"
-            )
+    _only(raw, DATA_KEYS, f"{path}: unknown key", "in data")
+    _only(raw["synth"], SYNTH_KEYS, f"{path}: unknown key", "in data.synth")
     for key, value in raw["synth"].items():
-        if key not in SYNTH_KEYS:
-            raise UsageError(
-                f"{path}: unknown key {key!r} in data.synth; allowed: {', '.join(SYNTH_KEYS)}"
-            )
         if (
             isinstance(value, bool)
             or not isinstance(value, int)

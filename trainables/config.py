@@ -22,6 +22,22 @@ Dataset = Literal["synthetic"]
 ContrastiveScope = Literal["global", "local"]
 
 
+# Smallest allowed value of each integer field that has one.
+_MINIMUMS = {
+    "micro_batch": 1,
+    "num_workers": 0,
+    "prefetch_factor": 1,
+    "bucket_mb": 1,
+    "train_workers": 1,
+    "cpus_per_worker": 0,
+    "text_tokens": 2,
+    "proj_dim": 1,
+    "max_steps": 1,
+    "log_every": 1,
+    "tail_timing_points": 1,
+    "pg_timeout_s": 1,
+}
+
 # Longest token sequence each text encoder size has position embeddings for.
 MAX_TEXT_TOKENS = {"tiny": 128, "base": 512}
 
@@ -101,18 +117,9 @@ class TrialConfig:
         self._check()
 
     def _check(self) -> None:
-        _at_least("micro_batch", self.micro_batch, 1)
-        _at_least("num_workers", self.num_workers, 0)
-        _at_least("prefetch_factor", self.prefetch_factor, 1)
-        _at_least("bucket_mb", self.bucket_mb, 1)
-        _at_least("train_workers", self.train_workers, 1)
-        _at_least("cpus_per_worker", self.cpus_per_worker, 0)
-        _at_least("text_tokens", self.text_tokens, 2)
-        _at_least("proj_dim", self.proj_dim, 1)
-        _at_least("max_steps", self.max_steps, 1)
-        _at_least("log_every", self.log_every, 1)
-        _at_least("tail_timing_points", self.tail_timing_points, 1)
-        _at_least("pg_timeout_s", self.pg_timeout_s, 1)
+        for name, low in _MINIMUMS.items():
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name}: must be >= {low}, got {getattr(self, name)}")
         if not 0 <= self.zero_stage <= 3:
             raise ConfigError(f"zero_stage: must be 0, 1, 2 or 3, got {self.zero_stage}")
         if self.strategy == "ddp" and self.zero_stage != 0:
@@ -187,11 +194,6 @@ def _hints() -> dict[str, Any]:
     if _HINTS is None:
         _HINTS = typing.get_type_hints(TrialConfig)
     return _HINTS
-
-
-def _at_least(name: str, value: int, low: int) -> None:
-    if value < low:
-        raise ConfigError(f"{name}: must be >= {low}, got {value}")
 
 
 def coerce_value(name: str, value: Any, hint: Any = None) -> Any:
