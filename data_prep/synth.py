@@ -77,11 +77,11 @@ def speech_like(n: int, rate: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _utterance(
-    rng: np.random.Generator, utt_id: str, path: Path
+    rng: np.random.Generator, utt_id: str, path: Path, durations: tuple[float, float]
 ) -> tuple[SynthUtterance, np.ndarray]:
     rate = int(rng.choice(RATES, p=RATE_WEIGHTS))
     channels = 2 if rng.random() < STEREO_FRACTION else 1
-    duration = rng.uniform(2.0, 20.0)
+    duration = rng.uniform(*durations)
     edge = min(1.5, (duration - 1.0) / 2)  # keep at least 1 s of speech
     lead, trail = rng.uniform(0.2, edge), rng.uniform(0.2, edge)
     n = int(round(duration * rate))
@@ -106,9 +106,18 @@ def _utterance(
 
 
 def make_corpus(
-    output_root: Path, *, speakers: int = 4, chapters: int = 2, utts: int = 10, seed: int = 0
+    output_root: Path,
+    *,
+    speakers: int = 4,
+    chapters: int = 2,
+    utts: int = 10,
+    seed: int = 0,
+    durations: tuple[float, float] = (2.0, 20.0),
 ) -> list[SynthUtterance]:
-    """Write the corpus and its speech spans; the same seed always gives the same corpus."""
+    """Write the corpus and its speech spans; the same seed always gives the same corpus.
+    ``durations`` bounds the uniform file length in seconds (at least 2 s)."""
+    if not 2.0 <= durations[0] <= durations[1]:
+        raise ValueError(f"durations must satisfy 2 <= min <= max, got {durations}")
     import soundfile as sf
 
     output_root = Path(output_root)
@@ -122,7 +131,7 @@ def make_corpus(
             lines = []
             for u in range(utts):
                 utt_id = f"{speaker}-{chapter}-{u:04d}"
-                utt, audio = _utterance(rng, utt_id, folder / f"{utt_id}.flac")
+                utt, audio = _utterance(rng, utt_id, folder / f"{utt_id}.flac", durations)
                 with atomic_path(utt.path, durable=False) as tmp:
                     sf.write(str(tmp), audio, utt.sample_rate, format="FLAC", subtype="PCM_16")
                 lines.append(f"{utt_id} {utt.transcript}\n")

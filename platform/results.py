@@ -48,6 +48,8 @@ TIMING_SCHEMA = pa.schema(
         ("iter_ms_p90", pa.float64()),
         ("iter_ms_mean", pa.float64()),
         ("samples_per_s", pa.float64()),
+        ("audio_s_per_s", pa.float64()),
+        ("padding_ratio", pa.float64()),
         ("report_ms", pa.float64()),
         ("loss", pa.float64()),
         ("startup_s", pa.float64()),

@@ -15,6 +15,7 @@ from platform.errors import UsageError
 from trainables.config import ConfigError, TrialConfig, check_known_key, coerce_value
 
 __all__ = [
+    "check_inputs",
     "DataPlan",
     "SPACES_DIR",
     "RESOURCE_KEYS",
@@ -247,6 +248,40 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
         for r in range(1, space.repeats + 1)
         for group, (point, cfg) in groups.items()
     ]
+
+
+def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
+    """Files the runs read must exist and have the right columns before any trial starts."""
+    from trainables.manifest import MANIFEST_REQUIRED
+
+    seen: set[str] = set()
+    for run in runs:
+        cfg = run.config
+        if cfg.dataset != "manifest":
+            continue
+        if not cfg.manifest_path:
+            if space.data is None:
+                raise UsageError(
+                    f"{space.source}: dataset manifest needs manifest_path (or a data: section); "
+                    "set manifest_path=PATH/manifest_16k_trim.tsv"
+                )
+            continue
+        if cfg.manifest_path in seen:
+            continue
+        seen.add(cfg.manifest_path)
+        path = Path(cfg.manifest_path)
+        if not path.is_file():
+            raise UsageError(
+                f"manifest_path {path} does not exist; make it with python -m data_prep.librispeech"
+            )
+        with path.open(encoding="utf-8") as fh:
+            header = fh.readline().rstrip("\n").split("\t")
+        missing = [c for c in MANIFEST_REQUIRED if c not in header]
+        if missing:
+            raise UsageError(
+                f"manifest_path {path} lacks column(s) {', '.join(missing)}; "
+                "make it with python -m data_prep.librispeech"
+            )
 
 
 def group_name(prefix: str, cfg: TrialConfig, swept: list[str]) -> str:

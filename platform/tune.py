@@ -20,7 +20,15 @@ from typing import Any
 from data_prep.fileio import ensure_writable_dir
 from platform import analysis, results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.spaces import DataPlan, RunSpec, SearchSpace, expand_runs, list_spaces, load_space
+from platform.spaces import (
+    DataPlan,
+    RunSpec,
+    SearchSpace,
+    check_inputs,
+    expand_runs,
+    list_spaces,
+    load_space,
+)
 from trainables.config import ConfigError, field_names
 
 __all__ = ["main", "MANIFEST_COLUMNS"]
@@ -71,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--space NAME is required; see --list-spaces for the names")
         space = load_space(args.space).with_overrides(args.set)
         runs = expand_runs(space)
+        check_inputs(space, runs)
         if args.dry_run:
             print(format_plan(space, runs))
             return 0
@@ -91,7 +100,7 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         f"{space.max_concurrent_trials} at a time",
         "fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()),
     ]
-    if space.data is not None:
+    if needs_corpus(space, runs):
         lines.append(f"data: {space.data.describe()}, before the first run")
     width = max(len(r.name) for r in runs)
     header = f"{'#':>3}  {'run':<{width}}  " + "  ".join(f"{k:>12}" for k in swept)
@@ -176,7 +185,7 @@ def run_sweep(
         except UsageError as exc:
             print(f"platform.tune: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        if space.data is not None:
+        if needs_corpus(space, runs):
             manifest = prepare_corpus(space.data, output_root)
             runs = [
                 dataclasses.replace(
@@ -184,6 +193,7 @@ def run_sweep(
                 )
                 for r in runs
             ]
+        prepare_tokenizers(runs)
         for run in runs:
             results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run))
         recorder = SweepRecorder(output_root, runs)
@@ -211,6 +221,33 @@ def run_sweep(
         return report(space, manifest, runs, output_root, time.time() - sweep_start)
     finally:
         ray.shutdown()
+
+
+def prepare_tokenizers(runs: list[RunSpec]) -> None:
+    """Build each manifest's tokenizer once, here, so every rank of every run loads the same
+    cached file instead of training its own."""
+    from trainables.manifest import read_manifest_table
+    from trainables.model import text_vocab_size
+    from trainables.text import load_or_build_tokenizer
+
+    done = set()
+    for run in runs:
+        cfg = run.config
+        key = (cfg.manifest_path, text_vocab_size(cfg.model_size))
+        if cfg.dataset != "manifest" or key in done:
+            continue
+        done.add(key)
+        table = read_manifest_table(Path(cfg.manifest_path))
+        load_or_build_tokenizer(
+            Path(cfg.manifest_path),
+            [str(t) for t in table.column("transcript").to_pylist()],
+            key[1],
+        )
+
+
+def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
+    """A space's ``data`` corpus is made only when no run names a manifest of its own."""
+    return space.data is not None and not any(r.config.manifest_path for r in runs)
 
 
 def prepare_corpus(plan: DataPlan, output_root: Path) -> Path:

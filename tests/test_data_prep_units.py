@@ -178,6 +178,15 @@ def test_synth_corpus_is_deterministic_and_mixed(tmp_path):
     assert len(found.utterances) == len(a) and not found.problems
 
 
+def test_synth_durations_can_be_bounded(tmp_path):
+    made = synth.make_corpus(
+        tmp_path, speakers=1, chapters=1, utts=4, seed=2, durations=(9.0, 10.0)
+    )
+    assert all(9.0 <= u.duration_s <= 10.0 for u in made)
+    with pytest.raises(ValueError, match="durations"):
+        synth.make_corpus(tmp_path, durations=(1.0, 3.0))
+
+
 def test_process_row_turns_failures_into_rows_and_serial_matches(tmp_path):
     write_chapter(tmp_path / "in", ["7-11-0000 A\n"], ["7-11-0000"])  # all zeros: silence
     found = discover(tmp_path / "in")

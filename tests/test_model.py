@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from tests import _gloo_loss_worker
 from trainables.data import SyntheticSpeechText
+from trainables.manifest import collate_padded
 from trainables.model import build_model, contrastive_loss
 
 
@@ -17,7 +18,7 @@ def batch(n=4, seconds=1.0, tokens=16):
     ds = SyntheticSpeechText(
         num_items=n, audio_samples=int(seconds * 16000), text_tokens=tokens, vocab_size=1000, seed=0
     )
-    return torch.utils.data.default_collate([ds[i] for i in range(n)])
+    return collate_padded([ds[i] for i in range(n)])
 
 
 def test_tiny_model_embeds_into_one_normalised_space():

@@ -168,7 +168,7 @@ def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
 def test_smoke_space_prepares_a_synthetic_corpus():
     plan = load_space("smoke").data
     assert plan is not None and plan.synth["utts"] >= 1 and plan.target_sr == 16000 and plan.trim
-    assert "synthetic corpus (2 speakers x 1 chapters x 4 utterances)" in plan.describe()
+    assert "synthetic corpus (2 speakers x 2 chapters x 8 utterances)" in plan.describe()
 
 
 @pytest.mark.parametrize(

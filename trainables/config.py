@@ -18,7 +18,10 @@ __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coer
 
 Strategy = Literal["ddp", "deepspeed"]
 ModelSize = Literal["tiny", "base"]
-Dataset = Literal["synthetic"]
+Dataset = Literal["synthetic", "manifest"]
+CropPolicy = Literal["limit_longest", "fixed_slice"]
+AudioRead = Literal["seek", "full"]
+AudioRead = Literal["seek", "full"]
 ContrastiveScope = Literal["global", "local"]
 
 
@@ -74,15 +77,36 @@ class TrialConfig:
         "Batches prefetched per DataLoader worker (used when num_workers > 0).", default=2
     )
     dataset: Dataset = _doc(
-        "`synthetic`: generated audio and token ids, no files.", default="synthetic"
+        "`manifest`: utterances of a data_prep manifest (`manifest_path`); `synthetic`: "
+        "generated audio and token ids, no files (pure compute).",
+        default="synthetic",
     )
     manifest_path: str = _doc(
-        "data_prep manifest of the run's corpus (filled by the driver for spaces with a `data` "
-        "section); training reads it from the workload issue on, until then batches are synthetic.",
+        "data_prep manifest (.tsv; its .parquet copy is read when present). Spaces with a `data` "
+        "section get it filled by the driver.",
         default="",
     )
+    audio_root: str = _doc(
+        "Folder the manifest's `path` column is relative to; empty: the manifest's folder.",
+        default="",
+    )
+    crop_policy: CropPolicy = _doc(
+        "`limit_longest`: a random window of min_audio_s-max_audio_s seconds (shorter "
+        "utterances whole); `fixed_slice`: exactly fixed_slice_s (shorter ones zero-padded).",
+        default="limit_longest",
+    )
+    min_audio_s: float = _doc("Shortest crop window of limit_longest, seconds.", default=1.0)
+    max_audio_s: float = _doc("Longest crop window of limit_longest, seconds.", default=3.0)
+    fixed_slice_s: float = _doc("Crop length of fixed_slice, seconds.", default=2.0)
+    audio_read: AudioRead = _doc(
+        "`seek`: read only the crop; `full`: decode the whole file, then crop (for comparison).",
+        default="seek",
+    )
     audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
-    text_tokens: int = _doc("Token ids per synthetic transcript.", default=16)
+    text_tokens: int = _doc(
+        "Token ids per synthetic transcript; with a manifest, the most kept per transcript.",
+        default=16,
+    )
     # --- model and loss ---
     model_size: ModelSize = _doc(
         "`base` (wav2vec2-base + bert-base-uncased shapes, random init) or `tiny` (CPU tests).",
@@ -141,6 +165,36 @@ class TrialConfig:
             raise ConfigError(
                 f"text_tokens: {self.text_tokens} exceeds the {MAX_TEXT_TOKENS[self.model_size]} "
                 f"positions of the {self.model_size} text encoder; lower text_tokens"
+            )
+        if not 0.1 <= self.min_audio_s <= self.max_audio_s <= 60:
+            raise ConfigError(
+                f"min_audio_s/max_audio_s: need 0.1 <= min_audio_s <= max_audio_s <= 60, got "
+                f"{self.min_audio_s} and {self.max_audio_s}; swap or fix the crop bounds"
+            )
+        if not 0.1 <= self.fixed_slice_s <= 60:
+            raise ConfigError(
+                f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
+            )
+        if (
+            self.dataset == "manifest"
+            and self.manifest_path
+            and not self.manifest_path.endswith(".tsv")
+        ):
+            raise ConfigError(
+                f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
+            )
+        if not 0.1 <= self.min_audio_s <= self.max_audio_s <= 60:
+            raise ConfigError(
+                f"min_audio_s/max_audio_s: need 0.1 <= min_audio_s <= max_audio_s <= 60, got "
+                f"{self.min_audio_s} and {self.max_audio_s}; swap or fix the crop bounds"
+            )
+        if not 0.1 <= self.fixed_slice_s <= 60:
+            raise ConfigError(
+                f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
+            )
+        if self.manifest_path and not self.manifest_path.endswith(".tsv"):
+            raise ConfigError(
+                f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
             )
         if not 0.1 <= self.audio_s <= 60:
             raise ConfigError(f"audio_s: must be within 0.1-60 seconds, got {self.audio_s}")

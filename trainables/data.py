@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from trainables.config import TrialConfig
+from trainables.manifest import collate_padded
 from trainables.model import text_vocab_size
 
-__all__ = ["SyntheticSpeechText", "build_loader"]
+__all__ = ["SyntheticSpeechText", "build_dataset", "build_loader", "epochs"]
 
 
 class SyntheticSpeechText(Dataset):
@@ -37,24 +42,60 @@ class SyntheticSpeechText(Dataset):
         low = 1000 if self.vocab_size > 2000 else 1
         ids = torch.randint(low, self.vocab_size, (self.text_tokens,), generator=g)
         ids[0] = 101 if self.vocab_size > 2000 else 0  # [CLS] of bert-base-uncased / tiny vocab
-        return {
-            "audio": audio,
-            "audio_mask": torch.ones(self.audio_samples, dtype=torch.long),
-            "input_ids": ids,
-            "text_mask": torch.ones(self.text_tokens, dtype=torch.long),
-        }
+        return {"audio": audio, "audio_len": self.audio_samples, "input_ids": ids}
 
 
-def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
-    """One epoch covers ``max_steps`` steps of every rank, so the loop never re-creates iterators
-    (which would put worker start-up inside a timed window)."""
-    dataset = SyntheticSpeechText(
+def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
+    """The run's dataset and its collate function."""
+    if cfg.dataset == "manifest":
+        from trainables.manifest import ManifestDataset
+
+        ds = ManifestDataset(
+            Path(cfg.manifest_path),
+            vocab_size=text_vocab_size(cfg.model_size),
+            max_tokens=cfg.text_tokens,
+            policy=cfg.crop_policy,
+            min_audio_s=cfg.min_audio_s,
+            max_audio_s=cfg.max_audio_s,
+            fixed_slice_s=cfg.fixed_slice_s,
+            audio_root=Path(cfg.audio_root) if cfg.audio_root else None,
+            seed=cfg.seed,
+            read=cfg.audio_read,
+        )
+        return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
+    # One epoch covers max_steps steps of every rank.
+    ds = SyntheticSpeechText(
         num_items=cfg.max_steps * cfg.micro_batch * world_size,
         audio_samples=cfg.audio_samples,
         text_tokens=cfg.text_tokens,
         vocab_size=text_vocab_size(cfg.model_size),
         seed=cfg.seed,
     )
+    return ds, collate_padded
+
+
+def epochs(loader: DataLoader) -> Iterator[dict[str, torch.Tensor]]:
+    """Batches forever: a corpus smaller than the run is read again, reshuffled per epoch."""
+    epoch = 0
+    while True:
+        if isinstance(loader.sampler, DistributedSampler):
+            loader.sampler.set_epoch(epoch)
+        yielded = False
+        for batch in loader:
+            yielded = True
+            yield batch
+        if not yielded:
+            raise ValueError(
+                f"the dataset gives no full batch of {loader.batch_size} per worker; use a larger "
+                "corpus or a smaller micro_batch"
+            )
+        epoch += 1
+
+
+def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
+    """DataLoader with a DistributedSampler; persistent workers, so a new epoch does not restart
+    them inside a timed window."""
+    dataset, collate = build_dataset(cfg, world_size=world_size)
     sampler = DistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
     )
@@ -67,4 +108,5 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
         persistent_workers=cfg.num_workers > 0,
         pin_memory=pin_memory,
         drop_last=True,
+        collate_fn=collate,
     )

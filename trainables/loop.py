@@ -12,7 +12,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrialConfig
-from trainables.data import build_loader
+from trainables.data import build_loader, epochs
 from trainables.model import Stage1Model, build_model, contrastive_loss
 from trainables.timing import WindowTimer
 
@@ -56,8 +56,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True if on_gpu else None
     )
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
-    loader.sampler.set_epoch(0)
-    batches = iter(loader)
+    batches = epochs(loader)
 
     global_batch = cfg.micro_batch * world_size
     timer = WindowTimer()
@@ -65,11 +64,16 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     window = 0
     first_step_ts: float | None = None
     report_ms = 0.0
+    audio_valid = audio_total = 0
     loop_start = prev_end = time.perf_counter()
     for step in range(1, cfg.max_steps + 1):
         t0 = time.perf_counter()
-        batch = {k: v.to(device, non_blocking=True) for k, v in next(batches).items()}
+        cpu_batch = next(batches)
+        batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         t1 = time.perf_counter()
+        # From the CPU-side mask: no device sync. Summed over the window, scaled at report.
+        audio_valid += int(cpu_batch["audio_mask"].sum())
+        audio_total += cpu_batch["audio_mask"].numel()
         speech_emb, text_emb, logit_scale = model(**batch)
         loss = contrastive_loss(speech_emb, text_emb, logit_scale, scope=cfg.contrastive_scope)
         optimizer.zero_grad(set_to_none=True)
@@ -88,7 +92,11 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             metrics = timer.summary(global_batch)
+            window_s = metrics["iter_ms_mean"] * len(timer) / 1000.0
             metrics.update(
+                # Rank 0's audio x world size: every rank reads the same crop distribution.
+                audio_s_per_s=audio_valid * world_size / 16_000 / window_s,
+                padding_ratio=1.0 - audio_valid / max(audio_total, 1),
                 step=step,
                 max_steps=cfg.max_steps,
                 window=window,
@@ -110,4 +118,5 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             report_ms = (time.perf_counter() - t_report) * 1e3
             timer.reset()
             loss_sum.zero_()
+            audio_valid = audio_total = 0
             window += 1

@@ -54,6 +54,11 @@ def test_timing_parquet_has_plausible_windows(sweep):
     for run, row in first.iterrows():
         assert row["loss"] == pytest.approx(math.log(row["global_batch"]), rel=0.3), run
     assert (df["startup_s"] > 0).all() and df["loss"].map(math.isfinite).all()
+    # Real crops of 1-3 s (limit_longest): some padding in every batch, audio throughput
+    # between 1x and 3x samples/s.
+    assert ((df["padding_ratio"] > 0) & (df["padding_ratio"] < 0.67)).all()
+    assert (df["audio_s_per_s"] >= df["samples_per_s"] * 0.99).all()
+    assert (df["audio_s_per_s"] <= df["samples_per_s"] * 3.01).all()
 
 
 def test_manifest_lists_both_runs_ok_with_figures_that_match_the_parquet(sweep):
@@ -79,11 +84,11 @@ def test_the_space_corpus_was_generated_and_prepared_before_the_runs(sweep):
     root, out = sweep
     assert (
         "data: synthetic corpus" in out.stdout
-        and "8 written, 0 skipped as done, 0 errors" in out.stdout
+        and "32 written, 0 skipped as done, 0 errors" in out.stdout
     )
     prepared = root / "data" / "prepared" / "manifest_16k_trim.tsv"
     corpus = pd.read_csv(prepared, sep="\t", keep_default_na=False)
-    assert len(corpus) == 8 and (corpus["sample_rate"] == 16000).all()
+    assert len(corpus) == 32 and (corpus["sample_rate"] == 16000).all()
     assert all((prepared.parent / p).is_file() for p in corpus["path"])
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
     assert set(manifest["manifest_path"]) == {str(prepared)}

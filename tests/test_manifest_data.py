@@ -1,0 +1,193 @@
+"""The manifest data path: crop policies, seek reading, tokenizer, memory layout, collate."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import soundfile as sf
+import torch
+
+from trainables.config import TrialConfig
+from trainables.data import build_dataset
+from trainables.manifest import ManifestDataset, collate_padded, crop_window
+
+RATE = 16_000
+
+
+@pytest.mark.parametrize("num_samples", [8_000, 16_000, 47_999, 48_000, 320_000])
+def test_limit_longest_windows_obey_the_bounds(num_samples):
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        start, frames, length = crop_window(
+            num_samples, rng, policy="limit_longest", min_s=1.0, max_s=3.0, fixed_s=2.0
+        )
+        assert frames == length and 0 <= start and start + frames <= num_samples
+        if frames < num_samples:
+            assert RATE <= frames <= 3 * RATE
+        else:  # kept whole only when shorter than the drawn window (<= 3 s)
+            assert num_samples <= 3 * RATE and start == 0
+
+
+def test_limit_longest_window_lengths_spread_over_the_range():
+    rng = np.random.default_rng(1)
+    lengths = [
+        crop_window(10 * RATE, rng, policy="limit_longest", min_s=1.0, max_s=3.0, fixed_s=2.0)[1]
+        for _ in range(2000)
+    ]
+    assert min(lengths) < 1.1 * RATE and max(lengths) > 2.9 * RATE
+    assert np.mean(lengths) == pytest.approx(2 * RATE, rel=0.05)
+
+
+@pytest.mark.parametrize("num_samples", [RATE, 2 * RATE, 5 * RATE])
+def test_fixed_slice_is_always_exactly_the_slice(num_samples):
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        start, frames, length = crop_window(
+            num_samples, rng, policy="fixed_slice", min_s=1.0, max_s=3.0, fixed_s=2.0
+        )
+        assert length == 2 * RATE and frames == min(num_samples, 2 * RATE)
+        assert start + frames <= num_samples
+
+
+def dataset(manifest, **kw):
+    args = dict(vocab_size=1000, max_tokens=12, policy="limit_longest", seed=3)
+    args.update(kw)
+    return ManifestDataset(manifest, **args)
+
+
+def test_items_are_crops_of_the_prepared_files_read_by_seek(prepared_corpus):
+    manifest, _ = prepared_corpus
+    table = pd.read_csv(manifest, sep="\t", keep_default_na=False)
+    seek, full = dataset(manifest), dataset(manifest, read="full")
+    for i in range(len(seek)):
+        a, b = seek[i], full[i]
+        assert torch.equal(a["audio"], b["audio"])  # same crop, read two ways
+        n = len(a["audio"])
+        duration = table.loc[i, "num_samples"]
+        assert min(duration, RATE) <= n <= min(duration, 3 * RATE)
+        whole, _ = sf.read(manifest.parent / table.loc[i, "path"], dtype="float32")
+        start = next(
+            s
+            for s in range(len(whole) - n + 1)
+            if np.array_equal(whole[s : s + n], a["audio"].numpy())
+        )
+        assert 0 <= start <= len(whole) - n
+        assert a["audio_len"] == n
+
+
+def test_crops_are_deterministic_per_seed(prepared_corpus):
+    manifest, _ = prepared_corpus
+    a, b, c = dataset(manifest, seed=3), dataset(manifest, seed=3), dataset(manifest, seed=4)
+    assert all(torch.equal(a[i]["audio"], b[i]["audio"]) for i in range(len(a)))
+    assert any(len(a[i]["audio"]) != len(c[i]["audio"]) for i in range(len(a)))
+
+
+def test_fixed_slice_items_are_padded_to_the_slice_with_a_mask(prepared_corpus):
+    manifest, _ = prepared_corpus
+    ds = dataset(manifest, policy="fixed_slice", fixed_slice_s=10.0)
+    table = pd.read_csv(manifest, sep="\t")
+    for i in range(len(ds)):
+        item = ds[i]
+        assert len(item["audio"]) == 10 * RATE
+        assert item["audio_len"] == min(10 * RATE, table.loc[i, "num_samples"])
+
+
+def test_tokens_are_cls_text_sep_truncated_and_the_tokenizer_is_cached(prepared_corpus):
+    manifest, made = prepared_corpus
+    ds = dataset(manifest, max_tokens=6)
+    caches = list(manifest.parent.glob("*.tokenizer-1000-*.json"))
+    assert len(caches) == 1
+    stamp = caches[0].stat().st_mtime_ns
+    for i in range(len(ds)):
+        ids = ds[i]["input_ids"]
+        assert 3 <= len(ids) <= 6 and ids[0] == 2 and ids[-1] == 3  # [CLS] ... [SEP]
+        assert (ids < 1000).all()
+    dataset(manifest, max_tokens=6)
+    assert caches[0].stat().st_mtime_ns == stamp  # reused, not rebuilt
+
+
+def test_manifest_columns_are_arrays_not_python_objects(prepared_corpus):
+    ds = dataset(prepared_corpus[0])
+    assert ds.paths.dtype.kind == "S" and ds.num_samples.dtype == np.int64
+    assert ds.tokens.dtype == np.int32 and ds.token_offsets.dtype == np.int64
+    assert not any(
+        isinstance(v, list) or (isinstance(v, np.ndarray) and v.dtype == object)
+        for v in vars(ds).values()
+    )
+
+
+def test_collate_pads_audio_and_text_with_masks():
+    items = [
+        {"audio": torch.ones(5), "audio_len": 5, "input_ids": torch.tensor([2, 7, 3])},
+        {"audio": torch.ones(3), "audio_len": 3, "input_ids": torch.tensor([2, 3])},
+        {
+            "audio": torch.ones(4),
+            "audio_len": 2,
+            "input_ids": torch.tensor([2, 3]),
+        },  # zero-padded item
+    ]
+    batch = collate_padded(items, pad_id=0)
+    assert batch["audio"].shape == (3, 5) and batch["audio"][1, 3:].abs().sum() == 0
+    assert batch["audio_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]]
+    assert batch["input_ids"].tolist() == [[2, 7, 3], [2, 3, 0], [2, 3, 0]]
+    assert batch["text_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [1, 1, 0]]
+
+
+def test_bad_manifests_are_refused(tmp_path):
+    (tmp_path / "m.tsv").write_text("utt_id\tpath\n")
+    with pytest.raises(ValueError, match="lacks column"):
+        ManifestDataset(tmp_path / "m.tsv", vocab_size=100, max_tokens=8)
+    (tmp_path / "r.tsv").write_text(
+        "utt_id\tpath\tnum_samples\tsample_rate\ttranscript\na\tx.flac\t10\t8000\tHI\n"
+    )
+    with pytest.raises(ValueError, match="sample rates \\[8000\\]"):
+        ManifestDataset(tmp_path / "r.tsv", vocab_size=100, max_tokens=8)
+
+
+def test_build_dataset_from_config_and_a_model_step_on_real_crops(prepared_corpus):
+    from trainables.model import build_model, contrastive_loss
+
+    cfg = TrialConfig(dataset="manifest", manifest_path=str(prepared_corpus[0]), text_tokens=10)
+    ds, collate = build_dataset(cfg, world_size=1)
+    batch = collate([ds[i] for i in range(4)])
+    torch.manual_seed(0)
+    loss = contrastive_loss(*build_model("tiny", proj_dim=16)(**batch))
+    assert torch.isfinite(loss) and loss.item() == pytest.approx(np.log(4), rel=0.3)
+
+
+def test_every_process_loading_through_the_cache_gets_the_same_tokenizer(prepared_corpus, tmp_path):
+    # tokenizers' WordPiece trainer breaks ties differently in every process, so a fresh build is
+    # not reproducible; the cache beside the manifest (built once by the driver) is what every
+    # rank and run loads.
+    import shutil
+    import subprocess
+    import sys
+
+    manifest = tmp_path / "m" / "manifest_16k_trim.tsv"
+    shutil.copytree(prepared_corpus[0].parent, manifest.parent)
+    for cache in manifest.parent.glob("*.tokenizer-*.json"):
+        cache.unlink()
+    code = (
+        "import sys, json, pandas as pd\n"
+        "from pathlib import Path\n"
+        "from trainables.text import load_or_build_tokenizer\n"
+        "t = pd.read_csv(sys.argv[1], sep='\\t', keep_default_na=False)['transcript'].tolist()\n"
+        "tok = load_or_build_tokenizer(Path(sys.argv[1]), t, 1000)\n"
+        "print(json.dumps(sorted(tok.get_vocab().items())))\n"
+    )
+    vocabs = [
+        subprocess.run(
+            [sys.executable, "-c", code, str(manifest)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent.parent,
+        ).stdout
+        for _ in range(3)
+    ]
+    assert len(set(vocabs)) == 1
+    ids = dict(json.loads(vocabs[0]))
+    assert [ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
+    assert len(list(manifest.parent.glob("*.tokenizer-1000-*.json"))) == 1

@@ -1,0 +1,183 @@
+"""The real data path: utterances of a data_prep manifest, cropped as they are read.
+
+Only the cropped part of each file is read (soundfile seek + read), not the whole file. The
+manifest's columns are held as numpy arrays (paths as fixed-width bytes, tokens as one flat
+int32 array with offsets), never as lists of Python objects: forked DataLoader workers would
+otherwise copy every page they touch (reference counts) and grow with the corpus.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+__all__ = [
+    "MANIFEST_REQUIRED",
+    "ManifestDataset",
+    "collate_padded",
+    "crop_window",
+    "read_manifest_table",
+]
+
+SAMPLE_RATE = 16_000
+MANIFEST_REQUIRED = ("utt_id", "path", "num_samples", "sample_rate", "transcript")
+CropPolicy = Literal["limit_longest", "fixed_slice"]
+
+
+def read_manifest_table(manifest_path: Path):
+    """The manifest as a pyarrow Table: the Parquet copy beside the TSV when it exists."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    manifest_path = Path(manifest_path)
+    parquet = manifest_path.with_suffix(".parquet")
+    if parquet.is_file():
+        table = pq.read_table(parquet)
+    else:
+        table = pacsv.read_csv(
+            manifest_path,
+            parse_options=pacsv.ParseOptions(delimiter="\t"),
+            convert_options=pacsv.ConvertOptions(
+                strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
+        )
+    missing = [c for c in MANIFEST_REQUIRED if c not in table.column_names]
+    if missing:
+        raise ValueError(
+            f"manifest {manifest_path} lacks column(s) {', '.join(missing)}; "
+            "make it with python -m data_prep.librispeech"
+        )
+    return table
+
+
+def crop_window(
+    num_samples: int,
+    rng: np.random.Generator,
+    *,
+    policy: CropPolicy,
+    min_s: float,
+    max_s: float,
+    fixed_s: float,
+    rate: int = SAMPLE_RATE,
+) -> tuple[int, int, int]:
+    """(start, samples to read, samples to return) for one utterance.
+
+    ``limit_longest``: a window of uniform length in [min_s, max_s] at a uniform position;
+    utterances shorter than the window are kept whole. ``fixed_slice``: exactly ``fixed_s``;
+    shorter utterances are read whole and zero-padded to it.
+    """
+    if policy == "fixed_slice":
+        want = int(round(fixed_s * rate))
+        if num_samples <= want:
+            return 0, num_samples, want
+        return int(rng.integers(0, num_samples - want + 1)), want, want
+    want = int(round(rng.uniform(min_s, max_s) * rate))
+    if num_samples <= want:
+        return 0, num_samples, num_samples
+    return int(rng.integers(0, num_samples - want + 1)), want, want
+
+
+class ManifestDataset(Dataset):
+    """Item ``i``: a crop of utterance ``i`` (float32 at 16 kHz) and its token ids.
+
+    The crop of an item depends only on (seed, i), so it is the same in every loader worker
+    and every run with the same seed (the sampler varies the order per epoch).
+    """
+
+    def __init__(
+        self,
+        manifest_path: Path,
+        *,
+        vocab_size: int,
+        max_tokens: int,
+        policy: CropPolicy = "limit_longest",
+        min_audio_s: float = 1.0,
+        max_audio_s: float = 3.0,
+        fixed_slice_s: float = 2.0,
+        audio_root: Path | None = None,
+        seed: int = 0,
+        read: Literal["seek", "full"] = "seek",
+    ):
+        from trainables.text import load_or_build_tokenizer
+
+        table = read_manifest_table(manifest_path)
+        rates = np.unique(table.column("sample_rate").to_numpy())
+        if rates.size and (rates.size > 1 or int(rates[0]) != SAMPLE_RATE):
+            raise ValueError(
+                f"manifest {manifest_path} has sample rates {rates.tolist()}; the models expect {SAMPLE_RATE}"
+            )
+        root = Path(audio_root) if audio_root else Path(manifest_path).parent
+        self.paths = np.array([str(root / p).encode() for p in table.column("path").to_pylist()])
+        self.num_samples = table.column("num_samples").to_numpy().astype(np.int64)
+        transcripts = [str(t) for t in table.column("transcript").to_pylist()]
+        tokenizer = load_or_build_tokenizer(manifest_path, transcripts, vocab_size)
+        encoded = tokenizer.encode_batch(transcripts)
+        lengths = np.array([min(len(e.ids), max_tokens) for e in encoded], dtype=np.int64)
+        self.token_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        self.tokens = np.empty(int(self.token_offsets[-1]), dtype=np.int32)
+        for i, e in enumerate(encoded):
+            ids = (
+                e.ids[: max_tokens - 1] + [e.ids[-1]] if len(e.ids) > max_tokens else e.ids
+            )  # keep [SEP]
+            self.tokens[self.token_offsets[i] : self.token_offsets[i + 1]] = ids
+        self.pad_id = tokenizer.token_to_id("[PAD]")
+        self.policy, self.min_s, self.max_s, self.fixed_s = (
+            policy,
+            min_audio_s,
+            max_audio_s,
+            fixed_slice_s,
+        )
+        self.seed, self.read = seed, read
+
+    def __len__(self) -> int:
+        return len(self.num_samples)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        import soundfile as sf
+
+        rng = np.random.default_rng([self.seed, index])
+        start, frames, length = crop_window(
+            int(self.num_samples[index]),
+            rng,
+            policy=self.policy,
+            min_s=self.min_s,
+            max_s=self.max_s,
+            fixed_s=self.fixed_s,
+        )
+        path = self.paths[index].decode()
+        if self.read == "seek":
+            with sf.SoundFile(path) as f:
+                f.seek(start)
+                audio = f.read(frames, dtype="float32")
+        else:  # decode the whole file, then crop (the baseline of benchmarks/loader_bench.py)
+            audio = sf.read(path, dtype="float32")[0][start : start + frames]
+        valid = len(audio)  # fewer than asked for only if the file is shorter than its manifest row
+        if valid < length:
+            audio = np.pad(audio, (0, length - valid))
+        tokens = self.tokens[self.token_offsets[index] : self.token_offsets[index + 1]]
+        return {
+            "audio": torch.from_numpy(audio),
+            "audio_len": valid,
+            "input_ids": torch.from_numpy(tokens.astype(np.int64)),
+        }
+
+
+def collate_padded(items: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad audio (zeros) and token ids (``pad_id``) to the longest in the batch; masks come from
+    each item's valid length (items carry a length, not a mask as long as their audio)."""
+    from torch.nn.utils.rnn import pad_sequence
+
+    audio = pad_sequence([it["audio"] for it in items], batch_first=True)
+    ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad_id)
+    audio_len = torch.tensor([it["audio_len"] for it in items])
+    text_len = torch.tensor([len(it["input_ids"]) for it in items])
+    return {
+        "audio": audio,
+        "audio_mask": (torch.arange(audio.shape[1]) < audio_len[:, None]).long(),
+        "input_ids": ids,
+        "text_mask": (torch.arange(ids.shape[1]) < text_len[:, None]).long(),
+    }

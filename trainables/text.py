@@ -1,0 +1,62 @@
+"""The text side of the data path: a WordPiece tokenizer, built offline from the manifest's
+transcripts (no download) and cached beside the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+__all__ = ["SPECIAL_TOKENS", "build_tokenizer", "load_or_build_tokenizer"]
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] is id 0, like BERT's
+
+
+def build_tokenizer(transcripts: list[str], vocab_size: int):
+    """A BERT-style (lower-cased WordPiece, ``[CLS] text [SEP]``) tokenizer trained on
+    ``transcripts``; its ids stay below ``vocab_size`` so they fit the text encoder."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    def fresh(model):
+        tok = Tokenizer(model)
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        return tok
+
+    trained = fresh(models.WordPiece(unk_token="[UNK]"))
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False
+    )
+    trained.train_from_iterator(transcripts, trainer)
+    # The trainer breaks ties differently in every process (measured: three processes, three
+    # vocabularies), so a fresh build is not reproducible: runs stay comparable because the
+    # driver builds once and every rank loads the cache. Ids are numbered canonically (specials
+    # first, then tokens sorted), so equal vocabularies always give equal ids.
+    words = sorted(set(trained.get_vocab()) - set(SPECIAL_TOKENS))
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
+    tok = fresh(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tok
+
+
+def load_or_build_tokenizer(manifest_path: Path, transcripts: list[str], vocab_size: int):
+    """The cached tokenizer of this manifest content and vocabulary size, else a new one (cached
+    atomically when the folder is writable, so concurrent ranks cannot leave a torn file)."""
+    from tokenizers import Tokenizer
+
+    from data_prep.fileio import atomic_write_text
+
+    digest = hashlib.sha1(Path(manifest_path).read_bytes()).hexdigest()[:12]
+    cache = Path(manifest_path).with_name(
+        f"{Path(manifest_path).stem}.tokenizer-{vocab_size}-{digest}.json"
+    )
+    if cache.is_file():
+        return Tokenizer.from_file(str(cache))
+    tok = build_tokenizer(transcripts, vocab_size)
+    try:
+        atomic_write_text(cache, tok.to_str())
+    except OSError:
+        pass  # a read-only corpus folder: build again next time
+    return tok
