@@ -252,8 +252,6 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
     """Files the runs read must exist and have the right columns before any trial starts."""
-    from trainables.manifest import MANIFEST_REQUIRED
-
     seen: set[str] = set()
     for run in runs:
         cfg = run.config
@@ -274,6 +272,8 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
             raise UsageError(
                 f"manifest_path {path} does not exist; make it with python -m data_prep.librispeech"
             )
+        from trainables.manifest import MANIFEST_REQUIRED  # imports torch: only when needed
+
         with path.open(encoding="utf-8") as fh:
             header = fh.readline().rstrip("\n").split("\t")
         missing = [c for c in MANIFEST_REQUIRED if c not in header]

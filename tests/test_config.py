@@ -71,3 +71,18 @@ def test_coerce_value_of_a_single_key():
     assert coerce_value("use_gpu", False) is False
     with pytest.raises(ConfigError):
         coerce_value("bucket_mb", "25")
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"min_audio_s": 3.0, "max_audio_s": 1.0}, "swap or fix the crop bounds"),
+        ({"fixed_slice_s": 0.0}, "fixed_slice_s: must be within"),
+        ({"manifest_path": "corpus.parquet"}, r"not a data_prep manifest \(.tsv\)"),
+        ({"crop_policy": "random"}, "crop_policy: expected one of 'limit_longest', 'fixed_slice'"),
+        ({"dataset": "librispeech"}, "dataset: expected one of 'synthetic', 'manifest'"),
+    ],
+)
+def test_data_path_keys_are_validated(values, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        TrialConfig.from_dict(values)

@@ -175,23 +175,6 @@ class TrialConfig:
             raise ConfigError(
                 f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
             )
-        if (
-            self.dataset == "manifest"
-            and self.manifest_path
-            and not self.manifest_path.endswith(".tsv")
-        ):
-            raise ConfigError(
-                f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
-            )
-        if not 0.1 <= self.min_audio_s <= self.max_audio_s <= 60:
-            raise ConfigError(
-                f"min_audio_s/max_audio_s: need 0.1 <= min_audio_s <= max_audio_s <= 60, got "
-                f"{self.min_audio_s} and {self.max_audio_s}; swap or fix the crop bounds"
-            )
-        if not 0.1 <= self.fixed_slice_s <= 60:
-            raise ConfigError(
-                f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
-            )
         if self.manifest_path and not self.manifest_path.endswith(".tsv"):
             raise ConfigError(
                 f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
