@@ -7,6 +7,7 @@ It is the record of truth: Ray Train V2 keeps no metrics for reports without a c
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +19,10 @@ from ray.tune import Callback
 from platform import results
 from platform.spaces import RunSpec
 
-__all__ = ["SweepRecorder", "failure_reason"]
+__all__ = ["EFFECTIVE_KEYS", "SweepRecorder", "failure_reason"]
+
+# What a run actually used, as its workers report it (requested values are in its config).
+EFFECTIVE_KEYS = ("strategy_effective", "precision_effective")
 
 
 class SweepRecorder(Callback):
@@ -50,7 +54,7 @@ class SweepRecorder(Callback):
     # --- Tune hooks (called in the driver's Tune loop) ---
     def on_trial_start(self, iteration, trials, trial, **info):
         run = self._run(trial)
-        self.status[run] = {"status": "running", "started_at": time.time()}
+        self.status[run] = {"status": "running", "started_at": time.time(), "effective": {}}
         self.last_flush[run] = time.monotonic()
         self.echo(f"[{self._index(run)}] {run}: started")
 
@@ -58,6 +62,8 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         spec = self.runs[run]
         row = {name: result.get(name) for name in results.TIMING_SCHEMA.names}
+        effective = {k: result[k] for k in EFFECTIVE_KEYS if k in result}
+        self.status.setdefault(run, {}).setdefault("effective", {}).update(effective)
         row.update(run=run, group=spec.group, repeat=spec.repeat)
         self.rows.setdefault(run, []).append(row)
         self.pending.setdefault(run, []).append(row)
@@ -69,7 +75,7 @@ class SweepRecorder(Callback):
         self._finish(trial, "ok", "")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._finish(trial, "failed", failure_reason(trial.get_error()))
+        self._finish(trial, "failed", failure_reason(_error_text(trial)))
 
     def on_experiment_end(self, trials, **info):
         for run in list(self.pending):
@@ -96,6 +102,7 @@ class SweepRecorder(Callback):
             "failure_reason": reason,
             "started_at": started,
             "duration_sec": time.time() - started,
+            "effective": self.status.get(run, {}).get("effective", {}),
         }
         line = f"[{self._index(run)}] {run}: {status} in {self.status[run]['duration_sec']:.1f} s"
         self.echo(line + (f": {reason}" if reason else ""))
@@ -119,6 +126,19 @@ class SweepRecorder(Callback):
             f"  {row.get('samples_per_s', math.nan):.1f} samples/s"
             f"  loss {row.get('loss', math.nan):.3f}  ETA {eta_s:.0f} s"
         )
+
+
+def _error_text(trial) -> str | None:
+    """Tune writes the error to the trial's local folder before calling on_trial_error; the copy
+    that ``trial.get_error()`` reads from storage is synced only later."""
+    path = getattr(trial, "error_file", None)
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    try:
+        return trial.get_error()
+    except Exception:  # no error text anywhere: the reason says so
+        return None
 
 
 def failure_reason(error_text: str | None) -> str:

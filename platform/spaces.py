@@ -34,6 +34,7 @@ TOP_LEVEL_KEYS = (
     "resources",
     "grid",
     "fixed",
+    "cases",
     "data",
 )
 DATA_KEYS = ("synth", "target_sr", "trim")
@@ -86,12 +87,25 @@ class SearchSpace:
     max_concurrent_trials: int = 1
     grid: dict[str, list[Any]] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
+    cases: list[dict[str, Any]] = field(default_factory=list)
     data: DataPlan | None = None
     source: str = ""
 
+    @property
+    def swept_keys(self) -> list[str]:
+        """Keys that differ between runs: those of the cases, then those of the grid."""
+        return list(dict.fromkeys(k for case in self.cases for k in case)) + list(self.grid)
+
     def with_overrides(self, overrides: list[str]) -> SearchSpace:
         """``key=value`` pairs, values parsed as YAML; a list value makes the key swept."""
-        space = SearchSpace(**{**self.__dict__, "grid": dict(self.grid), "fixed": dict(self.fixed)})
+        space = SearchSpace(
+            **{
+                **self.__dict__,
+                "grid": dict(self.grid),
+                "fixed": dict(self.fixed),
+                "cases": [dict(c) for c in self.cases],
+            }
+        )
         for item in overrides:
             key, sep, raw = item.partition("=")
             key = key.strip()
@@ -108,6 +122,8 @@ class SearchSpace:
             _known(key, where)
             space.grid.pop(key, None)
             space.fixed.pop(key, None)
+            for case in space.cases:
+                case.pop(key, None)
             if isinstance(value, list):
                 space.grid[key] = _grid_values(key, value, where)
             else:
@@ -174,6 +190,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
             raise UsageError(f"{path}: {key!r} is set twice (grid, fixed or resources); keep one")
         fixed[key] = value
     return SearchSpace(
+        cases=_cases(data.get("cases"), grid, fixed, path),
         data=_data_plan(data.get("data"), path),
         name=name,
         description=str(data.get("description", "")).strip().splitlines()[0]
@@ -187,6 +204,25 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         fixed=fixed,
         source=str(path),
     )
+
+
+def _cases(raw: Any, grid: dict, fixed: dict, path: Path) -> list[dict[str, Any]]:
+    """Explicit combinations (a list of mappings) crossed with the grid, for keys whose valid
+    values depend on each other (ddp with zero_stage 0, deepspeed with 0-3)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) and c for c in raw):
+        raise UsageError(
+            f"{path}: 'cases' must be a list of mappings, e.g. - {{strategy: ddp, zero_stage: 0}}"
+        )
+    for case in raw:
+        for key in case:
+            _known(key, f"{path} (cases)")
+            if key in grid or key in fixed:
+                raise UsageError(
+                    f"{path}: {key!r} is set in cases and in grid/fixed/resources; keep one"
+                )
+    return [dict(c) for c in raw]
 
 
 def _only(mapping: dict[str, Any], allowed: tuple[str, ...], prefix: str, where: str = "") -> None:
@@ -223,12 +259,14 @@ def _data_plan(raw: Any, path: Path) -> DataPlan | None:
 
 
 def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
-    """Every grid point x repeat, validated. Repeats are the outer loop (r1 of every group, then
+    """Every case x grid point x repeat, validated. Repeats are the outer loop (r1 of every group, then
     r2, ...), so slow drift of the machine spreads over all groups instead of one."""
-    keys = list(space.grid)
-    points = [
-        dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.grid.values())
+    grid_points = [
+        dict(zip(space.grid, combo, strict=True))
+        for combo in itertools.product(*space.grid.values())
     ]
+    points = [{**case, **p} for case in (space.cases or [{}]) for p in grid_points]
+    keys = space.swept_keys
     groups: dict[str, tuple[dict[str, Any], TrialConfig]] = {}
     for point in points:
         try:

@@ -44,6 +44,8 @@ MANIFEST_COLUMNS = [
     "tail_samples_per_sec_mean",
     "tail_mean_iter_p50_ms",
     "startup_s",
+    "strategy_effective",
+    "precision_effective",
     *field_names(),
 ]
 
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- planning ---
 def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
-    swept = list(space.grid)
+    swept = space.swept_keys
     fixed = {k: v for k, v in runs[0].config.to_dict().items() if k not in swept}
     lines = [
         f"space {space.name}: {space.description}",
@@ -139,6 +141,10 @@ def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[Ru
     for run in runs:
         cfg = run.config
         use_gpu = cfg.use_gpu if cfg.use_gpu != "auto" else gpus >= cfg.train_workers
+        if cfg.precision == "fp16" and not use_gpu:
+            raise UsageError(
+                f"run {run.name}: precision fp16 needs GPUs, the run has none; use fp32, bf16 or auto"
+            )
         need_cpu = cfg.train_workers * cfg.cpus_per_train_worker
         need_gpu = cfg.train_workers if use_gpu else 0
         if need_cpu > cpus or need_gpu > gpus:
@@ -337,6 +343,7 @@ def write_manifest(
                 "status": st["status"],
                 "failure_reason": st.get("failure_reason", ""),
                 "duration_sec": st.get("duration_sec"),
+                **st.get("effective", {}),
                 **figures.get(run.name, {}),
                 **run.config.to_dict(),
             }

@@ -44,9 +44,16 @@ def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):
     assert "\n" not in message
 
 
-def test_deepspeed_is_refused_until_it_exists():
-    with pytest.raises(ConfigError, match="strategy: deepspeed is not available yet"):
-        TrialConfig(strategy="deepspeed", zero_stage=1)
+def test_strategy_rules():
+    assert TrialConfig(strategy="deepspeed", zero_stage=3).zero_stage == 3
+    with pytest.raises(ConfigError, match="grad_accum_steps: 2 needs strategy deepspeed"):
+        TrialConfig(grad_accum_steps=2)
+    assert TrialConfig(strategy="deepspeed", grad_accum_steps=2).grad_accum_steps == 2
+    with pytest.raises(ConfigError, match="precision: fp16 needs a GPU"):
+        TrialConfig(precision="fp16", use_gpu=False)
+    assert TrialConfig(precision="fp16", use_gpu="auto").precision == "fp16"  # decided later
+    with pytest.raises(ConfigError, match="precision: expected one of"):
+        TrialConfig(precision="fp8")
 
 
 def test_unknown_key_suggests_the_closest_one():

@@ -51,7 +51,9 @@ def test_dry_run_shows_set_overrides():
 def test_list_spaces():
     out = tune("--list-spaces")
     assert out.returncode == 0
-    assert out.stdout.startswith("smoke") and "CPU smoke sweep" in out.stdout
+    lines = out.stdout.splitlines()
+    assert any(ln.startswith("smoke ") and "CPU smoke sweep" in ln for ln in lines)
+    assert any(ln.startswith("cpu_strategies ") for ln in lines)
 
 
 def write_bad_space(name, text):
@@ -75,7 +77,7 @@ def bad_key_space():
 
 
 CASES = {
-    "unknown space": (["--space", "nope"], "unknown space 'nope'; known spaces: smoke"),
+    "unknown space": (["--space", "nope"], "unknown space 'nope'; known spaces: cpu_strategies, smoke"),
     "unknown --set key": (
         ["--space", "smoke", "--set", "micro_bach=4"],
         "did you mean 'micro_batch'",

@@ -17,6 +17,8 @@ from typing import Any, Literal
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
 Strategy = Literal["ddp", "deepspeed"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Optimizer = Literal["adamw_torch", "deepspeed_fused_adam"]
 ModelSize = Literal["tiny", "base"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
@@ -27,6 +29,7 @@ ContrastiveScope = Literal["global", "local"]
 
 # Smallest allowed value of each integer field that has one.
 _MINIMUMS = {
+    "grad_accum_steps": 1,
     "micro_batch": 1,
     "num_workers": 0,
     "prefetch_factor": 1,
@@ -62,7 +65,23 @@ class TrialConfig:
         "`ddp` (torch DistributedDataParallel) or `deepspeed`.", default="ddp"
     )
     zero_stage: int = _doc("DeepSpeed ZeRO stage 0-3; must be 0 with ddp.", default=0)
-    bucket_mb: int = _doc("DDP gradient bucket size (bucket_cap_mb), MB.", default=25)
+    bucket_mb: int = _doc(
+        "Gradient bucket size, MB: DDP's bucket_cap_mb; DeepSpeed's reduce and all-gather buckets.",
+        default=25,
+    )
+    grad_accum_steps: int = _doc(
+        "DeepSpeed gradient accumulation steps per optimizer step.", default=1
+    )
+    precision: Precision = _doc(
+        "`auto`: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU. DDP uses autocast "
+        "(with a GradScaler for fp16); DeepSpeed its bf16/fp16 modes (dynamic loss scaling).",
+        default="auto",
+    )
+    optimizer: Optimizer = _doc(
+        "`adamw_torch`: torch AdamW (fused on GPU, nothing compiled); `deepspeed_fused_adam`: "
+        "DeepSpeed's FusedAdam (compiles a CUDA extension; needs ninja).",
+        default="adamw_torch",
+    )
     train_workers: int = _doc("Ray Train workers per trial (one per GPU).", default=2)
     use_gpu: bool | Literal["auto"] = _doc(
         "Train on GPUs; `auto` uses them when the cluster has enough.", default="auto"
@@ -151,11 +170,13 @@ class TrialConfig:
                 f"zero_stage: {self.zero_stage} needs strategy deepspeed; with strategy ddp "
                 "set zero_stage=0 (or set strategy=deepspeed)"
             )
-        if self.strategy == "deepspeed":
+        if self.grad_accum_steps > 1 and self.strategy != "deepspeed":
             raise ConfigError(
-                "strategy: deepspeed is not available yet (it arrives with the stage-1 workload "
-                "issue); use strategy=ddp"
+                f"grad_accum_steps: {self.grad_accum_steps} needs strategy deepspeed; with ddp "
+                "set grad_accum_steps=1"
             )
+        if self.precision == "fp16" and self.use_gpu is False:
+            raise ConfigError("precision: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")
         if self.log_every > self.max_steps:
             raise ConfigError(
                 f"log_every: {self.log_every} is larger than max_steps {self.max_steps}, so no "

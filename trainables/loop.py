@@ -9,24 +9,14 @@ import time
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrialConfig
 from trainables.data import build_loader, epochs
-from trainables.model import Stage1Model, build_model, contrastive_loss
+from trainables.model import contrastive_loss
+from trainables.strategies import build_engine
 from trainables.timing import WindowTimer
 
-__all__ = ["train_loop_per_worker", "build_ddp_model"]
-
-
-def build_ddp_model(cfg: TrialConfig, device: torch.device) -> DistributedDataParallel:
-    torch.manual_seed(cfg.seed)  # identical init on every rank (DDP also broadcasts rank 0's)
-    model: Stage1Model = build_model(cfg.model_size, cfg.proj_dim).to(device)
-    return DistributedDataParallel(
-        model,
-        device_ids=[device.index] if device.type == "cuda" else None,
-        bucket_cap_mb=cfg.bucket_mb,
-    )
+__all__ = ["train_loop_per_worker"]
 
 
 def _quiet_report_log() -> None:
@@ -51,10 +41,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     device = ray.train.torch.get_device()
     on_gpu = device.type == "cuda"
 
-    model = build_ddp_model(cfg, device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True if on_gpu else None
-    )
+    if on_gpu:
+        torch.cuda.set_device(device)  # DeepSpeed places its state on the current device
+    engine = build_engine(cfg, device)
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
     batches = epochs(loader)
 
@@ -74,11 +63,13 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         # From the CPU-side mask: no device sync. Summed over the window, scaled at report.
         audio_valid += int(cpu_batch["audio_mask"].sum())
         audio_total += cpu_batch["audio_mask"].numel()
-        speech_emb, text_emb, logit_scale = model(**batch)
-        loss = contrastive_loss(speech_emb, text_emb, logit_scale, scope=cfg.contrastive_scope)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        speech_emb, text_emb, logit_scale = engine(batch)
+        # The loss in fp32 whatever the compute precision: softmax over the global batch.
+        loss = contrastive_loss(
+            speech_emb.float(), text_emb.float(), logit_scale.float(), scope=cfg.contrastive_scope
+        )
+        engine.backward(loss)
+        engine.step()
         loss_sum += loss.detach()
         if cfg.cuda_sync_timing and on_gpu:
             torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
@@ -109,6 +100,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                 elapsed_s=time.perf_counter() - loop_start,
                 window_end_ts=time.time(),
                 report_ms=report_ms,
+                **engine.effective,
             )
             # In Ray Train V2 every report is a barrier across workers: once per window only.
             # It also blocks while the previous report is still queued, until the controller

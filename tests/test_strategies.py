@@ -1,0 +1,83 @@
+"""Strategy building blocks: precision policy, the DeepSpeed config, a DDP step with autocast."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from trainables.config import TrialConfig
+from trainables.data import SyntheticSpeechText
+from trainables.manifest import collate_padded
+from trainables.model import contrastive_loss
+from trainables.strategies import build_engine, deepspeed_config, resolve_precision
+
+
+def test_precision_policy_on_cpu():
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == "fp32"
+    assert resolve_precision("bf16", cpu) == "bf16"
+
+
+def test_deepspeed_config_maps_the_trial():
+    cfg = TrialConfig(
+        strategy="deepspeed", zero_stage=2, micro_batch=16, bucket_mb=50, grad_accum_steps=2
+    )
+    ds = deepspeed_config(cfg, "bf16")
+    assert ds["train_micro_batch_size_per_gpu"] == 16 and ds["gradient_accumulation_steps"] == 2
+    zero = ds["zero_optimization"]
+    assert (
+        zero["stage"] == 2
+        and zero["reduce_bucket_size"] == zero["allgather_bucket_size"] == 12_500_000
+    )
+    assert ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
+    fp16 = deepspeed_config(TrialConfig(strategy="deepspeed"), "fp16")
+    assert fp16["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    assert fp16["zero_optimization"] == {"stage": 0}
+
+
+@pytest.fixture
+def gloo_world_of_one():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
+    cfg = TrialConfig(model_size="tiny", proj_dim=16, precision=precision, use_gpu=False, lr=1e-2)
+    engine = build_engine(cfg, torch.device("cpu"))
+    assert engine.effective == {"precision_effective": precision, "strategy_effective": "ddp"}
+    ds = SyntheticSpeechText(
+        num_items=4, audio_samples=16000, text_tokens=8, vocab_size=1000, seed=0
+    )
+    batch = collate_padded([ds[i] for i in range(4)])
+    before = engine.model.module.speech_proj.weight.detach().clone()
+    speech, text, scale = engine(batch)
+    if precision == "bf16":
+        assert speech.dtype == torch.bfloat16  # autocast is on
+    loss = contrastive_loss(speech.float(), text.float(), scale.float())
+    engine.backward(loss)
+    engine.step()
+    assert torch.isfinite(loss)
+    assert not torch.equal(before, engine.model.module.speech_proj.weight)
+    assert all(p.grad is None for p in engine.model.parameters())  # zeroed after the step
+
+
+def test_engine_casts_floating_inputs_for_deepspeed_low_precision():
+    from trainables.strategies import Engine
+
+    seen = {}
+
+    def model(**batch):
+        seen.update(batch)
+        return batch
+
+    engine = Engine(model, None, {}, _dtype=torch.bfloat16)
+    engine({"audio": torch.zeros(2, 4), "audio_mask": torch.ones(2, 4, dtype=torch.long)})
+    assert seen["audio"].dtype == torch.bfloat16 and seen["audio_mask"].dtype == torch.long

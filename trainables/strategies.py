@@ -1,0 +1,138 @@
+"""Distributed strategies behind one small interface: DDP or a DeepSpeed ZeRO engine.
+
+The loop only calls ``engine(batch) -> (speech, text, scale)``, ``engine.backward(loss)`` and
+``engine.step()``; precision (autocast, loss scaling) lives here too, because DDP and DeepSpeed
+do it differently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from trainables.config import TrialConfig
+from trainables.model import Stage1Model, build_model
+
+__all__ = ["Engine", "build_engine", "deepspeed_config", "resolve_precision"]
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """``auto``: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU."""
+    if requested != "auto":
+        return requested
+    if device.type != "cuda":
+        return "fp32"
+    major, _ = torch.cuda.get_device_capability(device)
+    return "bf16" if major >= 8 else "fp16"
+
+
+def deepspeed_config(cfg: TrialConfig, precision: str) -> dict[str, Any]:
+    """The DeepSpeed config of a trial. ``bucket_mb`` sets ZeRO's reduce and all-gather bucket
+    sizes (DeepSpeed counts them in elements: MB / 4 bytes)."""
+    bucket_elements = int(cfg.bucket_mb * 1e6 / 4)
+    zero: dict[str, Any] = {"stage": cfg.zero_stage}
+    if cfg.zero_stage > 0:
+        zero.update(
+            reduce_bucket_size=bucket_elements,
+            allgather_bucket_size=bucket_elements,
+            overlap_comm=True,
+            contiguous_gradients=True,
+        )
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": cfg.grad_accum_steps,
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16"},
+        # loss_scale 0: dynamic loss scaling.
+        "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
+        "steps_per_print": 1 << 30,  # the platform reports timing itself
+        "wall_clock_breakdown": False,
+    }
+
+
+@dataclass
+class Engine:
+    """What the loop drives. ``effective`` records what was actually used."""
+
+    model: torch.nn.Module
+    optimizer: Any
+    effective: dict[str, str]
+    _backward: Any = None
+    _step: Any = None
+    _autocast: Any = contextlib.nullcontext
+    _dtype: torch.dtype | None = None  # cast floating inputs to this (DeepSpeed bf16/fp16)
+
+    def __call__(self, batch: dict[str, torch.Tensor]):
+        if self._dtype is not None:
+            batch = {k: v.to(self._dtype) if v.is_floating_point() else v for k, v in batch.items()}
+        with self._autocast():
+            return self.model(**batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._backward(loss)
+
+    def step(self) -> None:
+        self._step()
+
+
+def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
+    if cfg.optimizer == "deepspeed_fused_adam":
+        if shutil.which("ninja") is None:
+            raise RuntimeError(
+                "optimizer deepspeed_fused_adam needs ninja to compile; ninja is missing"
+            )
+        from deepspeed.ops.adam import FusedAdam
+
+        return FusedAdam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, adam_w_mode=True)
+    # torch's fused AdamW: no CUDA extension is compiled at start-up.
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True if on_gpu else None
+    )
+
+
+def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
+    precision = resolve_precision(cfg.precision, device)
+    on_gpu = device.type == "cuda"
+    torch.manual_seed(cfg.seed)  # identical init on every rank
+    model: Stage1Model = build_model(cfg.model_size, cfg.proj_dim).to(device)
+    optimizer = _optimizer(cfg, model.parameters(), on_gpu)
+    effective = {"precision_effective": precision, "strategy_effective": cfg.strategy}
+    if cfg.strategy == "deepspeed":
+        import deepspeed
+
+        engine, optimizer, _, _ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            config=deepspeed_config(cfg, precision),
+            dist_init_required=False,  # Ray Train already set up the process group
+        )
+        # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
+        dtype = None if precision == "fp32" else _DTYPES[precision]
+        return Engine(engine, optimizer, effective, engine.backward, engine.step, _dtype=dtype)
+
+    ddp = DistributedDataParallel(
+        model, device_ids=[device.index] if on_gpu else None, bucket_cap_mb=cfg.bucket_mb
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    dtype = _DTYPES[precision]
+
+    def autocast():
+        if precision == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=dtype)
+
+    def step():
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return Engine(
+        ddp, optimizer, effective, lambda loss: scaler.scale(loss).backward(), step, autocast
+    )
