@@ -77,7 +77,10 @@ def bad_key_space():
 
 
 CASES = {
-    "unknown space": (["--space", "nope"], "unknown space 'nope'; known spaces: cpu_strategies, smoke"),
+    "unknown space": (
+        ["--space", "nope"],
+        "unknown space 'nope'; known spaces: cpu_strategies, smoke",
+    ),
     "unknown --set key": (
         ["--space", "smoke", "--set", "micro_bach=4"],
         "did you mean 'micro_batch'",
