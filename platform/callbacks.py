@@ -19,10 +19,7 @@ from ray.tune import Callback
 from platform import results
 from platform.spaces import RunSpec
 
-__all__ = ["EFFECTIVE_KEYS", "SweepRecorder", "failure_reason"]
-
-# What a run actually used, as its workers report it (requested values are in its config).
-EFFECTIVE_KEYS = ("strategy_effective", "precision_effective")
+__all__ = ["SweepRecorder", "failure_reason"]
 
 
 class SweepRecorder(Callback):
@@ -62,7 +59,7 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         spec = self.runs[run]
         row = {name: result.get(name) for name in results.TIMING_SCHEMA.names}
-        effective = {k: result[k] for k in EFFECTIVE_KEYS if k in result}
+        effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         self.status.setdefault(run, {}).setdefault("effective", {}).update(effective)
         row.update(run=run, group=spec.group, repeat=spec.repeat)
         self.rows.setdefault(run, []).append(row)

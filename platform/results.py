@@ -25,6 +25,15 @@ TIMING_DIR = "timing.parquet"
 MANIFEST = "run_manifest.tsv"
 BEST_CONFIG = "best_config.json"
 
+# What a run actually used, as its workers report it (requested values are in its config).
+EFFECTIVE_KEYS = (
+    "strategy_effective",
+    "precision_effective",
+    "speech_attention_effective",
+    "text_attention_effective",
+    "fallbacks",
+)
+
 # One row per reported window. Fixed schema, so every part file of the dataset agrees.
 TIMING_SCHEMA = pa.schema(
     [
@@ -50,6 +59,10 @@ TIMING_SCHEMA = pa.schema(
         ("samples_per_s", pa.float64()),
         ("audio_s_per_s", pa.float64()),
         ("padding_ratio", pa.float64()),
+        ("flops_per_sample", pa.float64()),
+        ("model_tflops_per_s", pa.float64()),
+        ("mfu", pa.float64()),
+        ("peak_mem_gib", pa.float64()),
         ("report_ms", pa.float64()),
         ("loss", pa.float64()),
         ("startup_s", pa.float64()),

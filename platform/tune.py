@@ -44,8 +44,7 @@ MANIFEST_COLUMNS = [
     "tail_samples_per_sec_mean",
     "tail_mean_iter_p50_ms",
     "startup_s",
-    "strategy_effective",
-    "precision_effective",
+    *results.EFFECTIVE_KEYS,
     *field_names(),
 ]
 
@@ -81,10 +80,14 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--space NAME is required; see --list-spaces for the names")
         space = load_space(args.space).with_overrides(args.set)
         runs = expand_runs(space)
-        check_inputs(space, runs)
         if args.dry_run:
             print(format_plan(space, runs))
+            try:
+                check_inputs(space, runs)
+            except UsageError as exc:  # a plan is still worth seeing; the real run stops here
+                print(f"note: {exc}")
             return 0
+        check_inputs(space, runs)
         output_root = prepare_output_root(args.output_root, space.name)
     except (UsageError, ConfigError) as exc:
         print(f"platform.tune: error: {exc}", file=sys.stderr)

@@ -86,3 +86,27 @@ def test_global_loss_over_two_gloo_ranks_equals_the_full_batch_loss():
         rows = slice(4 * r, 4 * r + 4)
         assert torch.allclose(out[r][1], 2 * full_s.grad[rows], atol=1e-6)
         assert torch.allclose(out[r][2], 2 * full_t.grad[rows], atol=1e-6)
+
+
+def test_attention_kinds_compute_the_same_model_and_unavailable_ones_fall_back():
+    from trainables.model import build_model_with_attention
+
+    cpu = torch.device("cpu")
+    outs = {}
+    for kind in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        model, used = build_model_with_attention(
+            "tiny", 16, speech=kind, text=kind, device=cpu, precision="fp32"
+        )
+        assert used["speech_attention_effective"] == used["text_attention_effective"] == kind
+        model.eval()
+        with torch.no_grad():
+            outs[kind] = model(**batch())[0]
+    assert torch.allclose(outs["eager"], outs["sdpa"], atol=1e-5)
+    _, used = build_model_with_attention(
+        "tiny", 16, speech="flash_attention_2", text="auto", device=cpu, precision="bf16"
+    )
+    assert (
+        used["speech_attention_effective"] == "sdpa" and used["text_attention_effective"] == "sdpa"
+    )
+    assert "speech: flash_attention_2 needs a GPU" in used["fallbacks"]

@@ -186,3 +186,32 @@ def test_bad_data_sections(tmp_path, text, fragment):
     (tmp_path / "bad.yaml").write_text(text)
     with pytest.raises(UsageError, match=fragment):
         load_space("bad", tmp_path)
+
+
+def test_runbook_mainline_spaces():
+    from platform.spaces import check_inputs
+
+    space = load_space("4090_mainline")
+    runs = expand_runs(space)
+    assert [r.name for r in runs[:4]] == [
+        "sweep_z0_mb160_nw6_pf4_r1",
+        "sweep_z0_mb160_nw8_pf4_r1",
+        "sweep_z0_mb192_nw6_pf4_r1",
+        "sweep_z0_mb192_nw8_pf4_r1",
+    ]
+    assert len(runs) == 8 and {r.config.train_workers for r in runs} == {2}
+    assert {r.config.cpus_per_train_worker for r in runs} == {7, 9}  # loader workers + 1
+    c = runs[0].config
+    assert (c.max_steps, c.log_every, c.tail_timing_points, c.model_size) == (1200, 50, 10, "base")
+    assert {r.config.train_workers for r in expand_runs(load_space("4x4090_mainline"))} == {4}
+    fast = expand_runs(load_space("fast_smoke"))
+    assert [r.name for r in fast] == ["sweep_z0_mb160_nw8_pf4_r1"] and fast[
+        0
+    ].config.max_steps == 300
+    h100 = expand_runs(load_space("h100_mainline"))
+    assert {(r.config.strategy, r.config.zero_stage) for r in h100} == {
+        ("ddp", 0),
+        ("deepspeed", 1),
+    }
+    with pytest.raises(UsageError, match="dataset manifest needs manifest_path"):
+        check_inputs(space, runs)

@@ -52,7 +52,13 @@ def gloo_world_of_one():
 def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
     cfg = TrialConfig(model_size="tiny", proj_dim=16, precision=precision, use_gpu=False, lr=1e-2)
     engine = build_engine(cfg, torch.device("cpu"))
-    assert engine.effective == {"precision_effective": precision, "strategy_effective": "ddp"}
+    assert engine.effective == {
+        "precision_effective": precision,
+        "strategy_effective": "ddp",
+        "speech_attention_effective": "sdpa",  # auto on the CPU
+        "text_attention_effective": "sdpa",
+        "fallbacks": "",
+    }
     ds = SyntheticSpeechText(
         num_items=4, audio_samples=16000, text_tokens=8, vocab_size=1000, seed=0
     )
@@ -78,6 +84,6 @@ def test_engine_casts_floating_inputs_for_deepspeed_low_precision():
         seen.update(batch)
         return batch
 
-    engine = Engine(model, None, {}, _dtype=torch.bfloat16)
+    engine = Engine(model=model, optimizer=None, effective={}, _dtype=torch.bfloat16)
     engine({"audio": torch.zeros(2, 4), "audio_mask": torch.ones(2, 4, dtype=torch.long)})
     assert seen["audio"].dtype == torch.bfloat16 and seen["audio_mask"].dtype == torch.long

@@ -19,6 +19,7 @@ __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coer
 Strategy = Literal["ddp", "deepspeed"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "deepspeed_fused_adam"]
+Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
 ModelSize = Literal["tiny", "base"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
@@ -132,6 +133,15 @@ class TrialConfig:
         default="tiny",
     )
     proj_dim: int = _doc("Size of the shared embedding space.", default=256)
+    speech_attention: Attention = _doc(
+        "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
+        ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "
+        "back to sdpa, recorded in the run manifest.",
+        default="auto",
+    )
+    text_attention: Attention = _doc(
+        "Attention kernel of the text encoder (as speech_attention).", default="auto"
+    )
     contrastive_scope: ContrastiveScope = _doc(
         "`global`: all-gather embeddings so each sample sees the global batch as negatives; "
         "`local`: negatives from the worker's own micro-batch only.",

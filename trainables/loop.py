@@ -5,6 +5,7 @@ driver (platform/callbacks.py)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -84,7 +85,14 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             metrics = timer.summary(global_batch)
             window_s = metrics["iter_ms_mean"] * len(timer) / 1000.0
+            tflops = engine.flops_per_sample * metrics["samples_per_s"] / 1e12
             metrics.update(
+                model_tflops_per_s=tflops,
+                mfu=tflops / (engine.peak_tflops * world_size),  # NaN where the peak is unknown
+                peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30
+                if on_gpu
+                else math.nan,
+                flops_per_sample=engine.flops_per_sample,
                 # Rank 0's audio x world size: every rank reads the same crop distribution.
                 audio_s_per_s=audio_valid * world_size / 16_000 / window_s,
                 padding_ratio=1.0 - audio_valid / max(audio_total, 1),

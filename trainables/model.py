@@ -11,7 +11,15 @@ from torch import nn
 
 from trainables.config import MAX_TEXT_TOKENS
 
-__all__ = ["Stage1Model", "build_model", "contrastive_loss", "gather_with_grad", "text_vocab_size"]
+__all__ = [
+    "Stage1Model",
+    "auto_attention",
+    "build_model",
+    "build_model_with_attention",
+    "contrastive_loss",
+    "gather_with_grad",
+    "text_vocab_size",
+]
 
 # `base` is the wav2vec2-base / bert-base-uncased architecture (transformers' config defaults);
 # `tiny` keeps every code path (7-layer conv front end, positional conv, transformer) at a size
@@ -39,7 +47,11 @@ def text_vocab_size(model_size: str) -> int:
     return _TINY_TEXT["vocab_size"] if model_size == "tiny" else 30522
 
 
-def build_model(model_size: str, proj_dim: int) -> Stage1Model:
+def build_model(
+    model_size: str, proj_dim: int, *, speech_attention: str = "sdpa", text_attention: str = "sdpa"
+) -> Stage1Model:
+    """The model with the given attention kernels (already resolved: eager, sdpa or
+    flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks)."""
     from transformers import BertConfig, Wav2Vec2Config
 
     speech_kwargs = _TINY_SPEECH if model_size == "tiny" else {}
@@ -48,10 +60,64 @@ def build_model(model_size: str, proj_dim: int) -> Stage1Model:
     # step; DDP then fails ("Expected to have finished reduction") and ZeRO can hang. They are
     # regularisers for long fine-tuning, not part of a throughput workload, so they stay off.
     speech_cfg = Wav2Vec2Config(
-        **speech_kwargs, layerdrop=0.0, mask_time_prob=0.0, mask_feature_prob=0.0
+        **speech_kwargs,
+        layerdrop=0.0,
+        mask_time_prob=0.0,
+        mask_feature_prob=0.0,
+        attn_implementation=speech_attention,
     )
-    text_cfg = BertConfig(**text_kwargs)
+    text_cfg = BertConfig(**text_kwargs, attn_implementation=text_attention)
     return Stage1Model(speech_cfg, text_cfg, proj_dim)
+
+
+def auto_attention(device: torch.device, precision: str) -> str:
+    """``auto``: FlashAttention-2 where it can run (CUDA compute capability >= 8.0, bf16/fp16,
+    the flash_attn package installed), else PyTorch SDPA."""
+    import importlib.util
+
+    if (
+        device.type == "cuda"
+        and torch.cuda.get_device_capability(device)[0] >= 8
+        and precision in ("bf16", "fp16")
+        and importlib.util.find_spec("flash_attn") is not None
+    ):
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def build_model_with_attention(
+    model_size: str, proj_dim: int, *, speech: str, text: str, device: torch.device, precision: str
+) -> tuple[Stage1Model, dict[str, str]]:
+    """Resolve ``auto``, build, and fall back to SDPA when a requested kernel cannot run here;
+    returns the model and what was used (with the reason for any fallback)."""
+    wanted = {
+        "speech": auto_attention(device, precision) if speech == "auto" else speech,
+        "text": auto_attention(device, precision) if text == "auto" else text,
+    }
+    notes = []
+    for side, kind in wanted.items():
+        if kind == "flash_attention_2" and (device.type != "cuda" or precision == "fp32"):
+            notes.append(f"{side}: flash_attention_2 needs a GPU and bf16/fp16, used sdpa")
+            wanted[side] = "sdpa"
+    try:
+        model = build_model(
+            model_size, proj_dim, speech_attention=wanted["speech"], text_attention=wanted["text"]
+        )
+    except ImportError as exc:  # flash_attn not installed
+        reason = str(exc).split(":")[-1].strip()[:120]
+        for side, kind in wanted.items():
+            if kind == "flash_attention_2":
+                notes.append(f"{side}: flash_attention_2 unavailable ({reason}), used sdpa")
+                wanted[side] = "sdpa"
+        model = build_model(
+            model_size, proj_dim, speech_attention=wanted["speech"], text_attention=wanted["text"]
+        )
+    effective = {
+        "speech_attention_effective": model.speech.config._attn_implementation,
+        "text_attention_effective": model.text.config._attn_implementation,
+        "fallbacks": "; ".join(notes),
+    }
+    return model, effective
 
 
 class Stage1Model(nn.Module):

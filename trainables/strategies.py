@@ -8,6 +8,7 @@ do it differently.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrialConfig
-from trainables.model import Stage1Model, build_model
+from trainables.mfu import flops_per_sample, peak_tflops
+from trainables.model import build_model_with_attention
 
 __all__ = ["Engine", "build_engine", "deepspeed_config", "resolve_precision"]
 
@@ -57,13 +59,15 @@ def deepspeed_config(cfg: TrialConfig, precision: str) -> dict[str, Any]:
     }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Engine:
     """What the loop drives. ``effective`` records what was actually used."""
 
     model: torch.nn.Module
     optimizer: Any
     effective: dict[str, str]
+    flops_per_sample: float = math.nan
+    peak_tflops: float = math.nan
     _backward: Any = None
     _step: Any = None
     _autocast: Any = contextlib.nullcontext
@@ -80,6 +84,25 @@ class Engine:
 
     def step(self) -> None:
         self._step()
+
+
+def probe_batch(
+    cfg: TrialConfig, device: torch.device, samples: int = 2
+) -> dict[str, torch.Tensor]:
+    """A small batch of the run's mean crop length and its longest transcripts, for counting."""
+    if cfg.dataset == "synthetic":
+        seconds = cfg.audio_s
+    elif cfg.crop_policy == "fixed_slice":
+        seconds = cfg.fixed_slice_s
+    else:
+        seconds = (cfg.min_audio_s + cfg.max_audio_s) / 2
+    n = int(seconds * 16_000)
+    return {
+        "audio": torch.zeros(samples, n, device=device),
+        "audio_mask": torch.ones(samples, n, dtype=torch.long, device=device),
+        "input_ids": torch.full((samples, cfg.text_tokens), 5, dtype=torch.long, device=device),
+        "text_mask": torch.ones(samples, cfg.text_tokens, dtype=torch.long, device=device),
+    }
 
 
 def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
@@ -101,9 +124,20 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
     precision = resolve_precision(cfg.precision, device)
     on_gpu = device.type == "cuda"
     torch.manual_seed(cfg.seed)  # identical init on every rank
-    model: Stage1Model = build_model(cfg.model_size, cfg.proj_dim).to(device)
+    model, attention = build_model_with_attention(
+        cfg.model_size,
+        cfg.proj_dim,
+        speech=cfg.speech_attention,
+        text=cfg.text_attention,
+        device=device,
+        precision=precision,
+    )
+    model = model.to(device)
+    # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
+    flops = flops_per_sample(model, probe_batch(cfg, device))
+    peak = peak_tflops(device, precision)
     optimizer = _optimizer(cfg, model.parameters(), on_gpu)
-    effective = {"precision_effective": precision, "strategy_effective": cfg.strategy}
+    effective = {"precision_effective": precision, "strategy_effective": cfg.strategy, **attention}
     if cfg.strategy == "deepspeed":
         import deepspeed
 
@@ -115,7 +149,16 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         )
         # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
         dtype = None if precision == "fp32" else _DTYPES[precision]
-        return Engine(engine, optimizer, effective, engine.backward, engine.step, _dtype=dtype)
+        return Engine(
+            model=engine,
+            optimizer=optimizer,
+            effective=effective,
+            flops_per_sample=flops,
+            peak_tflops=peak,
+            _backward=engine.backward,
+            _step=engine.step,
+            _dtype=dtype,
+        )
 
     ddp = DistributedDataParallel(
         model, device_ids=[device.index] if on_gpu else None, bucket_cap_mb=cfg.bucket_mb
@@ -134,5 +177,12 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         optimizer.zero_grad(set_to_none=True)
 
     return Engine(
-        ddp, optimizer, effective, lambda loss: scaler.scale(loss).backward(), step, autocast
+        model=ddp,
+        optimizer=optimizer,
+        effective=effective,
+        flops_per_sample=flops,
+        peak_tflops=peak,
+        _backward=lambda loss: scaler.scale(loss).backward(),
+        _step=step,
+        _autocast=autocast,
     )

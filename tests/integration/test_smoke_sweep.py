@@ -59,6 +59,9 @@ def test_timing_parquet_has_plausible_windows(sweep):
     assert ((df["padding_ratio"] > 0) & (df["padding_ratio"] < 0.67)).all()
     assert (df["audio_s_per_s"] >= df["samples_per_s"] * 0.99).all()
     assert (df["audio_s_per_s"] <= df["samples_per_s"] * 3.01).all()
+    # FLOPs are counted on the CPU too; MFU and peak memory need a GPU (NaN here).
+    assert (df["flops_per_sample"] > 0).all() and (df["model_tflops_per_s"] > 0).all()
+    assert df["mfu"].isna().all() and df["peak_mem_gib"].isna().all()
 
 
 def test_manifest_lists_both_runs_ok_with_figures_that_match_the_parquet(sweep):
