@@ -152,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chapters", type=int, default=2, help="chapters per speaker")
     p.add_argument("--utts", type=int, default=10, help="utterances per chapter")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--min-s", type=float, default=2.0, help="shortest file, seconds (>= 2)")
+    p.add_argument("--max-s", type=float, default=20.0, help="longest file, seconds")
     args = p.parse_args(argv)
+    if not 2.0 <= args.min_s <= args.max_s:
+        print("data_prep.synth: error: need 2 <= --min-s <= --max-s", file=sys.stderr)
+        return 2
     for name in ("speakers", "chapters", "utts"):
         if getattr(args, name) < 1:
             print(f"data_prep.synth: error: --{name} must be >= 1", file=sys.stderr)
@@ -163,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         chapters=args.chapters,
         utts=args.utts,
         seed=args.seed,
+        durations=(args.min_s, args.max_s),
     )
     hours = sum(u.duration_s for u in made) / 3600
     print(

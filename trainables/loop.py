@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -17,7 +19,7 @@ from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
 from trainables.timing import WindowTimer
 
-__all__ = ["train_loop_per_worker"]
+__all__ = ["WorkerContext", "run_training", "train_loop_per_worker"]
 
 
 def _quiet_report_log() -> None:
@@ -30,16 +32,40 @@ def _quiet_report_log() -> None:
     logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
+@dataclass(frozen=True)
+class WorkerContext:
+    """Where the loop runs: its rank, the world, its device, and how a window is reported."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    report: Callable[[dict[str, Any]], None]
+    start_ts: float  # when the run started (startup_s is measured from here)
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """Ray Train entry point: one call per worker."""
     import ray.train
     import ray.train.torch
 
     _quiet_report_log()
-    cfg = TrialConfig.from_dict(loop_config["config"])
-    run = loop_config["run"]
     ctx = ray.train.get_context()
-    rank, world_size = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
+    run_training(
+        TrialConfig.from_dict(loop_config["config"]),
+        WorkerContext(
+            rank=ctx.get_world_rank(),
+            world_size=ctx.get_world_size(),
+            device=ray.train.torch.get_device(),
+            # In Ray Train V2 every report is a barrier across workers: once per window only.
+            report=ray.train.report,
+            start_ts=loop_config["run"]["trial_start_ts"],
+        ),
+    )
+
+
+def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
+    """The stage-1 loop, the same under Ray Train and under torchrun."""
+    rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
 
     if on_gpu:
@@ -104,17 +130,17 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                 rank=rank,
                 world_size=world_size,
                 global_batch=global_batch,
-                startup_s=first_step_ts - run["trial_start_ts"],
+                startup_s=first_step_ts - worker.start_ts,
                 elapsed_s=time.perf_counter() - loop_start,
                 window_end_ts=time.time(),
                 report_ms=report_ms,
                 **engine.effective,
             )
-            # In Ray Train V2 every report is a barrier across workers: once per window only.
-            # It also blocks while the previous report is still queued, until the controller
-            # polls (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.
+            # Under Ray Train V2 a report is a barrier across workers, and it blocks while the
+            # previous report is still queued, until the controller polls
+            # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.
             t_report = time.perf_counter()
-            ray.train.report(metrics)
+            worker.report(metrics)
             report_ms = (time.perf_counter() - t_report) * 1e3
             timer.reset()
             loss_sum.zero_()

@@ -109,3 +109,27 @@ def test_best_config_names_the_fastest_group_with_its_full_config(sweep):
         saved = json.loads((root / "runs" / run / "config.json").read_text())
         assert saved["run"] == run and saved["config"]["max_steps"] == 30
     assert not list(root.rglob(".*.tmp"))  # no temporary file left behind
+
+
+def test_the_same_loop_under_torchrun_matches_and_the_ratio_is_written(sweep):
+    root, _ = sweep
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ray_vs_torchrun", "--output-root", str(root)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    result = json.loads((root / "ray_vs_torchrun.json").read_text())
+    assert result["nproc"] == 2 and result["ray_over_torchrun"] > 0
+    best = json.loads((root / "best_config.json").read_text())
+    ray = pd.read_parquet(root / "timing.parquet")
+    ray_first = ray[(ray["group"] == best["group"]) & (ray["window"] == 0)]["loss"].item()
+    torch_rows = [
+        json.loads(line)
+        for line in (root / "torchrun" / "torchrun_timing.jsonl").read_text().splitlines()
+    ]
+    # Same seed, same data order, same model: the first window's loss is the same number.
+    assert torch_rows[0]["loss"] == pytest.approx(ray_first, abs=1e-5)
+    assert len(torch_rows) == 6 and torch_rows[-1]["step"] == 30

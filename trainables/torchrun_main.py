@@ -1,0 +1,100 @@
+"""The same training loop without Ray, under ``torchrun``: the baseline that tells what Ray
+Train costs.
+
+    torchrun --nproc_per_node=N -m trainables.torchrun_main --config OUTPUT_ROOT/best_config.json \
+        --out DIR [--set key=value ...]
+
+``--config`` takes a ``best_config.json`` or a ``runs/<run>/config.json`` (both hold the
+resolved ``config``). Rank 0 writes every window to ``DIR/torchrun_timing.jsonl`` and the run's
+tail figures to ``DIR/torchrun_summary.json``. Reports are not synchronised across ranks here:
+that barrier is part of what the comparison measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import yaml
+
+from trainables.config import TrialConfig
+from trainables.loop import WorkerContext, run_training
+
+__all__ = ["main"]
+
+
+def _config(path: Path, overrides: list[str], world_size: int, on_gpu: bool) -> TrialConfig:
+    values = dict(json.loads(path.read_text())["config"])
+    for item in overrides:
+        key, _, raw = item.partition("=")
+        values[key.strip()] = yaml.safe_load(raw)
+    values.update(train_workers=world_size, use_gpu=on_gpu)
+    return TrialConfig.from_dict(values, where=str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="torchrun ... -m trainables.torchrun_main", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--config", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args(argv)
+    start_ts = time.time()
+    on_gpu = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    cfg_probe = json.loads(args.config.read_text())["config"]
+    dist.init_process_group(
+        "nccl" if on_gpu else "gloo",
+        timeout=dt.timedelta(seconds=int(cfg_probe.get("pg_timeout_s", 1800))),
+    )
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = _config(args.config, args.set, world, on_gpu)
+    rows: list[dict] = []
+
+    def report(metrics: dict) -> None:
+        if rank == 0:
+            rows.append(dict(metrics))
+            print(
+                f"torchrun: step {metrics['step']}/{metrics['max_steps']}  iter p50 "
+                f"{metrics['iter_ms_p50']:.1f} ms  {metrics['samples_per_s']:.1f} samples/s",
+                flush=True,
+            )
+
+    try:
+        run_training(
+            cfg,
+            WorkerContext(
+                rank=rank, world_size=world, device=device, report=report, start_ts=start_ts
+            ),
+        )
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "torchrun_timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tail = rows[-cfg.tail_timing_points :]
+        summary = {
+            "config": str(args.config),
+            "world_size": world,
+            "windows": len(rows),
+            "tail_samples_per_sec_mean": sum(r["samples_per_s"] for r in tail) / len(tail),
+            "tail_mean_iter_p50_ms": sum(r["iter_ms_p50"] for r in tail) / len(tail),
+        }
+        (args.out / "torchrun_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"torchrun: tail {summary['tail_samples_per_sec_mean']:.1f} samples/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
