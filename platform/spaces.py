@@ -290,6 +290,16 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
     """Files the runs read must exist and have the right columns before any trial starts."""
+    import shutil
+
+    if (
+        any(r.config.optimizer == "deepspeed_fused_adam" for r in runs)
+        and shutil.which("ninja") is None
+    ):
+        raise UsageError(
+            "optimizer deepspeed_fused_adam compiles a CUDA extension and ninja is missing; "
+            "pip install ninja, or use optimizer=adamw_torch"
+        )
     seen: set[str] = set()
     for run in runs:
         cfg = run.config

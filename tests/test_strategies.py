@@ -87,3 +87,49 @@ def test_engine_casts_floating_inputs_for_deepspeed_low_precision():
     engine = Engine(model=model, optimizer=None, effective={}, _dtype=torch.bfloat16)
     engine({"audio": torch.zeros(2, 4), "audio_mask": torch.ones(2, 4, dtype=torch.long)})
     assert seen["audio"].dtype == torch.bfloat16 and seen["audio_mask"].dtype == torch.long
+
+
+def test_ddp_knobs_reach_ddp_and_tf32_switches_apply(gloo_world_of_one):
+    cfg = TrialConfig(
+        model_size="tiny",
+        proj_dim=16,
+        use_gpu=False,
+        ddp_static_graph=True,
+        ddp_gradient_as_bucket_view=True,
+        matmul_precision="high",
+        tf32=True,
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    ddp = engine.model
+    assert ddp.static_graph and ddp.gradient_as_bucket_view and not ddp.find_unused_parameters
+    assert torch.get_float32_matmul_precision() == "high" and torch.backends.cuda.matmul.allow_tf32
+    ds = SyntheticSpeechText(
+        num_items=2, audio_samples=8000, text_tokens=6, vocab_size=1000, seed=0
+    )
+    for _ in range(2):  # static_graph records the graph on the first step, checks on the second
+        loss = contrastive_loss(*[t.float() for t in engine(collate_padded([ds[0], ds[1]]))])
+        engine.backward(loss)
+        engine.step()
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def test_comm_hooks_need_ddp_on_gpus():
+    from trainables.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ddp_comm_hook: bf16 needs strategy ddp on GPUs"):
+        TrialConfig(ddp_comm_hook="bf16", use_gpu=False)
+    with pytest.raises(ConfigError, match="needs strategy ddp on GPUs"):
+        TrialConfig(ddp_comm_hook="fp16", strategy="deepspeed")
+    assert TrialConfig(ddp_comm_hook="bf16", use_gpu=True).ddp_comm_hook == "bf16"
+
+
+def test_fused_adam_without_ninja_is_refused_before_any_trial(monkeypatch, tmp_path):
+    from platform.errors import UsageError
+    from platform.spaces import check_inputs, expand_runs, load_space
+
+    space = load_space("smoke").with_overrides(["optimizer=deepspeed_fused_adam"])
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no ninja on it
+    with pytest.raises(UsageError, match="ninja is missing"):
+        check_inputs(space, expand_runs(space))

@@ -20,6 +20,8 @@ Strategy = Literal["ddp", "deepspeed"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "deepspeed_fused_adam"]
 Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
+CommHook = Literal["none", "bf16", "fp16"]
+MatmulPrecision = Literal["highest", "high", "medium"]
 ModelSize = Literal["tiny", "base"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
@@ -69,6 +71,21 @@ class TrialConfig:
     bucket_mb: int = _doc(
         "Gradient bucket size, MB: DDP's bucket_cap_mb; DeepSpeed's reduce and all-gather buckets.",
         default=25,
+    )
+    ddp_static_graph: bool = _doc(
+        "DDP static_graph (needs the same parameters used every step).", default=False
+    )
+    ddp_find_unused_parameters: bool = _doc("DDP find_unused_parameters.", default=False)
+    ddp_gradient_as_bucket_view: bool = _doc(
+        "DDP gradient_as_bucket_view (gradients alias the buckets: less memory, fewer copies).",
+        default=False,
+    )
+    ddp_comm_hook: CommHook = _doc(
+        "Compress DDP gradients to bf16 or fp16 for the all-reduce (GPU only).", default="none"
+    )
+    tf32: bool = _doc("Allow TF32 in CUDA matmuls and cuDNN convolutions.", default=False)
+    matmul_precision: MatmulPrecision = _doc(
+        "torch.set_float32_matmul_precision for fp32 matmuls.", default="highest"
     )
     grad_accum_steps: int = _doc(
         "DeepSpeed gradient accumulation steps per optimizer step.", default=1
@@ -184,6 +201,10 @@ class TrialConfig:
             raise ConfigError(
                 f"grad_accum_steps: {self.grad_accum_steps} needs strategy deepspeed; with ddp "
                 "set grad_accum_steps=1"
+            )
+        if self.ddp_comm_hook != "none" and (self.strategy != "ddp" or self.use_gpu is False):
+            raise ConfigError(
+                f"ddp_comm_hook: {self.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"
             )
         if self.precision == "fp16" and self.use_gpu is False:
             raise ConfigError("precision: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")

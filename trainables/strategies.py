@@ -121,6 +121,9 @@ def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
 
 
 def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
+    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
     precision = resolve_precision(cfg.precision, device)
     on_gpu = device.type == "cuda"
     torch.manual_seed(cfg.seed)  # identical init on every rank
@@ -161,8 +164,18 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         )
 
     ddp = DistributedDataParallel(
-        model, device_ids=[device.index] if on_gpu else None, bucket_cap_mb=cfg.bucket_mb
+        model,
+        device_ids=[device.index] if on_gpu else None,
+        bucket_cap_mb=cfg.bucket_mb,
+        static_graph=cfg.ddp_static_graph,
+        find_unused_parameters=cfg.ddp_find_unused_parameters,
+        gradient_as_bucket_view=cfg.ddp_gradient_as_bucket_view,
     )
+    if cfg.ddp_comm_hook != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
+        ddp.register_comm_hook(None, hook[cfg.ddp_comm_hook])
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     dtype = _DTYPES[precision]
 
