@@ -1,12 +1,12 @@
 """A trial that fails inside its workers: the sweep goes on, the manifest says why, exit 1."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.integration.helpers import run_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -15,25 +15,7 @@ pytestmark = pytest.mark.integration
 def test_a_failed_run_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path):
     root = tmp_path / "out"
     # 32 utterances over 2 workers give 16 each: micro_batch 64 can never be filled.
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "platform.tune",
-            "--space",
-            "smoke",
-            "--output-root",
-            str(root),
-            "--set",
-            "micro_batch=[64,4]",
-            "--set",
-            "max_steps=10",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_tune("smoke", root, "micro_batch=[64,4]", "max_steps=10")
     assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False).set_index(
         "micro_batch"

@@ -1,12 +1,12 @@
 """The stage-1 loop learns, and is reproducible: two repeats of one group with the same seed on
 the smoke space's generated corpus (real files through the manifest reader)."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.integration.helpers import run_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -15,33 +15,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def two_repeats(tmp_path_factory):
     root = tmp_path_factory.mktemp("learn") / "out"
-    args = [
-        "--set",
-        "micro_batch=4",
-        "--set",
-        "repeats=2",
-        "--set",
-        "max_steps=100",
-        "--set",
-        "log_every=10",
-        "--set",
-        "lr=0.001",
-    ]
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "platform.tune",
-            "--space",
-            "smoke",
-            "--output-root",
-            str(root),
-            *args,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    out = run_tune(
+        "smoke", root, "micro_batch=4", "repeats=2", "max_steps=100", "log_every=10", "lr=0.001"
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return pd.read_parquet(root / "timing.parquet").pivot(

@@ -10,6 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.integration.helpers import run_tune
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
@@ -17,13 +19,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke") / "out"
-    out = subprocess.run(
-        [sys.executable, "-m", "platform.tune", "--space", "smoke", "--output-root", str(root)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    out = run_tune("smoke", root)
     (root.parent / "stdout.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
     return root, out
 

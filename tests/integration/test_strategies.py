@@ -2,12 +2,12 @@
 the generated corpus. ZeRO changes where state lives, not the maths: the stages must agree."""
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from tests.integration.helpers import run_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -16,21 +16,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("strategies") / "out"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "platform.tune",
-            "--space",
-            "cpu_strategies",
-            "--output-root",
-            str(root),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    out = run_tune("cpu_strategies", root, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return pd.read_csv(root / "run_manifest.tsv", sep="\t"), pd.read_parquet(
         root / "timing.parquet"
