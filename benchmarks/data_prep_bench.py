@@ -11,7 +11,6 @@ printed. The Ray cluster is started once before timing (its start-up is printed 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from data_prep import synth
 from data_prep.audio import TrimSettings
+from data_prep.fileio import write_json
 from data_prep.layout import discover
 from data_prep.pipeline import make_tasks, run_ray_data, run_serial
 
@@ -143,21 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{steady_ratio:.2f}x after the first result"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "files": n,
-                    "audio_hours": hours,
-                    "cpus": os.cpu_count(),
-                    "ray_start_s": ray_start_s,
-                    "ratio": ratio,
-                    "steady_ratio": steady_ratio,
-                    **figures,
-                },
-                indent=2,
-            )
-            + "\n"
+        write_json(
+            args.json,
+            {
+                "files": n,
+                "audio_hours": hours,
+                "cpus": os.cpu_count(),
+                "ray_start_s": ray_start_s,
+                "ratio": ratio,
+                "steady_ratio": steady_ratio,
+                **figures,
+            },
         )
     return 0
 

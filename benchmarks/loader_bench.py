@@ -12,7 +12,6 @@ the variants; medians of samples/s per loader worker and their ratio are printed
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from data_prep import synth
 from data_prep.audio import TrimSettings
+from data_prep.fileio import write_json
 from data_prep.layout import discover
 from data_prep.librispeech import write_outputs
 from data_prep.pipeline import make_tasks, run_serial
@@ -100,19 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"seek / full: {ratio:.2f}x")
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "files": len(durations),
-                    "mean_file_s": float(durations.mean()),
-                    "workers": args.workers,
-                    "per_worker_samples_per_s": med,
-                    "ratio": ratio,
-                    "runs": rates,
-                },
-                indent=2,
-            )
-            + "\n"
+        write_json(
+            args.json,
+            {
+                "files": len(durations),
+                "mean_file_s": float(durations.mean()),
+                "workers": args.workers,
+                "per_worker_samples_per_s": med,
+                "ratio": ratio,
+                "runs": rates,
+            },
         )
     return 0
 

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from data_prep.fileio import write_json
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "torchrun_tail_samples_per_s": torch_sps,
         "ray_over_torchrun": ray_sps / torch_sps,
     }
-    (args.output_root / "ray_vs_torchrun.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.output_root / "ray_vs_torchrun.json", result)
     print(
         f"{best['group']}: Ray Train {ray_sps:.1f} samples/s, torchrun {torch_sps:.1f} samples/s, "
         f"ratio {ray_sps / torch_sps:.3f}"

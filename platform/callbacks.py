@@ -42,7 +42,6 @@ class SweepRecorder(Callback):
         self.flush_every_s = flush_every_s
         self.on_change = on_change
         self.echo = echo or (lambda line: print(line, file=sys.stdout, flush=True))
-        self.rows: dict[str, list[dict[str, Any]]] = {}
         self.pending: dict[str, list[dict[str, Any]]] = {}
         self.parts: dict[str, int] = {}
         self.last_flush: dict[str, float] = {}
@@ -62,7 +61,6 @@ class SweepRecorder(Callback):
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         self.status.setdefault(run, {}).setdefault("effective", {}).update(effective)
         row.update(run=run, group=spec.group, repeat=spec.repeat)
-        self.rows.setdefault(run, []).append(row)
         self.pending.setdefault(run, []).append(row)
         self.echo(self._progress_line(run, row))
         if time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:

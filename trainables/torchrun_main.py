@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from data_prep.fileio import atomic_write_text, write_json
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         dist.destroy_process_group()
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "torchrun_timing.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_text(
+            args.out / "torchrun_timing.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
+        )
         tail = rows[-cfg.tail_timing_points :]
         summary = {
             "config": str(args.config),
@@ -91,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             "tail_samples_per_sec_mean": sum(r["samples_per_s"] for r in tail) / len(tail),
             "tail_mean_iter_p50_ms": sum(r["iter_ms_p50"] for r in tail) / len(tail),
         }
-        (args.out / "torchrun_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(args.out / "torchrun_summary.json", summary)
         print(f"torchrun: tail {summary['tail_samples_per_sec_mean']:.1f} samples/s", flush=True)
     return 0
 

@@ -11,7 +11,7 @@ from trainables.loop import train_loop_per_worker
 __all__ = ["run_trial", "build_trainer"]
 
 
-def build_trainer(run: dict[str, Any], *, tune_callbacks: bool = True):
+def build_trainer(run: dict[str, Any]):
     """``run`` is the plain dict the driver puts in the param space: name, group, repeat,
     storage_path, trial_start_ts and the resolved ``config``."""
     from ray.train import LoggingConfig, RunConfig, ScalingConfig
@@ -23,13 +23,11 @@ def build_trainer(run: dict[str, Any], *, tune_callbacks: bool = True):
     resources = {"CPU": cfg.cpus_per_train_worker}
     if cfg.use_gpu:
         resources["GPU"] = 1
-    callbacks = []
-    if tune_callbacks:
-        from ray.tune.integration.ray_train import TuneReportCallback
+    from ray.tune.integration.ray_train import TuneReportCallback
 
-        # Forwards rank 0's window reports to the Tune trial, where the platform's Tune
-        # callback (in the driver) records them.
-        callbacks.append(TuneReportCallback())
+    # Forwards rank 0's window reports to the Tune trial, where the platform's Tune callback
+    # (in the driver) records them.
+    callbacks = [TuneReportCallback()]
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config={
