@@ -61,7 +61,14 @@ class SweepRecorder(Callback):
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         self.status.setdefault(run, {}).setdefault("effective", {}).update(effective)
         row.update(run=run, group=spec.group, repeat=spec.repeat)
-        self.pending.setdefault(run, []).append(row)
+        rows = [row]
+        # timing_ranks: all: the other ranks' windows come with rank 0's, one row per rank.
+        for other in result.get("rank_windows") or ():
+            rows.append({name: other.get(name) for name in results.TIMING_SCHEMA.names})
+            rows[-1].update(
+                run=run, group=spec.group, repeat=spec.repeat, rank_skew=row["rank_skew"]
+            )
+        self.pending.setdefault(run, []).extend(rows)
         self.echo(self._progress_line(run, row))
         if time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
             self.flush(run)

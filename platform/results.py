@@ -31,6 +31,8 @@ EFFECTIVE_KEYS = (
     "precision_effective",
     "speech_attention_effective",
     "text_attention_effective",
+    "model_load_dtype_effective",
+    "compile_effective",
     "fallbacks",
 )
 
@@ -64,6 +66,7 @@ TIMING_SCHEMA = pa.schema(
         ("mfu", pa.float64()),
         ("peak_mem_gib", pa.float64()),
         ("report_ms", pa.float64()),
+        ("rank_skew", pa.float64()),
         ("loss", pa.float64()),
         ("startup_s", pa.float64()),
         ("elapsed_s", pa.float64()),

@@ -300,6 +300,7 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
             "optimizer deepspeed_fused_adam compiles a CUDA extension and ninja is missing; "
             "pip install ninja, or use optimizer=adamw_torch"
         )
+    _check_checkpoints(runs)
     seen: set[str] = set()
     for run in runs:
         cfg = run.config
@@ -330,6 +331,33 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
                 f"manifest_path {path} lacks column(s) {', '.join(missing)}; "
                 "make it with python -m data_prep.librispeech"
             )
+
+
+def _check_checkpoints(runs: list[RunSpec]) -> None:
+    """Pretrained folders must hold the right kind of checkpoint, and the text encoder must have
+    positions for text_tokens."""
+    from trainables.pretrained import checkpoint_problem, read_config
+
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        cfg = run.config
+        for side, path in (
+            ("speech", cfg.speech_pretrained_path),
+            ("text", cfg.text_pretrained_path),
+        ):
+            if not path or (side, path) in seen:
+                continue
+            seen.add((side, path))
+            problem = checkpoint_problem(path, side)
+            if problem:
+                raise UsageError(problem)
+        if cfg.text_pretrained_path:
+            positions = int(read_config(cfg.text_pretrained_path).get("max_position_embeddings", 0))
+            if cfg.text_tokens > positions:
+                raise UsageError(
+                    f"text_tokens: {cfg.text_tokens} exceeds the {positions} positions of "
+                    f"{cfg.text_pretrained_path}; lower text_tokens"
+                )
 
 
 def group_name(prefix: str, cfg: TrialConfig, swept: list[str]) -> str:

@@ -234,16 +234,19 @@ def run_sweep(
 
 def prepare_tokenizers(runs: list[RunSpec]) -> None:
     """Build each manifest's tokenizer once, here, so every rank of every run loads the same
-    cached file instead of training its own."""
+    cached file instead of training its own (runs whose text checkpoint has a tokenizer use it)."""
     from trainables.manifest import read_manifest_table
     from trainables.model import text_vocab_size
+    from trainables.pretrained import has_tokenizer
     from trainables.text import load_or_build_tokenizer
 
     done = set()
     for run in runs:
         cfg = run.config
-        key = (cfg.manifest_path, text_vocab_size(cfg.model_size))
-        if cfg.dataset != "manifest" or key in done:
+        if cfg.dataset != "manifest" or has_tokenizer(cfg.text_pretrained_path):
+            continue
+        key = (cfg.manifest_path, text_vocab_size(cfg.model_size, cfg.text_pretrained_path))
+        if key in done:
             continue
         done.add(key)
         table = read_manifest_table(Path(cfg.manifest_path))

@@ -1,4 +1,4 @@
-"""Two gloo ranks compute the global contrastive loss on their halves of a fixed batch."""
+"""Gloo ranks for the multi-process tests: the global contrastive loss, gathered windows."""
 
 import os
 
@@ -20,5 +20,18 @@ def run(
         loss = contrastive_loss(s, t, torch.tensor([10.0]), scope="global")
         loss.backward()
         out[rank] = (loss.item(), s.grad.clone(), t.grad.clone())
+    finally:
+        dist.destroy_process_group()
+
+
+def gather_windows(rank: int, world: int, port: int, out: dict) -> None:
+    """Each rank reports a window whose iter_ms_p50 is 10 x (rank + 1); rank 0 gathers them."""
+    from trainables.loop import gather_rank_windows
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        window = {"rank": rank, "iter_ms_p50": 10.0 * (rank + 1), "precision_effective": "fp32"}
+        out[rank] = gather_rank_windows(window, rank, world)
     finally:
         dist.destroy_process_group()

@@ -33,6 +33,23 @@ def test_int_accepted_for_float_and_converted():
         ({"audio_s": 0.0}, "audio_s", "0.1-60"),
         ({"model_size": "huge"}, "model_size", "'tiny', 'base'"),
         ({"text_tokens": 129}, "text_tokens", "128 positions of the tiny text encoder"),
+        ({"compile_mode": "fast"}, "compile_mode", "one of 'default', 'reduce-overhead'"),
+        ({"compile_dynamic": "maybe"}, "compile_dynamic", "expected bool or one of 'auto'"),
+        ({"timing_ranks": "rank1"}, "timing_ranks", "one of 'rank0', 'all'"),
+        ({"model_load_dtype": "int8"}, "model_load_dtype", "one of 'auto', 'fp32'"),
+        ({"length_bucketing_pool": 0}, "length_bucketing_pool", ">= 1"),
+        ({"length_bucketing": True}, "length_bucketing", "needs dataset manifest"),
+        (
+            {"model_load_dtype": "fp16", "use_gpu": True},
+            "model_load_dtype",
+            "GradScaler refuses fp16 gradients",
+        ),
+        (
+            {"model_load_dtype": "bf16", "precision": "fp16", "strategy": "deepspeed"},
+            "model_load_dtype",
+            "set precision=bf16, or model_load_dtype auto or fp32",
+        ),
+        ({"model_load_dtype": "fp16", "use_gpu": False}, "model_load_dtype", "fp16 needs a GPU"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):
@@ -42,6 +59,21 @@ def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):
     assert message.startswith(f"{key}:")
     assert fragment in message
     assert "\n" not in message
+
+
+def test_workload_options_that_can_run():
+    cfg = TrialConfig(
+        dataset="manifest",
+        length_bucketing=True,
+        model_load_dtype="bf16",
+        strategy="deepspeed",
+        torch_compile=True,
+        compile_dynamic=False,
+        timing_ranks="all",
+    )
+    assert cfg.compile_dynamic is False and cfg.model_load_dtype == "bf16"
+    # A text checkpoint brings its own position count (checked by the driver against the file).
+    assert TrialConfig(text_pretrained_path="/ckpt/bert", text_tokens=512).text_tokens == 512
 
 
 def test_strategy_rules():

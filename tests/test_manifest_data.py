@@ -191,3 +191,111 @@ def test_every_process_loading_through_the_cache_gets_the_same_tokenizer(prepare
     ids = dict(json.loads(vocabs[0]))
     assert [ids[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
     assert len(list(manifest.parent.glob("*.tokenizer-1000-*.json"))) == 1
+
+
+def test_crop_lengths_are_the_lengths_the_items_have(prepared_corpus):
+    ds = dataset(prepared_corpus[0])
+    lengths = ds.crop_lengths()
+    assert list(lengths) == [len(ds[i]["audio"]) for i in range(len(ds))]
+    assert lengths.min() < lengths.max()  # the corpus gives the sampler something to sort
+
+
+def _bucket_batches(lengths, *, world, mb, pool, epoch=0, seed=0):
+    from trainables.data import LengthBucketBatchSampler
+
+    per_rank = []
+    for rank in range(world):
+        sampler = LengthBucketBatchSampler(
+            lengths, micro_batch=mb, world_size=world, rank=rank, seed=seed, pool_batches=pool
+        )
+        sampler.set_epoch(epoch)
+        per_rank.append(list(sampler))
+        assert len(per_rank[-1]) == len(sampler)
+    return per_rank
+
+
+def test_length_bucketing_partitions_the_epoch_into_similar_length_steps():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(16_000, 48_000, size=1003)
+    world, mb = 2, 8
+    per_rank = _bucket_batches(lengths, world=world, mb=mb, pool=10)
+    steps = list(zip(*per_rank, strict=True))
+    assert len(steps) == 1003 // (world * mb)  # the remainder is dropped, as DistributedSampler
+    seen = [i for step in steps for batch in step for i in batch]
+    assert len(seen) == len(set(seen)) == len(steps) * world * mb
+    assert all(len(batch) == mb for step in steps for batch in step)
+    # Each step's global batch spans a narrow band of lengths; random batches span most of it.
+    spread = np.mean([np.ptp(lengths[[i for b in step for i in b]]) for step in steps])
+    random_spread = np.mean([np.ptp(lengths[rng.permutation(1003)[:16]]) for _ in range(200)])
+    assert spread < 0.2 * random_spread
+    # The rank holding a step's longest crop varies (no rank is always the slow one).
+    longest = [int(np.argmax([lengths[b].max() for b in step])) for step in steps]
+    assert 0.3 < np.mean(longest) < 0.7
+
+
+def test_length_bucketing_is_deterministic_per_epoch_and_differs_across_epochs():
+    lengths = np.random.default_rng(1).integers(16_000, 48_000, size=200)
+    a = _bucket_batches(lengths, world=2, mb=4, pool=5, epoch=3)
+    assert a == _bucket_batches(lengths, world=2, mb=4, pool=5, epoch=3)
+    assert a != _bucket_batches(lengths, world=2, mb=4, pool=5, epoch=4)
+    assert a != _bucket_batches(lengths, world=2, mb=4, pool=5, epoch=3, seed=1)
+
+
+def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
+    from trainables.data import build_loader, epochs
+
+    def padding(bucketing: bool) -> float:
+        cfg = TrialConfig(
+            dataset="manifest",
+            manifest_path=str(prepared_corpus[0]),
+            micro_batch=4,
+            length_bucketing=bucketing,
+        )
+        loader = build_loader(cfg, rank=0, world_size=1, pin_memory=False)
+        batches = epochs(loader)
+        masks = [next(batches)["audio_mask"] for _ in range(3 * len(loader))]
+        return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+
+    plain, bucketed = padding(False), padding(True)
+    assert bucketed < 0.5 * plain, (plain, bucketed)
+
+
+def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corpus, tmp_path):
+    from tests.checkpoints import save_tiny_checkpoints
+    from trainables.pretrained import load_tokenizer
+
+    manifest = prepared_corpus[0]
+    transcripts = pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"].tolist()
+    # A tokenizer trained on other text: its ids differ from the manifest's own tokenizer.
+    _, text_path = save_tiny_checkpoints(tmp_path, ["zebra quartz " + t[::-1] for t in transcripts])
+    cfg = TrialConfig(
+        dataset="manifest",
+        manifest_path=str(manifest),
+        text_tokens=64,
+        text_pretrained_path=str(text_path),
+    )
+    ds, _ = build_dataset(cfg, world_size=1)
+    tok, _ = load_tokenizer(text_path)
+    own, _ = build_dataset(
+        TrialConfig(dataset="manifest", manifest_path=str(manifest), text_tokens=64), world_size=1
+    )
+    for i in range(len(ds)):
+        full = tok.encode(transcripts[i]).ids
+        expected = full if len(full) <= 64 else full[:63] + full[-1:]  # truncated, [SEP] kept
+        assert ds[i]["input_ids"].tolist() == expected
+    assert any(ds[i]["input_ids"].tolist() != own[i]["input_ids"].tolist() for i in range(len(ds)))
+
+
+def test_a_corpus_smaller_than_one_global_batch_says_so(prepared_corpus):
+    from trainables.data import build_loader, epochs
+
+    for bucketing in (False, True):
+        cfg = TrialConfig(
+            dataset="manifest",
+            manifest_path=str(prepared_corpus[0]),
+            micro_batch=64,
+            length_bucketing=bucketing,
+        )
+        loader = build_loader(cfg, rank=0, world_size=1, pin_memory=False)
+        with pytest.raises(ValueError, match="gives no full batch of 64 per worker"):
+            next(epochs(loader))

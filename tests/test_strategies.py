@@ -42,7 +42,10 @@ def gloo_world_of_one():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    # RANK/WORLD_SIZE/LOCAL_RANK as a launcher sets them (DeepSpeed reads them).
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
+    )
     dist.init_process_group("gloo", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
@@ -55,6 +58,8 @@ def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
     assert engine.effective == {
         "precision_effective": precision,
         "strategy_effective": "ddp",
+        "model_load_dtype_effective": "fp32",  # auto under DDP: fp32 master weights
+        "compile_effective": "off",
         "speech_attention_effective": "sdpa",  # auto on the CPU
         "text_attention_effective": "sdpa",
         "fallbacks": "",
@@ -133,3 +138,93 @@ def test_fused_adam_without_ninja_is_refused_before_any_trial(monkeypatch, tmp_p
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no ninja on it
     with pytest.raises(UsageError, match="ninja is missing"):
         check_inputs(space, expand_runs(space))
+
+
+def _one_step(engine, seed=0):
+    ds = SyntheticSpeechText(
+        num_items=4, audio_samples=16000, text_tokens=8, vocab_size=1000, seed=seed
+    )
+    batch = collate_padded([ds[i] for i in range(4)])
+    speech, text, scale = engine(batch)
+    loss = contrastive_loss(speech.float(), text.float(), scale.float())
+    engine.backward(loss)
+    engine.step()
+    return loss
+
+
+def test_compiled_ddp_engine_steps_compiled(gloo_world_of_one):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    cfg = TrialConfig(
+        model_size="tiny",
+        proj_dim=16,
+        use_gpu=False,
+        torch_compile=True,
+        compile_backend="aot_eager",
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    assert isinstance(engine.model, torch._dynamo.eval_frame.OptimizedModule)
+    assert isinstance(engine.model._orig_mod, torch.nn.parallel.DistributedDataParallel)
+    assert torch.isfinite(_one_step(engine)) and torch.isfinite(_one_step(engine, seed=1))
+    assert engine.effective["compile_effective"] == "aot_eager/default"
+    assert engine.effective["fallbacks"] == ""
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "deepspeed"])
+def test_a_compile_error_falls_back_to_eager_and_is_recorded(gloo_world_of_one, strategy):
+    # A real compile failure: inductor without a working C++ compiler (the CPU code path).
+    import torch._dynamo
+    import torch._inductor.config
+
+    torch._dynamo.reset()
+    cfg = TrialConfig(
+        model_size="tiny",
+        proj_dim=16,
+        use_gpu=False,
+        torch_compile=True,
+        lr=1e-2,
+        strategy=strategy,
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    if strategy == "ddp":
+        assert isinstance(engine.model, torch._dynamo.eval_frame.OptimizedModule)
+        inner = engine.model._orig_mod.module
+    else:
+        inner = engine.model.module
+        assert inner._compiled_call_impl is not None  # DeepSpeed's engine.compile
+    before = inner.speech_proj.weight.detach().clone()
+    with torch._inductor.config.patch({"cpp.cxx": ("/nonexistent-cxx",)}):
+        loss = _one_step(engine)
+    assert torch.isfinite(loss)
+    if strategy == "ddp":
+        assert isinstance(engine.model, torch.nn.parallel.DistributedDataParallel)  # eager now
+    else:
+        assert inner._compiled_call_impl is None
+    assert not torch.equal(before, inner.speech_proj.weight)  # the step happened
+    assert engine.effective["compile_effective"] == "eager (fallback)"
+    note = engine.effective["fallbacks"]
+    assert note.startswith("compile: InductorError: ") and note.endswith("eager from step 1")
+    assert torch.isfinite(_one_step(engine, seed=1))  # and it goes on eagerly
+
+
+def test_bf16_load_dtype_trains_bf16_weights_under_ddp(gloo_world_of_one):
+    cfg = TrialConfig(
+        model_size="tiny", proj_dim=16, use_gpu=False, precision="bf16", model_load_dtype="bf16"
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert engine.effective["model_load_dtype_effective"] == "bf16"
+    assert torch.isfinite(_one_step(engine))
+
+
+def test_load_dtype_policy():
+    from trainables.strategies import resolve_load_dtype
+
+    assert resolve_load_dtype("auto", "ddp", "bf16") == "fp32"  # autocast: fp32 master weights
+    assert resolve_load_dtype("auto", "deepspeed", "bf16") == "bf16"
+    assert resolve_load_dtype("auto", "deepspeed", "fp32") == "fp32"
+    assert resolve_load_dtype("fp32", "deepspeed", "fp16") == "fp32"
+    # precision auto resolved to fp16 (a V100) while the weights were asked in bf16
+    with pytest.raises(ValueError, match="model_load_dtype: bf16 weights, but precision resolved"):
+        resolve_load_dtype("bf16", "deepspeed", "fp16")

@@ -30,3 +30,23 @@ def test_reset_and_empty_window():
     assert len(timer) == 0
     with pytest.raises(ValueError, match="empty timing window"):
         timer.summary(global_batch=1)
+
+
+def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from tests import _gloo_loss_worker
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = mp.Manager().dict()
+    mp.spawn(_gloo_loss_worker.gather_windows, args=(3, port, out), nprocs=3)
+    assert out[1] == out[2] == {}  # only rank 0's report reaches the driver
+    others = out[0]["rank_windows"]
+    assert [w["rank"] for w in others] == [1, 2]
+    assert [w["iter_ms_p50"] for w in others] == [20.0, 30.0]
+    assert all("precision_effective" not in w for w in others)  # figures only
+    assert out[0]["rank_skew"] == pytest.approx(3.0)

@@ -103,6 +103,19 @@ CASES = {
         "needs strategy deepspeed",
     ),
     "no space": ([], "--space NAME is required"),
+    "missing checkpoint": (
+        ["--space", "smoke", "--set", "speech_pretrained_path=/nonexistent/w2v"],
+        "speech_pretrained_path: /nonexistent/w2v is not a folder; give a folder written by "
+        "save_pretrained",
+    ),
+    "bucketing fixed slices": (
+        ["--space", "smoke", "--set", "crop_policy=fixed_slice", "--set", "length_bucketing=true"],
+        "length_bucketing: groups crops of different lengths",
+    ),
+    "fp16 weights under ddp": (
+        ["--space", "smoke", "--set", "model_load_dtype=fp16"],
+        "model_load_dtype: fp16 needs a GPU",
+    ),
 }
 
 

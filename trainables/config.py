@@ -26,8 +26,11 @@ ModelSize = Literal["tiny", "base"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
 AudioRead = Literal["seek", "full"]
-AudioRead = Literal["seek", "full"]
 ContrastiveScope = Literal["global", "local"]
+LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+CompileBackend = Literal["inductor", "aot_eager"]
+TimingRanks = Literal["rank0", "all"]
 
 
 # Smallest allowed value of each integer field that has one.
@@ -45,6 +48,7 @@ _MINIMUMS = {
     "log_every": 1,
     "tail_timing_points": 1,
     "pg_timeout_s": 1,
+    "length_bucketing_pool": 1,
 }
 
 # Longest token sequence each text encoder size has position embeddings for.
@@ -139,6 +143,16 @@ class TrialConfig:
         "`seek`: read only the crop; `full`: decode the whole file, then crop (for comparison).",
         default="seek",
     )
+    length_bucketing: bool = _doc(
+        "Group utterances of similar crop length into the same step (less padding): each epoch's "
+        "shuffled order is cut into pools of length_bucketing_pool global batches, each pool "
+        "sorted by crop length, and the batches shuffled again. Needs limit_longest crops.",
+        default=False,
+    )
+    length_bucketing_pool: int = _doc(
+        "Global batches per pool sorted by length (larger: less padding, less randomness).",
+        default=50,
+    )
     audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
     text_tokens: int = _doc(
         "Token ids per synthetic transcript; with a manifest, the most kept per transcript.",
@@ -148,6 +162,39 @@ class TrialConfig:
     model_size: ModelSize = _doc(
         "`base` (wav2vec2-base + bert-base-uncased shapes, random init) or `tiny` (CPU tests).",
         default="tiny",
+    )
+    speech_pretrained_path: str = _doc(
+        "Local folder of a wav2vec2 checkpoint (save_pretrained: config.json and weights), loaded "
+        "offline with from_pretrained; replaces model_size for the speech encoder.",
+        default="",
+    )
+    text_pretrained_path: str = _doc(
+        "Local folder of a BERT checkpoint, loaded like speech_pretrained_path. Its tokenizer is "
+        "used when the folder has one; otherwise one is built from the manifest's transcripts.",
+        default="",
+    )
+    model_load_dtype: LoadDtype = _doc(
+        "Dtype the weights are built or loaded in. `auto`: the precision's dtype under DeepSpeed "
+        "(which casts the weights to it anyway and keeps fp32 master copies), fp32 under DDP "
+        "(autocast keeps fp32 master weights); bf16 under DDP trains bf16 weights.",
+        default="auto",
+    )
+    torch_compile: bool = _doc(
+        "Compile with torch.compile: DDP's wrapped module (DDPOptimizer splits the graph at "
+        "bucket boundaries, so communication still overlaps) or DeepSpeed's engine.compile. A "
+        "compile error falls back to eager, recorded in the run manifest.",
+        default=False,
+    )
+    compile_mode: CompileMode = _doc("torch.compile mode.", default="default")
+    compile_dynamic: bool | Literal["auto"] = _doc(
+        "torch.compile dynamic: `auto` recompiles with dynamic shapes once a shape changes "
+        "(crop lengths vary with limit_longest); true/false force it.",
+        default="auto",
+    )
+    compile_backend: CompileBackend = _doc(
+        "torch.compile backend: `inductor` (generated kernels) or `aot_eager` (tracing only, "
+        "for debugging).",
+        default="inductor",
     )
     proj_dim: int = _doc("Size of the shared embedding space.", default=256)
     speech_attention: Attention = _doc(
@@ -178,6 +225,11 @@ class TrialConfig:
     cuda_sync_timing: bool = _doc(
         "Synchronize the GPU after each step so step_ms is exact (otherwise launch time).",
         default=False,
+    )
+    timing_ranks: TimingRanks = _doc(
+        "`rank0`: rank 0's windows only; `all`: every rank's windows, gathered to rank 0 at each "
+        "report (one more collective per window), one timing row per rank.",
+        default="rank0",
     )
     pg_timeout_s: int = _doc("Process-group (gloo/NCCL) collective timeout, seconds.", default=1800)
 
@@ -213,7 +265,7 @@ class TrialConfig:
                 f"log_every: {self.log_every} is larger than max_steps {self.max_steps}, so no "
                 "window would ever be reported; set log_every <= max_steps"
             )
-        if self.text_tokens > MAX_TEXT_TOKENS[self.model_size]:
+        if not self.text_pretrained_path and self.text_tokens > MAX_TEXT_TOKENS[self.model_size]:
             raise ConfigError(
                 f"text_tokens: {self.text_tokens} exceeds the {MAX_TEXT_TOKENS[self.model_size]} "
                 f"positions of the {self.model_size} text encoder; lower text_tokens"
@@ -227,6 +279,14 @@ class TrialConfig:
             raise ConfigError(
                 f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
             )
+        if self.length_bucketing and (
+            self.dataset != "manifest" or self.crop_policy != "limit_longest"
+        ):
+            raise ConfigError(
+                "length_bucketing: groups crops of different lengths, so it needs dataset "
+                "manifest with crop_policy limit_longest; set length_bucketing=false"
+            )
+        self._check_load_dtype()
         if self.manifest_path and not self.manifest_path.endswith(".tsv"):
             raise ConfigError(
                 f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
@@ -237,6 +297,25 @@ class TrialConfig:
             raise ConfigError(f"lr: must be > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+
+    def _check_load_dtype(self) -> None:
+        load = self.model_load_dtype
+        if load in ("auto", "fp32"):
+            return
+        if load == "fp16" and self.use_gpu is False:
+            raise ConfigError(
+                "model_load_dtype: fp16 needs a GPU; on the CPU use fp32, bf16 or auto"
+            )
+        if load == "fp16" and self.strategy == "ddp":
+            raise ConfigError(
+                "model_load_dtype: fp16 weights under ddp cannot be loss-scaled (GradScaler "
+                "refuses fp16 gradients); use strategy deepspeed, or model_load_dtype auto/fp32"
+            )
+        if self.precision not in ("auto", load):
+            raise ConfigError(
+                f"model_load_dtype: {load} weights with precision {self.precision}; set "
+                f"precision={load}, or model_load_dtype auto or fp32"
+            )
 
     # --- conversions at the Ray boundary ---
     @classmethod

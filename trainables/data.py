@@ -6,14 +6,21 @@ import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from trainables.config import TrialConfig
 from trainables.manifest import collate_padded
 from trainables.model import text_vocab_size
 
-__all__ = ["SyntheticSpeechText", "build_dataset", "build_loader", "epochs"]
+__all__ = [
+    "LengthBucketBatchSampler",
+    "SyntheticSpeechText",
+    "build_dataset",
+    "build_loader",
+    "epochs",
+]
 
 
 class SyntheticSpeechText(Dataset):
@@ -45,6 +52,54 @@ class SyntheticSpeechText(Dataset):
         return {"audio": audio, "audio_len": self.audio_samples, "input_ids": ids}
 
 
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """This rank's micro-batches, drawn so that each step's global batch holds crops of similar
+    length (less padding, and no rank waits for another's longer batch).
+
+    Every rank draws the same epoch permutation (seed, epoch), cuts it into pools of
+    ``pool_batches`` global batches, sorts each pool by length and cuts it into global batches;
+    the global batches are shuffled, and each is shuffled inside before rank r takes slice r (so
+    no rank is always given the longest crops). Like DistributedSampler with drop_last, the
+    remainder that fills no global batch is left out of the epoch.
+    """
+
+    def __init__(
+        self,
+        lengths: np.ndarray,
+        *,
+        micro_batch: int,
+        world_size: int,
+        rank: int,
+        seed: int,
+        pool_batches: int,
+    ):
+        self.lengths = np.asarray(lengths)
+        self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
+        self.seed, self.pool_batches = seed, pool_batches
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths) // (self.micro_batch * self.world_size)
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        global_batch = self.micro_batch * self.world_size
+        order = rng.permutation(len(self.lengths))[: len(self) * global_batch]
+        pool = self.pool_batches * global_batch
+        batches = []
+        for start in range(0, len(order), pool):
+            chunk = order[start : start + pool]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
+        for index in rng.permutation(len(batches)):
+            members = rng.permutation(batches[index])
+            mine = members[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
+            yield [int(i) for i in mine]
+
+
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
     """The run's dataset and its collate function."""
     if cfg.dataset == "manifest":
@@ -52,7 +107,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
 
         ds = ManifestDataset(
             Path(cfg.manifest_path),
-            vocab_size=text_vocab_size(cfg.model_size),
+            vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
             max_tokens=cfg.text_tokens,
             policy=cfg.crop_policy,
             min_audio_s=cfg.min_audio_s,
@@ -61,6 +116,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
             audio_root=Path(cfg.audio_root) if cfg.audio_root else None,
             seed=cfg.seed,
             read=cfg.audio_read,
+            text_path=cfg.text_pretrained_path,
         )
         return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
     # One epoch covers max_steps steps of every rank.
@@ -68,7 +124,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
         num_items=cfg.max_steps * cfg.micro_batch * world_size,
         audio_samples=cfg.audio_samples,
         text_tokens=cfg.text_tokens,
-        vocab_size=text_vocab_size(cfg.model_size),
+        vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
         seed=cfg.seed,
     )
     return ds, collate_padded
@@ -78,35 +134,46 @@ def epochs(loader: DataLoader) -> Iterator[dict[str, torch.Tensor]]:
     """Batches forever: a corpus smaller than the run is read again, reshuffled per epoch."""
     epoch = 0
     while True:
-        if isinstance(loader.sampler, DistributedSampler):
-            loader.sampler.set_epoch(epoch)
+        for sampler in (loader.sampler, loader.batch_sampler):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
         yielded = False
         for batch in loader:
             yielded = True
             yield batch
         if not yielded:
+            size = loader.batch_size or getattr(loader.batch_sampler, "micro_batch", "?")
             raise ValueError(
-                f"the dataset gives no full batch of {loader.batch_size} per worker; use a larger "
-                "corpus or a smaller micro_batch"
+                f"the dataset gives no full batch of {size} per worker; use a larger corpus or a "
+                "smaller micro_batch"
             )
         epoch += 1
 
 
 def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
-    """DataLoader with a DistributedSampler; persistent workers, so a new epoch does not restart
-    them inside a timed window."""
+    """DataLoader with a DistributedSampler (or the length-bucketing batch sampler); persistent
+    workers, so a new epoch does not restart them inside a timed window."""
     dataset, collate = build_dataset(cfg, world_size=world_size)
-    sampler = DistributedSampler(
-        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
-    )
-    return DataLoader(
-        dataset,
-        batch_size=cfg.micro_batch,
-        sampler=sampler,
+    workers = dict(
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
         persistent_workers=cfg.num_workers > 0,
         pin_memory=pin_memory,
-        drop_last=True,
         collate_fn=collate,
+    )
+    if cfg.length_bucketing:
+        batches = LengthBucketBatchSampler(
+            dataset.crop_lengths(),
+            micro_batch=cfg.micro_batch,
+            world_size=world_size,
+            rank=rank,
+            seed=cfg.seed,
+            pool_batches=cfg.length_bucketing_pool,
+        )
+        return DataLoader(dataset, batch_sampler=batches, **workers)
+    sampler = DistributedSampler(
+        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
+    )
+    return DataLoader(
+        dataset, batch_size=cfg.micro_batch, sampler=sampler, drop_last=True, **workers
     )

@@ -19,7 +19,7 @@ from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
 from trainables.timing import WindowTimer
 
-__all__ = ["WorkerContext", "run_training", "train_loop_per_worker"]
+__all__ = ["WorkerContext", "gather_rank_windows", "run_training", "train_loop_per_worker"]
 
 
 def _quiet_report_log() -> None:
@@ -61,6 +61,22 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             start_ts=loop_config["run"]["trial_start_ts"],
         ),
     )
+
+
+def gather_rank_windows(metrics: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """Every rank's window figures, gathered to rank 0 (timing_ranks: all). Rank 0 gets the other
+    ranks' windows as ``rank_windows`` and ``rank_skew``, the max over min iter_ms_p50 across
+    ranks; the other ranks get nothing (only rank 0's report reaches the driver)."""
+    import torch.distributed as dist
+
+    mine = {k: v for k, v in metrics.items() if not isinstance(v, str)}
+    gathered: list[Any] | None = [None] * world_size if rank == 0 else None
+    # note: a collective (pickled objects, a CPU-GPU sync), once per window and only when asked
+    dist.gather_object(mine, gathered, dst=0)
+    if rank != 0:
+        return {}
+    iters = [w["iter_ms_p50"] for w in gathered]
+    return {"rank_windows": gathered[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -136,6 +152,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
                 report_ms=report_ms,
                 **engine.effective,
             )
+            if cfg.timing_ranks == "all" and world_size > 1:
+                metrics.update(gather_rank_windows(metrics, rank, world_size))
             # Under Ray Train V2 a report is a barrier across workers, and it blocks while the
             # previous report is still queued, until the controller polls
             # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.

@@ -101,8 +101,9 @@ class ManifestDataset(Dataset):
         audio_root: Path | None = None,
         seed: int = 0,
         read: Literal["seek", "full"] = "seek",
+        text_path: str = "",
     ):
-        from trainables.text import load_or_build_tokenizer
+        from trainables.text import text_tokenizer
 
         table = read_manifest_table(manifest_path)
         rates = np.unique(table.column("sample_rate").to_numpy())
@@ -114,7 +115,7 @@ class ManifestDataset(Dataset):
         self.paths = np.array([str(root / p).encode() for p in table.column("path").to_pylist()])
         self.num_samples = table.column("num_samples").to_numpy().astype(np.int64)
         transcripts = [str(t) for t in table.column("transcript").to_pylist()]
-        tokenizer = load_or_build_tokenizer(manifest_path, transcripts, vocab_size)
+        tokenizer, self.pad_id = text_tokenizer(manifest_path, transcripts, vocab_size, text_path)
         encoded = tokenizer.encode_batch(transcripts)
         lengths = np.array([min(len(e.ids), max_tokens) for e in encoded], dtype=np.int64)
         self.token_offsets = np.concatenate([[0], np.cumsum(lengths)])
@@ -124,7 +125,6 @@ class ManifestDataset(Dataset):
                 e.ids[: max_tokens - 1] + [e.ids[-1]] if len(e.ids) > max_tokens else e.ids
             )  # keep [SEP]
             self.tokens[self.token_offsets[i] : self.token_offsets[i + 1]] = ids
-        self.pad_id = tokenizer.token_to_id("[PAD]")
         self.policy, self.min_s, self.max_s, self.fixed_s = (
             policy,
             min_audio_s,
@@ -135,6 +135,24 @@ class ManifestDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.num_samples)
+
+    def crop_lengths(self) -> np.ndarray:
+        """The padded length in samples of every item's crop, without reading audio (a crop
+        depends only on the seed, the item and its manifest length)."""
+        return np.array(
+            [
+                crop_window(
+                    int(n),
+                    np.random.default_rng([self.seed, i]),
+                    policy=self.policy,
+                    min_s=self.min_s,
+                    max_s=self.max_s,
+                    fixed_s=self.fixed_s,
+                )[2]
+                for i, n in enumerate(self.num_samples)
+            ],
+            dtype=np.int64,
+        )
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         import soundfile as sf

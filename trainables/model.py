@@ -43,31 +43,94 @@ _TINY_TEXT = dict(
 )
 
 
-def text_vocab_size(model_size: str) -> int:
+def text_vocab_size(model_size: str, text_path: str = "") -> int:
+    """Vocabulary of the text encoder: the checkpoint's when loading one, else the size's."""
+    if text_path:
+        from trainables.pretrained import read_config
+
+        return int(read_config(text_path)["vocab_size"])
     return _TINY_TEXT["vocab_size"] if model_size == "tiny" else 30522
 
 
+# LayerDrop and SpecAugment masking change which parameters receive gradients from step to step;
+# DDP then fails ("Expected to have finished reduction") and ZeRO can hang. They are regularisers
+# for long fine-tuning, not part of a throughput workload, so they stay off, also when a
+# checkpoint's config turns them on.
+_SPEECH_OVERRIDES = dict(layerdrop=0.0, mask_time_prob=0.0, mask_feature_prob=0.0)
+
+
 def build_model(
-    model_size: str, proj_dim: int, *, speech_attention: str = "sdpa", text_attention: str = "sdpa"
+    model_size: str,
+    proj_dim: int,
+    *,
+    speech_attention: str = "sdpa",
+    text_attention: str = "sdpa",
+    speech_path: str = "",
+    text_path: str = "",
+    dtype: torch.dtype = torch.float32,
+    notes: list[str] | None = None,
 ) -> Stage1Model:
     """The model with the given attention kernels (already resolved: eager, sdpa or
-    flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks)."""
-    from transformers import BertConfig, Wav2Vec2Config
+    flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks).
 
-    speech_kwargs = _TINY_SPEECH if model_size == "tiny" else {}
-    text_kwargs = _TINY_TEXT if model_size == "tiny" else {}
-    # LayerDrop and SpecAugment masking change which parameters receive gradients from step to
-    # step; DDP then fails ("Expected to have finished reduction") and ZeRO can hang. They are
-    # regularisers for long fine-tuning, not part of a throughput workload, so they stay off.
-    speech_cfg = Wav2Vec2Config(
-        **speech_kwargs,
-        layerdrop=0.0,
-        mask_time_prob=0.0,
-        mask_feature_prob=0.0,
-        attn_implementation=speech_attention,
+    An encoder with a checkpoint folder is loaded from it (offline); the other is built from
+    ``model_size`` with random weights. Weights end up in ``dtype``. Checkpoint weights that
+    the encoder lacks, or that it has and the checkpoint does not, are added to ``notes``.
+    """
+    from transformers import BertConfig, BertModel, Wav2Vec2Config, Wav2Vec2Model
+
+    if speech_path:
+        speech = _load(
+            Wav2Vec2Model,
+            speech_path,
+            "speech",
+            notes,
+            speech_attention,
+            dtype,
+            **_SPEECH_OVERRIDES,
+        )
+    else:
+        speech_kwargs = _TINY_SPEECH if model_size == "tiny" else {}
+        speech = Wav2Vec2Model(
+            Wav2Vec2Config(
+                **speech_kwargs, **_SPEECH_OVERRIDES, attn_implementation=speech_attention
+            )
+        )
+    if text_path:
+        text = _load(
+            BertModel, text_path, "text", notes, text_attention, dtype, add_pooling_layer=False
+        )
+    else:
+        text_kwargs = _TINY_TEXT if model_size == "tiny" else {}
+        text = BertModel(
+            BertConfig(**text_kwargs, attn_implementation=text_attention), add_pooling_layer=False
+        )
+    # Projections and temperature are new in both cases; the whole model then takes one dtype.
+    return Stage1Model(speech, text, proj_dim).to(dtype)
+
+
+def _load(cls, path: str, side: str, notes: list[str] | None, attention: str, dtype, **kwargs):
+    from transformers.utils import logging as hf_logging
+
+    # Every rank would print a progress bar and a load report per encoder; what matters (weights
+    # the checkpoint lacks) goes to ``notes`` and from there to the run manifest.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    model, info = cls.from_pretrained(
+        path,
+        local_files_only=True,
+        attn_implementation=attention,
+        dtype=dtype,
+        output_loading_info=True,
+        **kwargs,
     )
-    text_cfg = BertConfig(**text_kwargs, attn_implementation=text_attention)
-    return Stage1Model(speech_cfg, text_cfg, proj_dim)
+    missing = sorted(info.get("missing_keys", ()))
+    if missing and notes is not None:
+        notes.append(
+            f"{side}: {len(missing)} weight(s) not in {path}, randomly initialised "
+            f"(first: {missing[0]})"
+        )
+    return model
 
 
 def auto_attention(device: torch.device, precision: str) -> str:
@@ -86,22 +149,38 @@ def auto_attention(device: torch.device, precision: str) -> str:
 
 
 def build_model_with_attention(
-    model_size: str, proj_dim: int, *, speech: str, text: str, device: torch.device, precision: str
+    model_size: str,
+    proj_dim: int,
+    *,
+    speech: str,
+    text: str,
+    device: torch.device,
+    precision: str,
+    speech_path: str = "",
+    text_path: str = "",
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[Stage1Model, dict[str, str]]:
-    """Resolve ``auto``, build, and fall back to SDPA when a requested kernel cannot run here;
-    returns the model and what was used (with the reason for any fallback)."""
+    """Resolve ``auto``, build (or load), and fall back to SDPA when a requested kernel cannot
+    run here; returns the model and what was used (with the reason for any fallback)."""
     wanted = {
         "speech": auto_attention(device, precision) if speech == "auto" else speech,
         "text": auto_attention(device, precision) if text == "auto" else text,
     }
-    notes = []
+    notes: list[str] = []
     for side, kind in wanted.items():
         if kind == "flash_attention_2" and (device.type != "cuda" or precision == "fp32"):
             notes.append(f"{side}: flash_attention_2 needs a GPU and bf16/fp16, used sdpa")
             wanted[side] = "sdpa"
+    paths = dict(speech_path=speech_path, text_path=text_path, dtype=dtype)
+    load_notes: list[str] = []
     try:
         model = build_model(
-            model_size, proj_dim, speech_attention=wanted["speech"], text_attention=wanted["text"]
+            model_size,
+            proj_dim,
+            speech_attention=wanted["speech"],
+            text_attention=wanted["text"],
+            notes=load_notes,
+            **paths,
         )
     except ImportError as exc:  # flash_attn not installed
         reason = str(exc).split(":")[-1].strip()[:120]
@@ -109,13 +188,19 @@ def build_model_with_attention(
             if kind == "flash_attention_2":
                 notes.append(f"{side}: flash_attention_2 unavailable ({reason}), used sdpa")
                 wanted[side] = "sdpa"
+        load_notes.clear()
         model = build_model(
-            model_size, proj_dim, speech_attention=wanted["speech"], text_attention=wanted["text"]
+            model_size,
+            proj_dim,
+            speech_attention=wanted["speech"],
+            text_attention=wanted["text"],
+            notes=load_notes,
+            **paths,
         )
     effective = {
         "speech_attention_effective": model.speech.config._attn_implementation,
         "text_attention_effective": model.text.config._attn_implementation,
-        "fallbacks": "; ".join(notes),
+        "fallbacks": "; ".join(notes + load_notes),
     }
     return model, effective
 
@@ -123,14 +208,12 @@ def build_model_with_attention(
 class Stage1Model(nn.Module):
     """Mean-pooled speech frames and the text [CLS] state, projected and L2-normalised."""
 
-    def __init__(self, speech_cfg, text_cfg, proj_dim: int):
+    def __init__(self, speech: nn.Module, text: nn.Module, proj_dim: int):
         super().__init__()
-        from transformers import BertModel, Wav2Vec2Model
-
-        self.speech = Wav2Vec2Model(speech_cfg)
-        self.text = BertModel(text_cfg, add_pooling_layer=False)
-        self.speech_proj = nn.Linear(speech_cfg.hidden_size, proj_dim)
-        self.text_proj = nn.Linear(text_cfg.hidden_size, proj_dim)
+        self.speech = speech  # a transformers Wav2Vec2Model
+        self.text = text  # a transformers BertModel without its pooler
+        self.speech_proj = nn.Linear(speech.config.hidden_size, proj_dim)
+        self.text_proj = nn.Linear(text.config.hidden_size, proj_dim)
         # A 1-element tensor, not a 0-dim one: DeepSpeed ZeRO cannot flatten 0-dim bf16 params.
         self.logit_scale = nn.Parameter(torch.full((1,), math.log(1 / 0.07)))
 

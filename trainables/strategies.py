@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,13 @@ from trainables.config import TrialConfig
 from trainables.mfu import flops_per_sample, peak_tflops
 from trainables.model import build_model_with_attention
 
-__all__ = ["Engine", "build_engine", "deepspeed_config", "resolve_precision"]
+__all__ = [
+    "Engine",
+    "build_engine",
+    "deepspeed_config",
+    "resolve_load_dtype",
+    "resolve_precision",
+]
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -33,6 +40,20 @@ def resolve_precision(requested: str, device: torch.device) -> str:
         return "fp32"
     major, _ = torch.cuda.get_device_capability(device)
     return "bf16" if major >= 8 else "fp16"
+
+
+def resolve_load_dtype(requested: str, strategy: str, precision: str) -> str:
+    """``auto``: the precision's dtype under DeepSpeed (it casts the weights to it anyway and
+    keeps fp32 master copies in its optimizer), fp32 under DDP (autocast computes in low
+    precision from fp32 master weights)."""
+    if requested == "auto":
+        return precision if strategy == "deepspeed" else "fp32"
+    if requested != "fp32" and requested != precision:
+        raise ValueError(
+            f"model_load_dtype: {requested} weights, but precision resolved to {precision} on "
+            f"this device; set precision={requested}, or model_load_dtype auto or fp32"
+        )
+    return requested
 
 
 def deepspeed_config(cfg: TrialConfig, precision: str) -> dict[str, Any]:
@@ -71,13 +92,39 @@ class Engine:
     _backward: Any = None
     _step: Any = None
     _autocast: Any = contextlib.nullcontext
-    _dtype: torch.dtype | None = None  # cast floating inputs to this (DeepSpeed bf16/fp16)
+    _dtype: torch.dtype | None = None  # cast floating inputs to this (low-precision weights)
+    # With torch_compile: the exceptions that mean "compilation failed", and a function that
+    # returns the eager module to use instead.
+    _compile_errors: tuple[type[BaseException], ...] = ()
+    _to_eager: Any = None
+    _calls: int = 0
 
     def __call__(self, batch: dict[str, torch.Tensor]):
         if self._dtype is not None:
             batch = {k: v.to(self._dtype) if v.is_floating_point() else v for k, v in batch.items()}
+        self._calls += 1
+        if self._to_eager is None:
+            with self._autocast():
+                return self.model(**batch)
+        try:
+            # Compilation is lazy: it happens here, at the first call and at every recompile
+            # (a new input shape), so a compile error can come at any step.
+            with self._autocast():
+                return self.model(**batch)
+        except self._compile_errors as exc:
+            self._fall_back(exc)
         with self._autocast():
             return self.model(**batch)
+
+    def _fall_back(self, exc: BaseException) -> None:
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
+        note = (
+            f"compile: {type(exc).__name__}: {first.strip()[:160]}; eager from step {self._calls}"
+        )
+        self.model = self._to_eager()
+        self._to_eager = None
+        self.effective["compile_effective"] = "eager (fallback)"
+        self.effective["fallbacks"] = "; ".join(filter(None, [self.effective["fallbacks"], note]))
 
     def backward(self, loss: torch.Tensor) -> None:
         self._backward(loss)
@@ -87,7 +134,7 @@ class Engine:
 
 
 def probe_batch(
-    cfg: TrialConfig, device: torch.device, samples: int = 2
+    cfg: TrialConfig, device: torch.device, samples: int = 2, dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
     """A small batch of the run's mean crop length and its longest transcripts, for counting."""
     if cfg.dataset == "synthetic":
@@ -98,7 +145,7 @@ def probe_batch(
         seconds = (cfg.min_audio_s + cfg.max_audio_s) / 2
     n = int(seconds * 16_000)
     return {
-        "audio": torch.zeros(samples, n, device=device),
+        "audio": torch.zeros(samples, n, device=device, dtype=dtype),
         "audio_mask": torch.ones(samples, n, dtype=torch.long, device=device),
         "input_ids": torch.full((samples, cfg.text_tokens), 5, dtype=torch.long, device=device),
         "text_mask": torch.ones(samples, cfg.text_tokens, dtype=torch.long, device=device),
@@ -120,11 +167,28 @@ def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
     )
 
 
+def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:
+    return {
+        "backend": cfg.compile_backend,
+        "mode": None if cfg.compile_mode == "default" else cfg.compile_mode,
+        "dynamic": None if cfg.compile_dynamic == "auto" else cfg.compile_dynamic,
+    }
+
+
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    # Every dynamo and inductor failure (BackendCompilerFailed, InductorError, ...) derives from
+    # TorchDynamoException; errors of the model itself (shapes, out of memory) do not.
+    import torch._dynamo.exc
+
+    return (torch._dynamo.exc.TorchDynamoException,)
+
+
 def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
     torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
     torch.backends.cudnn.allow_tf32 = cfg.tf32
     torch.set_float32_matmul_precision(cfg.matmul_precision)
     precision = resolve_precision(cfg.precision, device)
+    load_dtype = resolve_load_dtype(cfg.model_load_dtype, cfg.strategy, precision)
     on_gpu = device.type == "cuda"
     torch.manual_seed(cfg.seed)  # identical init on every rank
     model, attention = build_model_with_attention(
@@ -134,13 +198,32 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         text=cfg.text_attention,
         device=device,
         precision=precision,
+        speech_path=cfg.speech_pretrained_path,
+        text_path=cfg.text_pretrained_path,
+        dtype=_DTYPES[load_dtype],
     )
     model = model.to(device)
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
-    flops = flops_per_sample(model, probe_batch(cfg, device))
+    flops = flops_per_sample(model, probe_batch(cfg, device, dtype=_DTYPES[load_dtype]))
     peak = peak_tflops(device, precision)
     optimizer = _optimizer(cfg, model.parameters(), on_gpu)
-    effective = {"precision_effective": precision, "strategy_effective": cfg.strategy, **attention}
+    effective = {
+        "precision_effective": precision,
+        "strategy_effective": cfg.strategy,
+        "model_load_dtype_effective": load_dtype,
+        "compile_effective": "off",
+        **attention,
+    }
+    compiled: dict[str, Any] = {}
+    if cfg.torch_compile:
+        # transformers calls an lru_cache'd helper inside forward; dynamo warns once per process
+        # that it traces through the cache, which is harmless here.
+        warnings.filterwarnings(
+            "ignore", message="Dynamo detected a call to a `functools.lru_cache`"
+        )
+        kwargs = _compile_kwargs(cfg)
+        effective["compile_effective"] = f"{cfg.compile_backend}/{cfg.compile_mode}"
+        compiled["_compile_errors"] = _compile_errors()
     if cfg.strategy == "deepspeed":
         import deepspeed
 
@@ -150,6 +233,17 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
             config=deepspeed_config(cfg, precision),
             dist_init_required=False,  # Ray Train already set up the process group
         )
+        if cfg.torch_compile:
+            backend = kwargs.pop("backend")
+            engine.compile(backend=backend, compile_kwargs=kwargs)
+
+            def to_eager():
+                # engine.compile is nn.Module.compile of the wrapped module, which keeps the
+                # compiled call in _compiled_call_impl; without it the module runs eagerly.
+                engine.module._compiled_call_impl = None
+                return engine
+
+            compiled["_to_eager"] = to_eager
         # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
         dtype = None if precision == "fp32" else _DTYPES[precision]
         return Engine(
@@ -161,6 +255,7 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
             _backward=engine.backward,
             _step=engine.step,
             _dtype=dtype,
+            **compiled,
         )
 
     ddp = DistributedDataParallel(
@@ -176,6 +271,12 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
 
         hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
         ddp.register_comm_hook(None, hook[cfg.ddp_comm_hook])
+    wrapped: torch.nn.Module = ddp
+    if cfg.torch_compile:
+        # The DDP module, not the inner one: dynamo's DDPOptimizer then splits the graph at
+        # bucket boundaries, so gradient all-reduce still overlaps the backward pass.
+        wrapped = torch.compile(ddp, **kwargs)
+        compiled["_to_eager"] = lambda: ddp
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     dtype = _DTYPES[precision]
 
@@ -190,7 +291,7 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         optimizer.zero_grad(set_to_none=True)
 
     return Engine(
-        model=ddp,
+        model=wrapped,
         optimizer=optimizer,
         effective=effective,
         flops_per_sample=flops,
@@ -198,4 +299,8 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         _backward=lambda loss: scaler.scale(loss).backward(),
         _step=step,
         _autocast=autocast,
+        # Low-precision weights take inputs of their dtype (autocast does not cast the conv
+        # front end's input when there is no autocast, e.g. bf16 weights at precision fp32).
+        _dtype=None if load_dtype == "fp32" else _DTYPES[load_dtype],
+        **compiled,
     )

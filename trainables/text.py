@@ -1,12 +1,13 @@
-"""The text side of the data path: a WordPiece tokenizer, built offline from the manifest's
-transcripts (no download) and cached beside the manifest."""
+"""The text side of the data path: the text checkpoint's own tokenizer when it has one, else a
+WordPiece tokenizer built offline from the manifest's transcripts (no download) and cached
+beside the manifest."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
-__all__ = ["SPECIAL_TOKENS", "build_tokenizer", "load_or_build_tokenizer"]
+__all__ = ["SPECIAL_TOKENS", "build_tokenizer", "load_or_build_tokenizer", "text_tokenizer"]
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] is id 0, like BERT's
 
@@ -60,3 +61,16 @@ def load_or_build_tokenizer(manifest_path: Path, transcripts: list[str], vocab_s
     except OSError:
         pass  # a read-only corpus folder: build again next time
     return tok
+
+
+def text_tokenizer(
+    manifest_path: Path, transcripts: list[str], vocab_size: int, text_path: str = ""
+):
+    """(tokenizer, padding id) for a run: the checkpoint's tokenizer when ``text_path`` has one
+    (its ids are the ones the checkpoint's embeddings were trained on), else the manifest's."""
+    from trainables.pretrained import has_tokenizer, load_tokenizer
+
+    if text_path and has_tokenizer(text_path):
+        return load_tokenizer(text_path)
+    tok = load_or_build_tokenizer(manifest_path, transcripts, vocab_size)
+    return tok, tok.token_to_id("[PAD]")
