@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -23,9 +24,11 @@ __all__ = ["SweepRecorder", "failure_reason"]
 
 
 class SweepRecorder(Callback):
-    """Buffers window rows per run and writes them as Parquet part files: at the end of every
-    run (ok or failed) and, during a long run, every ``flush_every_s`` seconds, so that an
-    interrupted sweep keeps everything up to its last flush."""
+    """Buffers rows per run (timing windows, GPU and host telemetry) and writes them as Parquet
+    part files: at the end of every run (ok or failed) and, during a long run, every
+    ``flush_every_s`` seconds, so that an interrupted sweep keeps everything up to its last
+    flush. It also prints progress, heartbeats and stall alerts, and writes each run's
+    ``env.json``."""
 
     def __init__(
         self,
@@ -35,6 +38,7 @@ class SweepRecorder(Callback):
         flush_every_s: float = 30.0,
         on_change: Callable[[], None] | None = None,
         echo: Callable[[str], None] | None = None,
+        facts: dict[str, Any] | None = None,
     ):
         self.output_root = Path(output_root)
         self.runs = {r.name: r for r in runs}
@@ -42,36 +46,69 @@ class SweepRecorder(Callback):
         self.flush_every_s = flush_every_s
         self.on_change = on_change
         self.echo = echo or (lambda line: print(line, file=sys.stdout, flush=True))
-        self.pending: dict[str, list[dict[str, Any]]] = {}
-        self.parts: dict[str, int] = {}
+        self.facts = facts or {}  # the driver's git facts, also written into env.json
+        self.pending: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.parts: dict[tuple[str, str], int] = {}
         self.last_flush: dict[str, float] = {}
         self.status: dict[str, dict[str, Any]] = {}
+        self.iter_history: dict[str, list[float]] = {}
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.last_heartbeat: dict[str, float] = {}
 
     # --- Tune hooks (called in the driver's Tune loop) ---
     def on_trial_start(self, iteration, trials, trial, **info):
         run = self._run(trial)
-        self.status[run] = {"status": "running", "started_at": time.time(), "effective": {}}
-        self.last_flush[run] = time.monotonic()
+        self.status[run] = {
+            "status": "running",
+            "started_at": time.time(),
+            "effective": {},
+            "gpu_telemetry_rows": 0,
+            "host_telemetry_rows": 0,
+            "stall_alerts": 0,
+        }
+        self.last_flush[run] = self.last_heartbeat[run] = time.monotonic()
         self.echo(f"[{self._index(run)}] {run}: started")
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self._run(trial)
         spec = self.runs[run]
-        row = {name: result.get(name) for name in results.TIMING_SCHEMA.names}
+        keys = {"run": run, "group": spec.group, "repeat": spec.repeat}
+        row = {name: result.get(name) for name in results.TIMING_SCHEMA.names} | keys
+        status = self.status.setdefault(run, {})
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
-        self.status.setdefault(run, {}).setdefault("effective", {}).update(effective)
-        row.update(run=run, group=spec.group, repeat=spec.repeat)
+        status.setdefault("effective", {}).update(effective)
         rows = [row]
         # timing_ranks: all: the other ranks' windows come with rank 0's, one row per rank.
         for other in result.get("rank_windows") or ():
             rows.append({name: other.get(name) for name in results.TIMING_SCHEMA.names})
-            rows[-1].update(
-                run=run, group=spec.group, repeat=spec.repeat, rank_skew=row["rank_skew"]
+            rows[-1].update(keys, rank_skew=row["rank_skew"])
+        self._add(run, "timing", rows)
+        for kind in ("gpu", "host"):
+            samples = [dict(r, **keys) for r in result.get(f"{kind}_samples") or ()]
+            self._add(run, kind, samples)
+            status[f"{kind}_telemetry_rows"] = status.get(f"{kind}_telemetry_rows", 0) + len(
+                samples
             )
-        self.pending.setdefault(run, []).extend(rows)
+        if result.get("env_facts"):
+            self._write_env(run, result["env_facts"])
         self.echo(self._progress_line(run, row))
+        self._check_stall(run, row)
+        self.latest[run] = row
         if time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
             self.flush(run)
+
+    def on_step_begin(self, iteration, trials, **info):
+        """Heartbeats: one line per running run every ``heartbeat_every_s``, so a long run
+        never looks silently hung."""
+        now = time.monotonic()
+        for run, status in self.status.items():
+            cfg = self.runs[run].config
+            if status.get("status") != "running" or not cfg.telemetry or cfg.heartbeat_every_s <= 0:
+                continue
+            if now - self.last_heartbeat.get(run, now) < cfg.heartbeat_every_s:
+                continue
+            self.last_heartbeat[run] = now
+            self.echo(self._heartbeat_line(run, status))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._finish(trial, "ok", "")
@@ -80,31 +117,58 @@ class SweepRecorder(Callback):
         self._finish(trial, "failed", failure_reason(_error_text(trial)))
 
     def on_experiment_end(self, trials, **info):
-        for run in list(self.pending):
+        for run in list(self.last_flush):
             self.flush(run)
 
     # --- recording ---
+    def _add(self, run: str, kind: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.pending.setdefault((run, kind), []).extend(rows)
+
     def flush(self, run: str) -> None:
-        rows = self.pending.pop(run, [])
         self.last_flush[run] = time.monotonic()
-        if not rows:
+        for kind, (folder, schema) in results.DATASETS.items():
+            rows = self.pending.pop((run, kind), [])
+            if not rows:
+                continue
+            part = self.parts.get((run, kind), 0)
+            results.write_part(self.output_root / folder, f"{run}-{part:05d}", rows, schema)
+            self.parts[(run, kind)] = part + 1
+
+    def _write_env(self, run: str, facts: dict[str, Any]) -> None:
+        record = {"run": run, **facts, **self.facts, "config": self.runs[run].config.to_dict()}
+        results.write_json(self.output_root / "runs" / run / "env.json", record)
+
+    def _check_stall(self, run: str, row: dict[str, Any]) -> None:
+        """Alert when this window's iter_ms_p50 exceeds stall_alert_ratio x the run's median so
+        far (from the third window on, so a median exists)."""
+        cfg = self.runs[run].config
+        history = self.iter_history.setdefault(run, [])
+        value = row.get("iter_ms_p50")
+        if value is None or not cfg.telemetry:
             return
-        part = self.parts.get(run, 0)
-        results.write_part(
-            self.output_root / results.TIMING_DIR, f"{run}-{part:05d}", rows, results.TIMING_SCHEMA
-        )
-        self.parts[run] = part + 1
+        if len(history) >= 2:
+            median = statistics.median(history)
+            if value > cfg.stall_alert_ratio * median:
+                self.status[run]["stall_alerts"] = self.status[run].get("stall_alerts", 0) + 1
+                self.echo(
+                    f"[{self._index(run)}] {run}: ALERT step {row.get('step')}: iter p50 "
+                    f"{value:.1f} ms is {value / median:.1f}x the run's median {median:.1f} ms"
+                )
+        history.append(value)
 
     def _finish(self, trial, status: str, reason: str) -> None:
         run = self._run(trial)
         self.flush(run)
-        started = self.status.get(run, {}).get("started_at", time.time())
+        previous = self.status.get(run, {})
+        started = previous.get("started_at", time.time())
         self.status[run] = {
+            **previous,
             "status": status,
             "failure_reason": reason,
             "started_at": started,
             "duration_sec": time.time() - started,
-            "effective": self.status.get(run, {}).get("effective", {}),
+            "effective": previous.get("effective", {}),
         }
         line = f"[{self._index(run)}] {run}: {status} in {self.status[run]['duration_sec']:.1f} s"
         self.echo(line + (f": {reason}" if reason else ""))
@@ -119,14 +183,25 @@ class SweepRecorder(Callback):
 
     def _progress_line(self, run: str, row: dict[str, Any]) -> str:
         step, max_steps = row.get("step") or 0, row.get("max_steps") or 0
-        iter_mean = row.get("iter_ms_mean") or math.nan
-        eta_s = (max_steps - step) * iter_mean / 1000.0 if max_steps else math.nan
+        eta_s = row.get("eta_s")
         return (
             f"[{self._index(run)}] {run}: step {step}/{max_steps}"
             f"  iter p50 {row.get('iter_ms_p50', math.nan):.1f} ms"
             f"  data p50 {row.get('data_ms_p50', math.nan):.1f} ms"
             f"  {row.get('samples_per_s', math.nan):.1f} samples/s"
-            f"  loss {row.get('loss', math.nan):.3f}  ETA {eta_s:.0f} s"
+            f"  loss {row.get('loss', math.nan):.3f}  ETA {math.nan if eta_s is None else eta_s:.0f} s"
+        )
+
+    def _heartbeat_line(self, run: str, status: dict[str, Any]) -> str:
+        elapsed = time.time() - status.get("started_at", time.time())
+        row = self.latest.get(run)
+        if row is None:
+            return f"[{self._index(run)}] {run}: heartbeat: starting, {elapsed:.0f} s since start"
+        since = time.time() - (row.get("window_end_ts") or time.time())
+        return (
+            f"[{self._index(run)}] {run}: heartbeat: step {row.get('step')}/{row.get('max_steps')}"
+            f"  {row.get('samples_per_s', math.nan):.1f} samples/s  ETA {row.get('eta_s') or 0:.0f} s"
+            f"  last window {since:.0f} s ago"
         )
 
 

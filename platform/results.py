@@ -13,6 +13,9 @@ import pyarrow.parquet as pq
 from data_prep.fileio import atomic_write_bytes, atomic_write_text, tsv_text, write_json
 
 __all__ = [
+    "DATASETS",
+    "GPU_TELEMETRY_SCHEMA",
+    "HOST_TELEMETRY_SCHEMA",
     "TIMING_SCHEMA",
     "atomic_write_text",
     "read_dataset",
@@ -22,6 +25,8 @@ __all__ = [
 ]
 
 TIMING_DIR = "timing.parquet"
+GPU_TELEMETRY_DIR = "gpu_telemetry.parquet"
+HOST_TELEMETRY_DIR = "host_telemetry.parquet"
 MANIFEST = "run_manifest.tsv"
 BEST_CONFIG = "best_config.json"
 
@@ -33,6 +38,7 @@ EFFECTIVE_KEYS = (
     "text_attention_effective",
     "model_load_dtype_effective",
     "compile_effective",
+    "telemetry_effective",
     "fallbacks",
 )
 
@@ -67,12 +73,65 @@ TIMING_SCHEMA = pa.schema(
         ("peak_mem_gib", pa.float64()),
         ("report_ms", pa.float64()),
         ("rank_skew", pa.float64()),
+        ("eta_s", pa.float64()),
         ("loss", pa.float64()),
         ("startup_s", pa.float64()),
         ("elapsed_s", pa.float64()),
         ("window_end_ts", pa.float64()),
     ]
 )
+
+
+_RUN_KEYS = [("run", pa.string()), ("group", pa.string()), ("repeat", pa.int32())]
+
+# One row per NVML sample of one GPU (trainables/telemetry.py: NvmlGpu).
+GPU_TELEMETRY_SCHEMA = pa.schema(
+    [
+        *_RUN_KEYS,
+        ("rank", pa.int32()),
+        ("node", pa.string()),
+        ("gpu_index", pa.int32()),
+        ("gpu_uuid", pa.string()),
+        ("ts", pa.float64()),
+        ("util_gpu_pct", pa.float64()),
+        ("util_mem_pct", pa.float64()),
+        ("mem_used_mib", pa.float64()),
+        ("power_w", pa.float64()),
+        ("sm_clock_mhz", pa.float64()),
+        ("mem_clock_mhz", pa.float64()),
+        ("temp_c", pa.float64()),
+        ("throttle_reasons", pa.int64()),
+        ("energy_j", pa.float64()),
+    ]
+)
+
+# One row per host sample of one node (trainables/telemetry.py: HostSampler).
+HOST_TELEMETRY_SCHEMA = pa.schema(
+    [
+        *_RUN_KEYS,
+        ("rank", pa.int32()),
+        ("node", pa.string()),
+        ("ts", pa.float64()),
+        ("mem_total_mib", pa.float64()),
+        ("mem_available_mib", pa.float64()),
+        ("swap_total_mib", pa.float64()),
+        ("swap_used_mib", pa.float64()),
+        ("load_1", pa.float64()),
+        ("load_5", pa.float64()),
+        ("load_15", pa.float64()),
+        ("trainer_pids", pa.int32()),
+        ("trainer_procs", pa.int32()),
+        ("trainer_rss_mib", pa.float64()),
+        ("trainer_vsz_mib", pa.float64()),
+    ]
+)
+
+# Parquet datasets the recorder writes, by the kind of row.
+DATASETS = {
+    "timing": (TIMING_DIR, TIMING_SCHEMA),
+    "gpu": (GPU_TELEMETRY_DIR, GPU_TELEMETRY_SCHEMA),
+    "host": (HOST_TELEMETRY_DIR, HOST_TELEMETRY_SCHEMA),
+}
 
 
 def write_tsv(path: Path, rows: Iterable[dict[str, Any]], columns: list[str]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import logging
 import os
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any
 from data_prep.fileio import ensure_writable_dir
 from platform import analysis, results
 from platform.errors import EXIT_USAGE, UsageError
+from platform.provenance import GIT_KEYS, git_facts
 from platform.spaces import (
     DataPlan,
     RunSpec,
@@ -44,7 +46,12 @@ MANIFEST_COLUMNS = [
     "tail_samples_per_sec_mean",
     "tail_mean_iter_p50_ms",
     "startup_s",
+    "gpu_telemetry_rows",
+    "gpu_telemetry_empty_flag",
+    "host_telemetry_rows",
+    "stall_alerts",
     *results.EFFECTIVE_KEYS,
+    *GIT_KEYS,
     *field_names(),
 ]
 
@@ -66,6 +73,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the runs and exit; starts no Ray")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
     p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
+    p.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="address the Ray dashboard of a local cluster listens on (default loopback only)",
+    )
+    p.add_argument("--dashboard-port", type=int, default=8265, help="Ray dashboard port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="Prometheus endpoint port of a local cluster (default: Ray picks one)",
+    )
     return p
 
 
@@ -92,7 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"platform.tune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run_sweep(space, runs, output_root, address=args.address)
+    return run_sweep(
+        space,
+        runs,
+        output_root,
+        address=args.address,
+        dashboard_host=args.dashboard_host,
+        dashboard_port=args.dashboard_port,
+        metrics_port=args.metrics_port,
+    )
 
 
 # --- planning ---
@@ -163,23 +189,39 @@ def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[Ru
 
 # --- running ---
 def run_sweep(
-    space: SearchSpace, runs: list[RunSpec], output_root: Path, *, address: str | None
+    space: SearchSpace,
+    runs: list[RunSpec],
+    output_root: Path,
+    *,
+    address: str | None,
+    dashboard_host: str = "127.0.0.1",
+    dashboard_port: int = 8265,
+    metrics_port: int | None = None,
 ) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # The platform's callback is the record; Tune's own result.json/progress.csv per trial
+    # would copy every window and telemetry sample again.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     import ray
     from ray import tune
 
+    # With Tune's loggers off, the ResultGrid that fit() returns warns that it found no
+    # result.json; nothing reads that grid (the recorder's files are the results).
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+
     from platform.callbacks import SweepRecorder
+    from platform.cluster import start_cluster
     from trainables.trial import run_trial
 
     sweep_start = time.time()
     print(f"output root: {output_root}", flush=True)
     try:
-        ray.init(
+        cluster = start_cluster(
             address=address,
-            dashboard_host="127.0.0.1",
-            logging_level="WARNING",
-            runtime_env={"env_vars": train_env_vars()},
+            dashboard_host=dashboard_host,
+            dashboard_port=dashboard_port,
+            metrics_port=metrics_port,
+            env_vars=train_env_vars(),
         )
     except ConnectionError as exc:
         print(
@@ -205,9 +247,18 @@ def run_sweep(
         prepare_tokenizers(runs)
         for run in runs:
             results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run))
-        recorder = SweepRecorder(output_root, runs)
-        recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status)
-        write_manifest(output_root, runs, recorder.status)
+        if cluster.dashboard_url:
+            print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
+        elif address is None:
+            print(
+                "Ray dashboard: not running (its packages are missing: pip install 'ray[default]')"
+            )
+        if cluster.metrics_url:
+            print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
+        facts = git_facts()
+        recorder = SweepRecorder(output_root, runs, facts=facts)
+        recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status, facts)
+        write_manifest(output_root, runs, recorder.status, facts)
         tuner = tune.Tuner(
             # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
             # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
@@ -226,7 +277,7 @@ def run_sweep(
             tuner.fit()
         finally:
             recorder.on_experiment_end(trials=[])
-            manifest = write_manifest(output_root, runs, recorder.status)
+            manifest = write_manifest(output_root, runs, recorder.status, facts)
         return report(space, manifest, runs, output_root, time.time() - sweep_start)
     finally:
         ray.shutdown()
@@ -333,7 +384,10 @@ def _run_record(run: RunSpec) -> dict[str, Any]:
 
 
 def write_manifest(
-    output_root: Path, runs: list[RunSpec], status: dict[str, dict[str, Any]]
+    output_root: Path,
+    runs: list[RunSpec],
+    status: dict[str, dict[str, Any]],
+    facts: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: its status and key figures (from timing.parquet) and every config value."""
     timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
@@ -349,13 +403,29 @@ def write_manifest(
                 "status": st["status"],
                 "failure_reason": st.get("failure_reason", ""),
                 "duration_sec": st.get("duration_sec"),
+                **_telemetry_counts(run, st),
                 **st.get("effective", {}),
+                **(facts or {}),
                 **figures.get(run.name, {}),
                 **run.config.to_dict(),
             }
         )
     results.write_tsv(output_root / results.MANIFEST, rows, MANIFEST_COLUMNS)
     return rows
+
+
+def _telemetry_counts(run: RunSpec, st: dict[str, Any]) -> dict[str, Any]:
+    gpu_rows = st.get("gpu_telemetry_rows", 0)
+    finished = st["status"] not in ("pending", "running")
+    return {
+        "gpu_telemetry_rows": gpu_rows,
+        # A GPU run that sampled nothing: NVML missing or broken on its nodes.
+        "gpu_telemetry_empty_flag": bool(
+            finished and run.config.use_gpu is True and run.config.telemetry and gpu_rows == 0
+        ),
+        "host_telemetry_rows": st.get("host_telemetry_rows", 0),
+        "stall_alerts": st.get("stall_alerts", 0),
+    }
 
 
 def report(

@@ -49,6 +49,9 @@ _MINIMUMS = {
     "tail_timing_points": 1,
     "pg_timeout_s": 1,
     "length_bucketing_pool": 1,
+    "inject_sleep_at_step": 0,
+    "inject_sleep_steps": 1,
+    "inject_sleep_rank": -1,
 }
 
 # Longest token sequence each text encoder size has position embeddings for.
@@ -231,6 +234,27 @@ class TrialConfig:
         "report (one more collective per window), one timing row per rank.",
         default="rank0",
     )
+    telemetry: bool = _doc(
+        "Sample each GPU (NVML) and each node (memory, load, trainer RSS) in the workers, and "
+        "print the driver's heartbeats and stall alerts for the run.",
+        default=True,
+    )
+    gpu_telemetry_interval_s: float = _doc("Seconds between NVML samples of a GPU.", default=2.0)
+    host_telemetry_interval_s: float = _doc("Seconds between host samples of a node.", default=5.0)
+    heartbeat_every_s: float = _doc(
+        "Seconds between the driver's heartbeat lines per running run; 0: none.", default=30.0
+    )
+    stall_alert_ratio: float = _doc(
+        "Alert when a window's iter_ms_p50 exceeds this times the run's median so far.",
+        default=2.0,
+    )
+    inject_sleep_s: float = _doc(
+        "Fault injection for tests: sleep this long inside the step at inject_sleep_at_step.",
+        default=0.0,
+    )
+    inject_sleep_at_step: int = _doc("First step of the injected sleep (0: none).", default=0)
+    inject_sleep_steps: int = _doc("Consecutive steps that sleep from there.", default=1)
+    inject_sleep_rank: int = _doc("Rank that sleeps; -1: every rank.", default=-1)
     pg_timeout_s: int = _doc("Process-group (gloo/NCCL) collective timeout, seconds.", default=1800)
 
     def __post_init__(self) -> None:
@@ -287,6 +311,19 @@ class TrialConfig:
                 "manifest with crop_policy limit_longest; set length_bucketing=false"
             )
         self._check_load_dtype()
+        for name in ("gpu_telemetry_interval_s", "host_telemetry_interval_s"):
+            if not 0.05 <= getattr(self, name) <= 3600:
+                raise ConfigError(
+                    f"{name}: must be within 0.05-3600 seconds, got {getattr(self, name)}"
+                )
+        if self.heartbeat_every_s < 0:
+            raise ConfigError(
+                f"heartbeat_every_s: must be >= 0 (0: off), got {self.heartbeat_every_s}"
+            )
+        if self.stall_alert_ratio <= 1:
+            raise ConfigError(f"stall_alert_ratio: must be > 1, got {self.stall_alert_ratio}")
+        if self.inject_sleep_s < 0:
+            raise ConfigError(f"inject_sleep_s: must be >= 0, got {self.inject_sleep_s}")
         if self.manifest_path and not self.manifest_path.endswith(".tsv"):
             raise ConfigError(
                 f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"

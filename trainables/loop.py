@@ -17,9 +17,16 @@ from trainables.config import TrialConfig
 from trainables.data import build_loader, epochs
 from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
+from trainables.telemetry import collect_env, start_telemetry
 from trainables.timing import WindowTimer
 
-__all__ = ["WorkerContext", "gather_rank_windows", "run_training", "train_loop_per_worker"]
+__all__ = [
+    "WorkerContext",
+    "gather_rank_windows",
+    "gather_to_rank0",
+    "run_training",
+    "train_loop_per_worker",
+]
 
 
 def _quiet_report_log() -> None:
@@ -41,6 +48,7 @@ class WorkerContext:
     device: torch.device
     report: Callable[[dict[str, Any]], None]
     start_ts: float  # when the run started (startup_s is measured from here)
+    local_rank: int = 0
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -48,35 +56,72 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
     import ray.train.torch
 
+    from trainables.telemetry import RayGauges
+
     _quiet_report_log()
     ctx = ray.train.get_context()
+    cfg = TrialConfig.from_dict(loop_config["config"])
+    gauges = RayGauges(loop_config["run"]["name"]) if cfg.telemetry else None
+
+    def report(metrics: dict[str, Any]) -> None:
+        if gauges is not None and ctx.get_world_rank() == 0:
+            gauges.update(metrics)
+        # In Ray Train V2 every report is a barrier across workers: once per window only.
+        ray.train.report(metrics)
+
     run_training(
-        TrialConfig.from_dict(loop_config["config"]),
+        cfg,
         WorkerContext(
             rank=ctx.get_world_rank(),
             world_size=ctx.get_world_size(),
             device=ray.train.torch.get_device(),
-            # In Ray Train V2 every report is a barrier across workers: once per window only.
-            report=ray.train.report,
+            report=report,
             start_ts=loop_config["run"]["trial_start_ts"],
+            local_rank=ctx.get_local_rank(),
         ),
     )
 
 
-def gather_rank_windows(metrics: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
-    """Every rank's window figures, gathered to rank 0 (timing_ranks: all). Rank 0 gets the other
-    ranks' windows as ``rank_windows`` and ``rank_skew``, the max over min iter_ms_p50 across
-    ranks; the other ranks get nothing (only rank 0's report reaches the driver)."""
+def gather_to_rank0(payload: Any, rank: int, world_size: int) -> list[Any] | None:
+    """Every rank's ``payload``, in rank order, on rank 0 (None elsewhere)."""
+    if world_size == 1:
+        return [payload]
     import torch.distributed as dist
 
-    mine = {k: v for k, v in metrics.items() if not isinstance(v, str)}
     gathered: list[Any] | None = [None] * world_size if rank == 0 else None
-    # note: a collective (pickled objects, a CPU-GPU sync), once per window and only when asked
-    dist.gather_object(mine, gathered, dst=0)
-    if rank != 0:
-        return {}
-    iters = [w["iter_ms_p50"] for w in gathered]
-    return {"rank_windows": gathered[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
+    # note: a collective (pickled objects, a CPU-GPU sync), once per window, only when needed
+    dist.gather_object(payload, gathered, dst=0)
+    return gathered
+
+
+def rank_window_fields(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """timing_ranks: all: the other ranks' windows and ``rank_skew``, the max over min
+    iter_ms_p50 across ranks."""
+    iters = [w["iter_ms_p50"] for w in windows]
+    return {"rank_windows": windows[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
+
+
+def gather_rank_windows(metrics: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
+    """Every rank's window figures gathered to rank 0 as :func:`rank_window_fields`; the other
+    ranks get nothing (only rank 0's report reaches the driver)."""
+    mine = {k: v for k, v in metrics.items() if not isinstance(v, str)}
+    gathered = gather_to_rank0(mine, rank, world_size)
+    return rank_window_fields(gathered) if gathered else {}
+
+
+def node_trainer_pids(world_size: int) -> list[int]:
+    """The pids of the trainer processes on this node (all ranks sharing its hostname)."""
+    import os
+    import socket
+
+    me = (socket.gethostname(), os.getpid())
+    if world_size == 1:
+        return [me[1]]
+    import torch.distributed as dist
+
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, me)  # once, at start-up
+    return [pid for host, pid in everyone if host == me[0]]
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -89,6 +134,43 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     engine = build_engine(cfg, device)
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
     batches = epochs(loader)
+    pids = node_trainer_pids(world_size) if cfg.telemetry else []
+    telemetry, telemetry_note = start_telemetry(
+        cfg, rank=rank, local_rank=worker.local_rank, device=device, trainer_pids=pids
+    )
+    env_facts = collect_env(device) if rank == 0 else None
+    try:
+        _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts)
+    finally:
+        if telemetry is not None:
+            telemetry.stop()
+
+
+def _gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dict[str, Any]:
+    """One gather per window for what rank 0 reports on behalf of every rank: their windows
+    (timing_ranks: all) and their telemetry samples."""
+    share: dict[str, Any] = {}
+    if cfg.timing_ranks == "all" and world_size > 1:
+        share["window"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    if cfg.telemetry:
+        share["telemetry"] = telemetry.drain() if telemetry is not None else {}
+    if not share:
+        return {}
+    gathered = gather_to_rank0(share, rank, world_size)
+    if not gathered:
+        return {}
+    extras: dict[str, Any] = {}
+    if "window" in share:
+        extras.update(rank_window_fields([g["window"] for g in gathered]))
+    if "telemetry" in share:
+        for kind in ("gpu", "host"):
+            extras[f"{kind}_samples"] = [r for g in gathered for r in g["telemetry"].get(kind, [])]
+    return extras
+
+
+def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts) -> None:
+    rank, world_size, device = worker.rank, worker.world_size, worker.device
+    on_gpu = device.type == "cuda"
 
     global_batch = cfg.micro_batch * world_size
     timer = WindowTimer()
@@ -113,6 +195,11 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         )
         engine.backward(loss)
         engine.step()
+        if (
+            0 < cfg.inject_sleep_at_step <= step < cfg.inject_sleep_at_step + cfg.inject_sleep_steps
+            and cfg.inject_sleep_rank in (-1, rank)
+        ):
+            time.sleep(cfg.inject_sleep_s)  # fault injection (tests): a slow step on this rank
         loss_sum += loss.detach()
         if cfg.cuda_sync_timing and on_gpu:
             torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
@@ -152,8 +239,11 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
                 report_ms=report_ms,
                 **engine.effective,
             )
-            if cfg.timing_ranks == "all" and world_size > 1:
-                metrics.update(gather_rank_windows(metrics, rank, world_size))
+            metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
+            metrics["telemetry_effective"] = telemetry_note
+            if window == 0 and env_facts is not None:
+                metrics["env_facts"] = env_facts
+            metrics.update(_gathered_extras(cfg, metrics, telemetry, rank, world_size))
             # Under Ray Train V2 a report is a barrier across workers, and it blocks while the
             # previous report is still queued, until the controller polls
             # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.

@@ -1,0 +1,62 @@
+"""Starting (or joining) the Ray cluster of a sweep, with its dashboard and metrics endpoint."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ClusterInfo", "LOOPBACK_HOSTS", "start_cluster"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    dashboard_url: str | None
+    metrics_url: str | None
+
+
+def start_cluster(
+    *,
+    address: str | None,
+    dashboard_host: str,
+    dashboard_port: int,
+    metrics_port: int | None,
+    env_vars: dict[str, str],
+) -> ClusterInfo:
+    """``ray.init`` a local cluster with the dashboard on ``dashboard_host`` (loopback unless the
+    user asks otherwise) and the Prometheus endpoint on ``metrics_port``, or join ``address``.
+    Raises ConnectionError when ``address`` cannot be reached."""
+    import ray
+
+    kwargs: dict[str, Any] = {}
+    if address is None:
+        if dashboard_host not in LOOPBACK_HOSTS:
+            print(
+                f"warning: the Ray dashboard listens on {dashboard_host}: anyone who can reach "
+                "that address can see and control this cluster (jobs, logs, actors)",
+                file=sys.stderr,
+                flush=True,
+            )
+        # include_dashboard stays None: Ray starts the dashboard when its packages are there
+        # (ray[default]) and goes on without it otherwise (minimal Ray on some GPU images).
+        kwargs.update(dashboard_host=dashboard_host, dashboard_port=dashboard_port)
+        if metrics_port:
+            kwargs["_metrics_export_port"] = metrics_port
+    context = ray.init(
+        address=address,
+        logging_level="WARNING",
+        runtime_env={"env_vars": env_vars},
+        **kwargs,
+    )
+    dashboard = getattr(context, "dashboard_url", None) or None
+    if dashboard and not dashboard.startswith("http"):
+        dashboard = f"http://{dashboard}"
+    node = next((n for n in ray.nodes() if n.get("Alive")), {})
+    port = node.get("MetricsExportPort")
+    ip = node.get("NodeManagerAddress", "127.0.0.1")
+    return ClusterInfo(
+        dashboard_url=dashboard,
+        metrics_url=f"http://{ip}:{port}/metrics" if port and port > 0 else None,
+    )

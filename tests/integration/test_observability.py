@@ -1,0 +1,129 @@
+"""Observability through one real sweep: host telemetry rows, heartbeats, a stall alert on a
+forced slow window, env.json without secrets, the Prometheus gauges scraped during the run, and
+the dashboard's REST API listing the running job."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-value-never-written"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fetch(url: str) -> str | None:
+    request = urllib.request.Request(url)
+    token = Path.home() / ".ray" / "auth_token"
+    if token.is_file():  # Ray's token authentication guards the dashboard's REST API
+        request.add_header("Authorization", f"Bearer {token.read_text().strip()}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("observe") / "out"
+    metrics_port, dashboard_port = free_port(), free_port()
+    env = dict(
+        os.environ,
+        RAY_PLATFORM_PROBE="visible",
+        RAY_MY_API_TOKEN=SECRET,
+        NCCL_SECRET_KEY=SECRET,
+        HF_TOKEN=SECRET,
+    )
+    sets = [
+        "micro_batch=4",
+        "max_steps=120",
+        "log_every=10",
+        "heartbeat_every_s=2",
+        "host_telemetry_interval_s=1",
+        # Window 7 (steps 61-70) sleeps 0.6 s per step: its iter p50 jumps ~5x.
+        "inject_sleep_at_step=61",
+        "inject_sleep_steps=10",
+        "inject_sleep_s=0.6",
+    ]
+    cmd = [sys.executable, "-m", "platform.tune", "--space", "smoke", "--output-root", str(root)]
+    cmd += [a for s in sets for a in ("--set", s)]
+    cmd += ["--metrics-port", str(metrics_port), "--dashboard-port", str(dashboard_port)]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    scraped, jobs = "", []
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline:
+        if "ray_stage1_samples_per_s" not in scraped:
+            scraped = fetch(f"http://127.0.0.1:{metrics_port}/metrics") or ""
+        if not any(j.get("status") == "RUNNING" for j in jobs):
+            text = fetch(f"http://127.0.0.1:{dashboard_port}/api/jobs/")
+            jobs = json.loads(text) if text and text.startswith("[") else []
+        time.sleep(1)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    return root, out, scraped, jobs, dashboard_port
+
+
+def test_heartbeats_and_a_stall_alert_are_printed(sweep):
+    _, out, *_ = sweep
+    lines = out.splitlines()
+    beats = [ln for ln in lines if ": heartbeat: " in ln]
+    assert len(beats) >= 3 and any("samples/s  ETA" in ln for ln in beats)
+    alerts = [ln for ln in lines if ": ALERT step " in ln]
+    assert len(alerts) == 1 and "step 70:" in alerts[0] and "x the run's median" in alerts[0]
+
+
+def test_host_telemetry_rows_are_sane_and_counted(sweep):
+    root, *_ = sweep
+    host = pd.read_parquet(root / "host_telemetry.parquet").sort_values("ts")
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
+    assert int(manifest["host_telemetry_rows"].iloc[0]) == len(host) >= 10
+    assert (host["mem_total_mib"] > host["mem_available_mib"]).all()
+    assert (host["mem_available_mib"] > 0).all() and (host["load_1"] >= 0).all()
+    assert set(host["trainer_pids"]) == {2} and (host["trainer_procs"] >= 2).all()
+    assert (host["trainer_rss_mib"] > 100).all()  # two torch processes
+    assert host["ts"].diff().dropna().median() == pytest.approx(1.0, abs=0.2)
+    # No GPU here: no GPU rows, said in the manifest, and not flagged as missing.
+    assert int(manifest["gpu_telemetry_rows"].iloc[0]) == 0
+    assert str(manifest["gpu_telemetry_empty_flag"].iloc[0]) == "False"
+    assert "no gpu telemetry" in manifest["telemetry_effective"].iloc[0]
+    assert int(manifest["stall_alerts"].iloc[0]) == 1
+    assert len(manifest["git_commit_hash"].iloc[0]) == 40
+    timing = pd.read_parquet(root / "timing.parquet").sort_values("window")
+    assert timing["eta_s"].iloc[-1] == 0 and (timing["eta_s"].iloc[:-1] > 0).all()
+
+
+def test_env_json_has_versions_and_no_secret(sweep):
+    root, *_ = sweep
+    (env_file,) = root.glob("runs/*/env.json")
+    env = json.loads(env_file.read_text())
+    assert env["torch"] and env["ray"] and env["python"] and env["config"]["micro_batch"] == 4
+    assert env["env"]["RAY_PLATFORM_PROBE"] == "visible"  # the driver's variables reached it
+    assert not {"RAY_MY_API_TOKEN", "NCCL_SECRET_KEY", "HF_TOKEN"} & set(env["env"])
+    for path in root.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_gauges_and_the_running_job_were_visible_during_the_run(sweep):
+    _, out, scraped, jobs, dashboard_port = sweep
+    assert f"Ray dashboard: http://127.0.0.1:{dashboard_port}" in out
+    for gauge in ("ray_stage1_samples_per_s", "ray_stage1_iter_ms_p50", "ray_stage1_data_share"):
+        assert gauge in scraped
+    assert 'run="sweep_z0_mb4_nw0_pf2_r1"' in scraped
+    assert any(j.get("status") == "RUNNING" and j.get("type") == "DRIVER" for j in jobs), jobs
