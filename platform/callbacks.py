@@ -120,6 +120,20 @@ class SweepRecorder(Callback):
         for run in list(self.last_flush):
             self.flush(run)
 
+    def mark_interrupted(self) -> list[str]:
+        """Runs still running when the sweep stopped become ``interrupted`` (their rows are
+        flushed already); returns their names."""
+        cut = []
+        for run, status in self.status.items():
+            if status.get("status") == "running":
+                status.update(
+                    status="interrupted",
+                    failure_reason="interrupted (the sweep was stopped)",
+                    duration_sec=time.time() - status.get("started_at", time.time()),
+                )
+                cut.append(run)
+        return cut
+
     # --- recording ---
     def _add(self, run: str, kind: str, rows: list[dict[str, Any]]) -> None:
         if rows:

@@ -13,7 +13,9 @@ import dataclasses
 import datetime as dt
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from data_prep.fileio import ensure_writable_dir
 from platform import analysis, results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.provenance import GIT_KEYS, git_facts
+from platform.resume import drop_rows, previous_status
 from platform.spaces import (
     DataPlan,
     RunSpec,
@@ -74,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
     p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the sweep in --output-root: keep its ok runs, rerun the others",
+    )
+    p.add_argument(
         "--dashboard-host",
         default="127.0.0.1",
         help="address the Ray dashboard of a local cluster listens on (default loopback only)",
@@ -106,10 +114,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"note: {exc}")
             return 0
         check_inputs(space, runs)
-        output_root = prepare_output_root(args.output_root, space.name)
+        if args.resume:
+            if args.output_root is None:
+                raise UsageError("--resume needs the --output-root of the sweep to finish")
+            output_root = args.output_root.expanduser().resolve()
+            done = previous_status(output_root, runs)
+        else:
+            output_root = prepare_output_root(args.output_root, space.name)
+            done = {}
     except (UsageError, ConfigError) as exc:
         print(f"platform.tune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        return _sweep(space, runs, output_root, args, done)
+    except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
+        print("platform.tune: interrupted before any run started", file=sys.stderr)
+        return 130
+
+
+def _sweep(space, runs, output_root, args, done) -> int:
     return run_sweep(
         space,
         runs,
@@ -118,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         dashboard_host=args.dashboard_host,
         dashboard_port=args.dashboard_port,
         metrics_port=args.metrics_port,
+        done=done,
     )
 
 
@@ -197,7 +221,11 @@ def run_sweep(
     dashboard_host: str = "127.0.0.1",
     dashboard_port: int = 8265,
     metrics_port: int | None = None,
+    done: dict[str, dict[str, Any]] | None = None,
 ) -> int:
+    """Run the sweep; ``done``: runs of a resumed sweep that finished ok (not run again)."""
+    done = done or {}
+    stop = _StopSignals()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # The platform's callback is the record; Tune's own result.json/progress.csv per trial
     # would copy every window and telemetry sample again.
@@ -256,14 +284,23 @@ def run_sweep(
         if cluster.metrics_url:
             print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
         facts = git_facts()
+        todo = [r for r in runs if r.name not in done]
+        if done:
+            removed = drop_rows(output_root, [r.name for r in todo])
+            print(
+                f"resuming: {len(done)} runs finished ok are kept, {len(todo)} run again "
+                f"({removed} part files of their earlier attempts removed)",
+                flush=True,
+            )
         recorder = SweepRecorder(output_root, runs, facts=facts)
+        recorder.status.update({k: dict(v) for k, v in done.items()})
         recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status, facts)
         write_manifest(output_root, runs, recorder.status, facts)
         tuner = tune.Tuner(
             # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
             # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
             tune.with_resources(run_trial, {"cpu": 0, "memory": 2**20}),
-            param_space={"run": tune.grid_search([_trial_param(r, output_root) for r in runs])},
+            param_space={"run": tune.grid_search([_trial_param(r, output_root) for r in todo])},
             tune_config=tune.TuneConfig(
                 max_concurrent_trials=space.max_concurrent_trials,
                 trial_name_creator=_trial_name,
@@ -274,13 +311,62 @@ def run_sweep(
             ),
         )
         try:
-            tuner.fit()
+            if todo:
+                with stop:
+                    tuner.fit()
         finally:
+            # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
+            # written and the manifest says where every run stands.
             recorder.on_experiment_end(trials=[])
+            interrupted = recorder.mark_interrupted()
             manifest = write_manifest(output_root, runs, recorder.status, facts)
-        return report(space, manifest, runs, output_root, time.time() - sweep_start)
+        code = report(space, manifest, runs, output_root, time.time() - sweep_start)
+        unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
+        if unfinished:
+            # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
+            stop.received = stop.received or "SIGINT"
+            print(
+                f"interrupted by {stop.received}: {len(interrupted)} run(s) cut short, "
+                f"{len(unfinished)} unfinished; finish with the same command plus --resume",
+                flush=True,
+            )
+            return stop.exit_code
+        return code
     finally:
         ray.shutdown()
+
+
+class _StopSignals:
+    """Inside the block, SIGTERM stops the sweep the way Ctrl-C does: Tune's own SIGINT handler
+    ends the experiment gracefully (trials stopped, state saved), and the driver then writes
+    every buffered row, the manifest and the summary."""
+
+    EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self.previous: dict[int, Any] = {}
+
+    @property
+    def exit_code(self) -> int:
+        return self.EXIT.get(self.received or "", 1)
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.getsignal(sig)
+        signal.signal(signal.SIGTERM, self._on_term)
+        # SIGINT stays Tune's: fit() installs its own handler for the graceful stop.
+        return self
+
+    def _on_term(self, signum, frame) -> None:
+        self.received = self.received or "SIGTERM"
+        signal.raise_signal(signal.SIGINT)  # Tune's graceful stop
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def prepare_tokenizers(runs: list[RunSpec]) -> None:

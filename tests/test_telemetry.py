@@ -167,7 +167,8 @@ def test_the_sampling_thread_keeps_each_sources_cadence():
     time.sleep(0.3)
     telemetry.stop()
     second = telemetry.drain()
-    assert 15 <= len(first["fast"]) <= 22 and 4 <= len(first["slow"]) <= 6
+    # ~20 and ~5 due; a busy machine may skip ticks (the cadence never bunches them up).
+    assert 10 <= len(first["fast"]) <= 22 and 3 <= len(first["slow"]) <= 6
     assert all(r["rank"] == 3 and r["node"] == "n" and r["ts"] > 0 for r in first["fast"])
     assert len(second["fast"]) >= 4  # drained rows are not seen twice
     assert [r["value"] for r in first["fast"]][:3] == [1, 2, 3]

@@ -112,6 +112,10 @@ CASES = {
         ["--space", "smoke", "--set", "crop_policy=fixed_slice", "--set", "length_bucketing=true"],
         "length_bucketing: groups crops of different lengths",
     ),
+    "resume where no sweep is": (
+        ["--space", "smoke", "--resume"],
+        "holds no sweep (run_manifest.tsv is missing); drop --resume to start one there",
+    ),
     "fp16 weights under ddp": (
         ["--space", "smoke", "--set", "model_load_dtype=fp16"],
         "model_load_dtype: fp16 needs a GPU",
@@ -187,3 +191,19 @@ def test_job_environment_forwards_communication_settings_and_sets_the_report_pol
         ]
         == "2"
     )
+
+
+def test_resume_refuses_a_root_without_a_sweep_or_with_another_sweep(tmp_path):
+    out = tune("--space", "smoke", "--resume", probe=True)
+    assert out.returncode == 2 and "--resume needs the --output-root" in out.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tune("--space", "smoke", "--output-root", str(empty), "--resume", probe=True)
+    assert out.returncode == 2 and out.stdout.strip() == "NO_RAY"
+    assert f"--resume: {empty} holds no sweep (run_manifest.tsv is missing)" in out.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run_manifest.tsv").write_text("run\tstatus\nsweep_z9_r1\tok\n")
+    out = tune("--space", "smoke", "--output-root", str(other), "--resume", probe=True)
+    assert out.returncode == 2 and "holds a different sweep" in out.stderr
+    assert sorted(p.name for p in other.iterdir()) == ["run_manifest.tsv"]  # nothing written
