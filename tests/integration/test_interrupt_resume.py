@@ -63,7 +63,7 @@ def test_sigterm_keeps_every_window_and_resume_runs_exactly_the_rest(tmp_path):
     assert sorted(before.loc[before["run"] == first, "window"]) == list(range(12))
     assert len(before[before["run"] == second]) >= 1  # printed windows were flushed
 
-    resumed = run_tune("smoke", root, *sets, "--resume")
+    resumed = run_tune("smoke", root, *sets, flags=("--resume",))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "resuming: 1 runs finished ok are kept, 1 run again" in resumed.stdout
     assert f"[1/2] {first}: started" not in resumed.stdout
@@ -76,7 +76,7 @@ def test_sigterm_keeps_every_window_and_resume_runs_exactly_the_rest(tmp_path):
     then = before[before["run"] == first].sort_values("window").reset_index(drop=True)
     pd.testing.assert_frame_equal(kept[then.columns], then)  # the ok run was not touched
 
-    again = run_tune("smoke", root, *sets, "--resume")
+    again = run_tune("smoke", root, *sets, flags=("--resume",))
     assert again.returncode == 0 and "2 runs finished ok are kept, 0 run again" in again.stdout
 
 
