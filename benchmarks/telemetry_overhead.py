@@ -14,12 +14,12 @@ interval.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.sweeps import run_variants
 from data_prep.fileio import write_json
 
 
@@ -82,18 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--json", type=Path, help="also write the summary here")
     args = p.parse_args(argv)
-    cmd = [sys.executable, "-m", "platform.tune", "--space", args.space]
-    cmd += ["--output-root", str(args.output_root), "--set", "telemetry=[false, true]"]
-    for item in (f"repeats={args.repeats}", *args.set):
-        cmd += ["--set", item]
-    print("running:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, check=False)
-    if not (args.output_root / "run_manifest.tsv").is_file():
-        print(
-            f"telemetry_overhead: the sweep wrote no manifest (exit {done.returncode})",
-            file=sys.stderr,
-        )
+    ran = run_variants(
+        "telemetry_overhead",
+        args.space,
+        args.output_root,
+        ["telemetry=[false, true]", f"repeats={args.repeats}", *args.set],
+    )
+    if ran is None:
         return 1
+    cmd, code = ran
     summary = summarise(args.output_root)
     for name, v in summary["variants"].items():
         print(
@@ -109,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{g['power_w_median']:.0f} W, util {g['util_gpu_pct_median']:.0f} %"
         )
     if args.json:
-        write_json(args.json, {"command": cmd, "exit_code": done.returncode, **summary})
-    return 0 if done.returncode == 0 else 1
+        write_json(args.json, {"command": cmd, "exit_code": code, **summary})
+    return 0 if code == 0 else 1
 
 
 if __name__ == "__main__":

@@ -14,12 +14,12 @@ Compile time shows in startup_s and in the first windows, not in the tail.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.sweeps import run_variants
 from data_prep.fileio import write_json
 
 OPTIONS = ("torch_compile", "length_bucketing")
@@ -77,28 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", type=Path, help="also write the table here")
     args = p.parse_args(argv)
-    cmd = [sys.executable, "-m", "platform.tune", "--space", args.space]
-    cmd += ["--output-root", str(args.output_root)]
     swept = [f"{key}=[false, true]" for key in args.sweep or OPTIONS]
-    for item in (*swept, *args.set):
-        cmd += ["--set", item]
-    print("running:", " ".join(cmd), flush=True)
-    done = subprocess.run(cmd, check=False)
-    if not (args.output_root / "run_manifest.tsv").is_file():
-        print(
-            f"workload_options: the sweep wrote no manifest (exit {done.returncode})",
-            file=sys.stderr,
-        )
+    ran = run_variants("workload_options", args.space, args.output_root, [*swept, *args.set])
+    if ran is None:
         return 1
+    cmd, code = ran
     table = summarise(args.output_root)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns="group").round(3).to_string(index=False))
     if args.json:
         write_json(
             args.json,
-            {"command": cmd, "exit_code": done.returncode, "variants": table.to_dict("records")},
+            {"command": cmd, "exit_code": code, "variants": table.to_dict("records")},
         )
-    return 0 if done.returncode == 0 else 1
+    return 0 if code == 0 else 1
 
 
 if __name__ == "__main__":

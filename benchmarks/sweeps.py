@@ -1,0 +1,27 @@
+"""Shared by the benchmarks that compare variants inside one sweep of ``platform.tune``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["run_variants"]
+
+
+def run_variants(
+    prog: str, space: str, output_root: Path, sets: list[str]
+) -> tuple[list[str], int] | None:
+    """Run ``python -m platform.tune --space SPACE --output-root ROOT --set ...`` (progress on
+    the console) and return the command and its exit code; None, after one line on stderr,
+    when the sweep wrote no manifest to compare."""
+    cmd = [sys.executable, "-m", "platform.tune", "--space", space]
+    cmd += ["--output-root", str(output_root)]
+    for item in sets:
+        cmd += ["--set", item]
+    print("running:", " ".join(cmd), flush=True)
+    done = subprocess.run(cmd, check=False)
+    if not (output_root / "run_manifest.tsv").is_file():
+        print(f"{prog}: the sweep wrote no manifest (exit {done.returncode})", file=sys.stderr)
+        return None
+    return cmd, done.returncode
