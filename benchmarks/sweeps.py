@@ -11,10 +11,10 @@ __all__ = ["run_variants"]
 
 def run_variants(
     prog: str, space: str, output_root: Path, sets: list[str]
-) -> tuple[list[str], int] | None:
+) -> tuple[list[str], int, bool]:
     """Run ``python -m platform.tune --space SPACE --output-root ROOT --set ...`` (progress on
-    the console) and return the command and its exit code; None, after one line on stderr,
-    when the sweep wrote no manifest to compare."""
+    the console); returns the command, its exit code, and whether it wrote a manifest to
+    compare (if not, after one line on stderr; platform.tune said why)."""
     cmd = [sys.executable, "-m", "platform.tune", "--space", space]
     cmd += ["--output-root", str(output_root)]
     for item in sets:
@@ -23,5 +23,5 @@ def run_variants(
     done = subprocess.run(cmd, check=False)
     if not (output_root / "run_manifest.tsv").is_file():
         print(f"{prog}: the sweep wrote no manifest (exit {done.returncode})", file=sys.stderr)
-        return None
-    return cmd, done.returncode
+        return cmd, done.returncode, False
+    return cmd, done.returncode, True

@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         args.output_root,
         ["telemetry=[false, true]", f"repeats={args.repeats}", *args.set],
     )
-    if ran is None:
-        return 1
-    cmd, code = ran
+    cmd, code, wrote = ran
+    if not wrote:
+        return 2 if code == 2 else 1  # bad input stays exit 2
     summary = summarise(args.output_root)
     for name, v in summary["variants"].items():
         print(

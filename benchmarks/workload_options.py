@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     swept = [f"{key}=[false, true]" for key in args.sweep or OPTIONS]
     ran = run_variants("workload_options", args.space, args.output_root, [*swept, *args.set])
-    if ran is None:
-        return 1
-    cmd, code = ran
+    cmd, code, wrote = ran
+    if not wrote:
+        return 2 if code == 2 else 1  # bad input stays exit 2
     table = summarise(args.output_root)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns="group").round(3).to_string(index=False))
