@@ -26,12 +26,13 @@ def run(
 
 def gather_windows(rank: int, world: int, port: int, out: dict) -> None:
     """Each rank reports a window whose iter_ms_p50 is 10 x (rank + 1); rank 0 gathers them."""
-    from trainables.loop import gather_rank_windows
+    from trainables.loop import gather_to_rank0, rank_window_fields
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        window = {"rank": rank, "iter_ms_p50": 10.0 * (rank + 1), "precision_effective": "fp32"}
-        out[rank] = gather_rank_windows(window, rank, world)
+        window = {"rank": rank, "iter_ms_p50": 10.0 * (rank + 1)}
+        gathered = gather_to_rank0(window, rank, world)
+        out[rank] = rank_window_fields(gathered) if gathered else {}
     finally:
         dist.destroy_process_group()

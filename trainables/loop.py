@@ -22,8 +22,8 @@ from trainables.timing import WindowTimer
 
 __all__ = [
     "WorkerContext",
-    "gather_rank_windows",
     "gather_to_rank0",
+    "rank_window_fields",
     "run_training",
     "train_loop_per_worker",
 ]
@@ -99,14 +99,6 @@ def rank_window_fields(windows: list[dict[str, Any]]) -> dict[str, Any]:
     iter_ms_p50 across ranks."""
     iters = [w["iter_ms_p50"] for w in windows]
     return {"rank_windows": windows[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
-
-
-def gather_rank_windows(metrics: dict[str, Any], rank: int, world_size: int) -> dict[str, Any]:
-    """Every rank's window figures gathered to rank 0 as :func:`rank_window_fields`; the other
-    ranks get nothing (only rank 0's report reaches the driver)."""
-    mine = {k: v for k, v in metrics.items() if not isinstance(v, str)}
-    gathered = gather_to_rank0(mine, rank, world_size)
-    return rank_window_fields(gathered) if gathered else {}
 
 
 def node_trainer_pids(world_size: int) -> list[int]:

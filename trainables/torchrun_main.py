@@ -76,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         run_training(
             cfg,
             WorkerContext(
-                rank=rank, world_size=world, device=device, report=report, start_ts=start_ts
+                rank=rank,
+                world_size=world,
+                device=device,
+                report=report,
+                start_ts=start_ts,
+                local_rank=local_rank,
             ),
         )
     finally:
