@@ -16,11 +16,28 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
+from ray.tune.stopper import Stopper
 
 from platform import results
 from platform.spaces import RunSpec
 
-__all__ = ["SweepRecorder", "failure_reason"]
+__all__ = ["RunTimeout", "SweepRecorder", "failure_reason"]
+
+
+class RunTimeout(Stopper):
+    """Stops a run whose trial has been going longer than its run_timeout_s (checked at each
+    window report; a run that stops reporting is the stall watchdog's case)."""
+
+    def __init__(self, runs: list[RunSpec], trial_runs: dict[str, str]):
+        self.limits = {r.name: r.config.run_timeout_s for r in runs if r.config.run_timeout_s}
+        self.trial_runs = trial_runs  # Tune trial id -> run name, kept by SweepRecorder
+
+    def __call__(self, trial_id, result) -> bool:
+        limit = self.limits.get(self.trial_runs.get(trial_id, ""))
+        return bool(limit) and result.get("time_total_s", 0) >= limit
+
+    def stop_all(self) -> bool:
+        return False
 
 
 class SweepRecorder(Callback):
@@ -54,10 +71,12 @@ class SweepRecorder(Callback):
         self.iter_history: dict[str, list[float]] = {}
         self.latest: dict[str, dict[str, Any]] = {}
         self.last_heartbeat: dict[str, float] = {}
+        self.trial_runs: dict[str, str] = {}  # Tune trial id -> run (for the RunTimeout stopper)
 
     # --- Tune hooks (called in the driver's Tune loop) ---
     def on_trial_start(self, iteration, trials, trial, **info):
         run = self._run(trial)
+        self.trial_runs[trial.trial_id] = run
         self.status[run] = {
             "status": "running",
             "started_at": time.time(),
@@ -111,10 +130,26 @@ class SweepRecorder(Callback):
             self.echo(self._heartbeat_line(run, status))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
+        run = self._run(trial)
+        cfg, last = self.runs[run].config, self.latest.get(run, {})
+        if cfg.run_timeout_s and (last.get("step") or 0) < cfg.max_steps:
+            # Stopped by RunTimeout (Tune counts that as complete): not a finished run.
+            reason = f"run_timeout_s {cfg.run_timeout_s:g} reached at step {last.get('step') or 0}"
+            self._finish(trial, "timeout", reason)
+            return
         self._finish(trial, "ok", "")
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._finish(trial, "failed", failure_reason(_error_text(trial)))
+        run = self._run(trial)
+        reason = failure_reason(_error_text(trial))
+        stacks = sorted((self.output_root / "runs" / run).glob("stacks-rank*.txt"))
+        if stacks:
+            # The stall watchdog wrote these before the collectives timed out: a hang.
+            names = ", ".join(p.name for p in stacks)
+            reason = f"stalled: no progress for stall_timeout_s; stacks in runs/{run}/ ({names}); {reason}"
+            self._finish(trial, "stalled", reason)
+            return
+        self._finish(trial, "failed", reason)
 
     def on_experiment_end(self, trials, **info):
         for run in list(self.last_flush):

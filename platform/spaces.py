@@ -31,6 +31,7 @@ TOP_LEVEL_KEYS = (
     "description",
     "repeats",
     "max_concurrent_trials",
+    "stop_on_error",
     "resources",
     "grid",
     "fixed",
@@ -40,7 +41,7 @@ TOP_LEVEL_KEYS = (
 DATA_KEYS = ("synth", "target_sr", "trim")
 SYNTH_KEYS = ("speakers", "chapters", "utts", "seed")
 RESOURCE_KEYS = ("train_workers", "use_gpu", "cpus_per_worker")
-SWEEP_KEYS = ("repeats", "max_concurrent_trials")
+SWEEP_KEYS = ("repeats", "max_concurrent_trials", "stop_on_error")
 
 # Short name tokens of swept keys. The first four always appear (the runbooks' names); the rest
 # appear only when swept.
@@ -85,6 +86,7 @@ class SearchSpace:
     description: str = ""
     repeats: int = 1
     max_concurrent_trials: int = 1
+    stop_on_error: bool = False  # end the sweep at the first failed run (the rest stay pending)
     grid: dict[str, list[Any]] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)
     cases: list[dict[str, Any]] = field(default_factory=list)
@@ -116,6 +118,9 @@ class SearchSpace:
             except yaml.YAMLError:
                 value = raw
             where = f"--set {item}"
+            if key == "stop_on_error":
+                space.stop_on_error = _bool(key, value, where)
+                continue
             if key in SWEEP_KEYS:
                 setattr(space, key, _positive_int(key, value, where))
                 continue
@@ -200,6 +205,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         max_concurrent_trials=_positive_int(
             "max_concurrent_trials", data.get("max_concurrent_trials", 1), where
         ),
+        stop_on_error=_bool("stop_on_error", data.get("stop_on_error", False), where),
         grid=grid,
         fixed=fixed,
         source=str(path),
@@ -404,6 +410,12 @@ def _grid_values(key: str, values: list[Any], where: str) -> list[Any]:
     if len(set(map(repr, values))) != len(values):
         raise UsageError(f"{where}: grid.{key} lists a value twice: {values}")
     return values
+
+
+def _bool(key: str, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise UsageError(f"{where}: {key} must be true or false, got {value!r}")
+    return value
 
 
 def _positive_int(key: str, value: Any, where: str) -> int:

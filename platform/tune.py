@@ -230,6 +230,9 @@ def run_sweep(
     # The platform's callback is the record; Tune's own result.json/progress.csv per trial
     # would copy every window and telemetry sample again.
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    # A trial stopped by run_timeout_s (or Ctrl-C) is killed after this grace, not Tune's
+    # default 600 s: its Train workers hold the resources the next run waits for.
+    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "10")
     import ray
     from ray import tune
 
@@ -237,7 +240,7 @@ def run_sweep(
     # result.json; nothing reads that grid (the recorder's files are the results).
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
-    from platform.callbacks import SweepRecorder
+    from platform.callbacks import RunTimeout, SweepRecorder
     from platform.cluster import start_cluster
     from trainables.trial import run_trial
 
@@ -307,7 +310,12 @@ def run_sweep(
                 trial_dirname_creator=_trial_name,
             ),
             run_config=tune.RunConfig(
-                name="tune", storage_path=str(output_root), callbacks=[recorder], verbose=0
+                name="tune",
+                storage_path=str(output_root),
+                callbacks=[recorder],
+                stop=RunTimeout(runs, recorder.trial_runs),
+                failure_config=tune.FailureConfig(fail_fast=space.stop_on_error),
+                verbose=0,
             ),
         )
         try:
@@ -322,6 +330,10 @@ def run_sweep(
             manifest = write_manifest(output_root, runs, recorder.status, facts)
         code = report(space, manifest, runs, output_root, time.time() - sweep_start)
         unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
+        stopped_on_error = space.stop_on_error and any(r["status"] != "ok" for r in manifest)
+        if stopped_on_error and not stop.received:
+            print(f"stopped on error (stop_on_error): {len(unfinished)} run(s) not started")
+            return 1
         if unfinished:
             # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
             stop.received = stop.received or "SIGINT"

@@ -255,7 +255,22 @@ class TrialConfig:
     inject_sleep_at_step: int = _doc("First step of the injected sleep (0: none).", default=0)
     inject_sleep_steps: int = _doc("Consecutive steps that sleep from there.", default=1)
     inject_sleep_rank: int = _doc("Rank that sleeps; -1: every rank.", default=-1)
-    pg_timeout_s: int = _doc("Process-group (gloo/NCCL) collective timeout, seconds.", default=1800)
+    pg_timeout_s: int = _doc(
+        "Process-group (gloo/NCCL) collective timeout, seconds (lowered to just above "
+        "stall_timeout_s when that is set).",
+        default=1800,
+    )
+    stall_timeout_s: float = _doc(
+        "A rank without progress this long dumps the stacks of its threads to "
+        "runs/<run>/stacks-rank<r>.txt, and the collectives of the others time out soon "
+        "after; 0: off. Covers the first step too (compilation included).",
+        default=900.0,
+    )
+    run_timeout_s: float = _doc(
+        "A run still going after this long (from its trial's start, checked at each window "
+        "report) is stopped and recorded `timeout`; 0: no limit.",
+        default=0.0,
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -322,6 +337,9 @@ class TrialConfig:
             )
         if self.stall_alert_ratio <= 1:
             raise ConfigError(f"stall_alert_ratio: must be > 1, got {self.stall_alert_ratio}")
+        for name in ("stall_timeout_s", "run_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}: must be >= 0 (0: off), got {getattr(self, name)}")
         if self.inject_sleep_s < 0:
             raise ConfigError(f"inject_sleep_s: must be >= 0, got {self.inject_sleep_s}")
         if self.manifest_path and not self.manifest_path.endswith(".tsv"):

@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.timing import WindowTimer
+from trainables.watchdog import StallWatchdog
 
 __all__ = [
     "WorkerContext",
@@ -49,6 +51,7 @@ class WorkerContext:
     report: Callable[[dict[str, Any]], None]
     start_ts: float  # when the run started (startup_s is measured from here)
     local_rank: int = 0
+    run_dir: Path | None = None  # where stack dumps of a stalled rank go
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -78,6 +81,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             report=report,
             start_ts=loop_config["run"]["trial_start_ts"],
             local_rank=ctx.get_local_rank(),
+            run_dir=Path(loop_config["run"]["storage_path"]) / loop_config["run"]["name"],
         ),
     )
 
@@ -131,9 +135,11 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         cfg, rank=rank, local_rank=worker.local_rank, device=device, trainer_pids=pids
     )
     env_facts = collect_env(device) if rank == 0 else None
+    watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, rank).start()
     try:
-        _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts)
+        _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, watchdog)
     finally:
+        watchdog.stop()
         if telemetry is not None:
             telemetry.stop()
 
@@ -160,7 +166,7 @@ def _gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dic
     return extras
 
 
-def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts) -> None:
+def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, watchdog) -> None:
     rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
 
@@ -196,6 +202,7 @@ def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts) -
         if cfg.cuda_sync_timing and on_gpu:
             torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
         t2 = time.perf_counter()
+        watchdog.beat(step)
         # iter_ms runs from the end of the previous step, so it also holds the previous
         # window's report (a barrier) and anything else the loop does between steps.
         timer.add(data_ms=(t1 - t0) * 1e3, step_ms=(t2 - t1) * 1e3, iter_ms=(t2 - prev_end) * 1e3)

@@ -27,6 +27,7 @@ import yaml
 from data_prep.fileio import atomic_write_text, write_json
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
+from trainables.watchdog import pg_timeout_for
 
 __all__ = ["main"]
 
@@ -57,7 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg_probe = json.loads(args.config.read_text())["config"]
     dist.init_process_group(
         "nccl" if on_gpu else "gloo",
-        timeout=dt.timedelta(seconds=int(cfg_probe.get("pg_timeout_s", 1800))),
+        timeout=dt.timedelta(
+            seconds=pg_timeout_for(
+                float(cfg_probe.get("stall_timeout_s", 0)), int(cfg_probe.get("pg_timeout_s", 1800))
+            )
+        ),
     )
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = _config(args.config, args.set, world, on_gpu)
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 report=report,
                 start_ts=start_ts,
                 local_rank=local_rank,
+                run_dir=args.out,
             ),
         )
     finally:

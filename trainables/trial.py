@@ -7,6 +7,7 @@ from typing import Any
 
 from trainables.config import TrialConfig
 from trainables.loop import train_loop_per_worker
+from trainables.watchdog import pg_timeout_for
 
 __all__ = ["run_trial", "build_trainer"]
 
@@ -37,7 +38,7 @@ def build_trainer(run: dict[str, Any]):
         scaling_config=ScalingConfig(
             num_workers=cfg.train_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
         ),
-        torch_config=TorchConfig(timeout_s=cfg.pg_timeout_s),
+        torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(
             name=run["name"],
             storage_path=run["storage_path"],

@@ -1,0 +1,66 @@
+"""Hang detection in a worker: a thread that dumps the stacks of every thread when the loop
+makes no progress for ``stall_timeout_s``.
+
+A rank stuck in Python (or in a collective that never completes) stops calling ``beat()``; the
+watchdog then writes ``stacks-rank<r>.txt`` (faulthandler: every thread, also while the main
+thread waits inside gloo/NCCL with the GIL released). The process-group timeout is set just above
+``stall_timeout_s`` (trainables.trial), so the waiting ranks then fail the collective and Ray
+Train tears the run down: a hang is explained, not waited out.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["StallWatchdog", "pg_timeout_for"]
+
+
+def pg_timeout_for(stall_timeout_s: float, pg_timeout_s: int) -> int:
+    """The process-group timeout: a little above the stall timeout (the stacks are written
+    first), never above pg_timeout_s."""
+    if stall_timeout_s <= 0:
+        return pg_timeout_s
+    return int(min(pg_timeout_s, stall_timeout_s + max(5.0, 0.1 * stall_timeout_s)))
+
+
+class StallWatchdog:
+    def __init__(self, stall_timeout_s: float, dump_dir: Path | None, rank: int):
+        self.stall_timeout_s = stall_timeout_s
+        self.dump_path = Path(dump_dir) / f"stacks-rank{rank}.txt" if dump_dir else None
+        self.last_beat = time.monotonic()
+        self.step = 0
+        self.stop_event = threading.Event()
+        self.dumped = False
+        self.thread = threading.Thread(target=self._run, name="stall-watchdog", daemon=True)
+
+    def start(self) -> StallWatchdog:
+        if self.stall_timeout_s > 0:
+            self.thread.start()
+        return self
+
+    def beat(self, step: int) -> None:
+        self.step, self.last_beat = step, time.monotonic()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _run(self) -> None:
+        poll_s = min(1.0, self.stall_timeout_s / 4)
+        while not self.stop_event.wait(poll_s):
+            idle = time.monotonic() - self.last_beat
+            if idle < self.stall_timeout_s or self.dumped:
+                continue
+            self.dumped = True
+            if self.dump_path is None:
+                continue
+            self.dump_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.dump_path.open("w") as fh:
+                fh.write(
+                    f"no progress for {idle:.1f} s after step {self.step} "
+                    f"(stall_timeout_s {self.stall_timeout_s}); stacks of every thread:\n\n"
+                )
+                fh.flush()
+                faulthandler.dump_traceback(file=fh, all_threads=True)
