@@ -49,3 +49,36 @@ def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
     assert [w["rank"] for w in others] == [1, 2]
     assert [w["iter_ms_p50"] for w in others] == [20.0, 30.0]
     assert out[0]["rank_skew"] == pytest.approx(3.0)
+
+
+def test_the_process_group_timeout_follows_the_stall_timeout():
+    from trainables.watchdog import pg_timeout_for
+
+    assert pg_timeout_for(0, 1800) == 1800  # watchdog off: the configured timeout
+    assert pg_timeout_for(8, 1800) == 13  # a 5 s grace for the stack dumps
+    assert pg_timeout_for(900, 1800) == 990  # 10 % grace
+    assert pg_timeout_for(3000, 1800) == 1800  # never above pg_timeout_s
+
+
+def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
+    import threading
+    import time
+
+    from trainables.watchdog import StallWatchdog
+
+    dog = StallWatchdog(0.4, tmp_path, rank=3).start()
+    release = threading.Event()
+    helper = threading.Thread(target=release.wait, name="helper")
+    helper.start()
+    dog.beat(7)
+    time.sleep(0.2)
+    dog.beat(8)  # progress: nothing written
+    assert not (tmp_path / "stacks-rank3.txt").exists()
+    time.sleep(1.5)  # no progress for longer than 0.4 s
+    text = (tmp_path / "stacks-rank3.txt").read_text()
+    dog.stop()
+    release.set()
+    helper.join()
+    assert text.startswith("no progress for ") and "after step 8" in text
+    assert "test_the_watchdog_dumps_every_thread_once" in text  # the main thread's frame
+    assert text.count("Thread 0x") + text.count("Current thread 0x") >= 3  # all threads

@@ -116,6 +116,10 @@ CASES = {
         ["--space", "smoke", "--resume"],
         "holds no sweep (run_manifest.tsv is missing); drop --resume to start one there",
     ),
+    "stop_on_error not a bool": (
+        ["--space", "smoke", "--set", "stop_on_error=maybe"],
+        "stop_on_error must be true or false, got 'maybe'",
+    ),
     "fp16 weights under ddp": (
         ["--space", "smoke", "--set", "model_load_dtype=fp16"],
         "model_load_dtype: fp16 needs a GPU",
