@@ -48,13 +48,13 @@ def test_run_timeout_and_stop_on_error(tmp_path):
         root,
         "micro_batch=[4, 64, 8]",
         "max_steps=1000",
-        "run_timeout_s=25",
+        "run_timeout_s=15",
         "stop_on_error=true",
         timeout=400,
     )
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
     assert list(manifest["status"]) == ["timeout", "failed", "pending"]
-    assert "run_timeout_s 25 reached at step" in manifest["failure_reason"].iloc[0]
+    assert "run_timeout_s 15 reached at step" in manifest["failure_reason"].iloc[0]
     assert 0 < int(manifest["last_step"].iloc[0]) < 1000
     assert "stopped on error (stop_on_error): 1 run(s) not started" in out.stdout
