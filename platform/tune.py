@@ -126,23 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"platform.tune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return _sweep(space, runs, output_root, args, done)
+        return run_sweep(
+            space,
+            runs,
+            output_root,
+            address=args.address,
+            dashboard_host=args.dashboard_host,
+            dashboard_port=args.dashboard_port,
+            metrics_port=args.metrics_port,
+            done=done,
+        )
     except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
         print("platform.tune: interrupted before any run started", file=sys.stderr)
         return 130
-
-
-def _sweep(space, runs, output_root, args, done) -> int:
-    return run_sweep(
-        space,
-        runs,
-        output_root,
-        address=args.address,
-        dashboard_host=args.dashboard_host,
-        dashboard_port=args.dashboard_port,
-        metrics_port=args.metrics_port,
-        done=done,
-    )
 
 
 # --- planning ---

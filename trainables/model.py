@@ -171,32 +171,30 @@ def build_model_with_attention(
         if kind == "flash_attention_2" and (device.type != "cuda" or precision == "fp32"):
             notes.append(f"{side}: flash_attention_2 needs a GPU and bf16/fp16, used sdpa")
             wanted[side] = "sdpa"
-    paths = dict(speech_path=speech_path, text_path=text_path, dtype=dtype)
-    load_notes: list[str] = []
-    try:
-        model = build_model(
+
+    def build(load_notes: list[str]) -> Stage1Model:
+        return build_model(
             model_size,
             proj_dim,
             speech_attention=wanted["speech"],
             text_attention=wanted["text"],
+            speech_path=speech_path,
+            text_path=text_path,
+            dtype=dtype,
             notes=load_notes,
-            **paths,
         )
+
+    load_notes: list[str] = []
+    try:
+        model = build(load_notes)
     except ImportError as exc:  # flash_attn not installed
         reason = str(exc).split(":")[-1].strip()[:120]
         for side, kind in wanted.items():
             if kind == "flash_attention_2":
                 notes.append(f"{side}: flash_attention_2 unavailable ({reason}), used sdpa")
                 wanted[side] = "sdpa"
-        load_notes.clear()
-        model = build_model(
-            model_size,
-            proj_dim,
-            speech_attention=wanted["speech"],
-            text_attention=wanted["text"],
-            notes=load_notes,
-            **paths,
-        )
+        load_notes = []
+        model = build(load_notes)
     effective = {
         "speech_attention_effective": model.speech.config._attn_implementation,
         "text_attention_effective": model.text.config._attn_implementation,
