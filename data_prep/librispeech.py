@@ -32,6 +32,7 @@ from data_prep.fileio import (
 )
 from data_prep.layout import Discovery, LayoutError, discover
 from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data
+from data_prep.ray_address import address_problem
 
 __all__ = [
     "ERROR_COLUMNS",
@@ -114,6 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         _check_writable(args)
     except (_Usage, LayoutError) as exc:
         print(f"data_prep.librispeech: error: {exc}", file=sys.stderr)
+        return 2
+    problem = address_problem(args.address)
+    if problem:
+        print(
+            f"data_prep.librispeech: error: cannot reach Ray at --address {args.address}: "
+            f"{problem}; check the address or drop --address to start a local cluster",
+            file=sys.stderr,
+        )
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray

@@ -19,6 +19,14 @@ from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
 from platform import results
+from platform.failures import (
+    FAIL_TAIL,
+    exit_code,
+    failure_reason,
+    format_tails,
+    stderr_tails,
+    worker_tails,
+)
 from platform.spaces import RunSpec
 
 __all__ = ["RunTimeout", "SweepRecorder", "failure_reason"]
@@ -87,6 +95,8 @@ class SweepRecorder(Callback):
         }
         self.last_flush[run] = self.last_heartbeat[run] = time.monotonic()
         self.echo(f"[{self._index(run)}] {run}: started")
+        if self.on_change:  # the manifest on disk says which run was going, should the driver die
+            self.on_change()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self._run(trial)
@@ -96,6 +106,12 @@ class SweepRecorder(Callback):
         status = self.status.setdefault(run, {})
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         status.setdefault("effective", {}).update(effective)
+        if effective.get("missing_files") and not status.get("missing_noted"):
+            status["missing_noted"] = True
+            self.echo(
+                f"[{self._index(run)}] {run}: skipped {effective['missing_files']} manifest rows "
+                "whose audio file is missing (max_missing_files_fraction allows it)"
+            )
         rows = [row]
         # timing_ranks: all: the other ranks' windows come with rank 0's, one row per rank.
         for other in result.get("rank_windows") or ():
@@ -141,21 +157,41 @@ class SweepRecorder(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         run = self._run(trial)
-        reason = failure_reason(_error_text(trial))
-        stacks = sorted((self.output_root / "runs" / run).glob("stacks-rank*.txt"))
+        text = _error_text(trial)
+        run_dir = self.output_root / "runs" / run
+        lines = self.runs[run].config.fail_tail_lines
+        # The workers' log tails: for the reason (Ray cuts long error snippets), and to show.
+        workers = worker_tails(run_dir, max(lines, 40))
+        reason = failure_reason(text, stderr_tails(workers))
+        stacks = sorted(run_dir.glob("stacks-rank*.txt"))
         if stacks:
             # The stall watchdog wrote these before the collectives timed out: a hang.
             names = ", ".join(p.name for p in stacks)
             reason = f"stalled: no progress for stall_timeout_s; stacks in runs/{run}/ ({names}); {reason}"
             self._finish(trial, "stalled", reason)
-            return
-        self._finish(trial, "failed", reason)
+        else:
+            self._finish(trial, "failed", reason, exit_code("failed", text))
+        if lines > 0:
+            self._save_fail_tail(run, run_dir, workers, lines)
+
+    def _save_fail_tail(self, run: str, run_dir: Path, workers: list[dict], lines: int) -> None:
+        """Print and save the last ``lines`` lines of each worker's stderr and stdout."""
+        for w in workers:
+            w["tails"] = {
+                k: v[-lines:] if isinstance(v, list) else v for k, v in w["tails"].items()
+            }
+        text = format_tails(run_dir, workers)
+        results.atomic_write_text(run_dir / FAIL_TAIL, text)
+        self.echo(
+            f"[{self._index(run)}] {run}: the last {lines} lines of each worker's logs "
+            f"(saved to runs/{run}/{FAIL_TAIL}):\n{text.rstrip()}"
+        )
 
     def on_experiment_end(self, trials, **info):
         for run in list(self.last_flush):
             self.flush(run)
 
-    def mark_interrupted(self) -> list[str]:
+    def mark_interrupted(self, signal_name: str | None = None) -> list[str]:
         """Runs still running when the sweep stopped become ``interrupted`` (their rows are
         flushed already); returns their names."""
         cut = []
@@ -164,6 +200,7 @@ class SweepRecorder(Callback):
                 status.update(
                     status="interrupted",
                     failure_reason="interrupted (the sweep was stopped)",
+                    exit_code=exit_code("interrupted", signal_name=signal_name),
                     duration_sec=time.time() - status.get("started_at", time.time()),
                 )
                 cut.append(run)
@@ -206,7 +243,7 @@ class SweepRecorder(Callback):
                 )
         history.append(value)
 
-    def _finish(self, trial, status: str, reason: str) -> None:
+    def _finish(self, trial, status: str, reason: str, code: int | None = None) -> None:
         run = self._run(trial)
         self.flush(run)
         previous = self.status.get(run, {})
@@ -215,6 +252,7 @@ class SweepRecorder(Callback):
             **previous,
             "status": status,
             "failure_reason": reason,
+            "exit_code": exit_code(status) if code is None else code,
             "started_at": started,
             "duration_sec": time.time() - started,
             "effective": previous.get("effective", {}),
@@ -265,14 +303,3 @@ def _error_text(trial) -> str | None:
         return trial.get_error()
     except Exception:  # no error text anywhere: the reason says so
         return None
-
-
-def failure_reason(error_text: str | None) -> str:
-    """The last meaningful line of a trial's traceback, as one short line."""
-    if not error_text:
-        return "failed (no error text recorded)"
-    lines = [ln.strip() for ln in str(error_text).splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if not line.startswith(("File ", "^", "~", "During handling", "The above exception")):
-            return line[:300]
-    return lines[-1][:300] if lines else "failed"

@@ -40,6 +40,7 @@ EFFECTIVE_KEYS = (
     "compile_effective",
     "telemetry_effective",
     "fallbacks",
+    "missing_files",
 )
 
 # One row per reported window. Fixed schema, so every part file of the dataset agrees.

@@ -11,6 +11,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from data_prep.fileio import remove_stale_temporaries
 from platform import results
 from platform.errors import UsageError
 from platform.spaces import RunSpec
@@ -24,6 +25,8 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
     """The recorded status of every run that finished ok, in the recorder's form. Refuses an
     output root without a sweep, or one holding a different sweep."""
     manifest = Path(output_root) / results.MANIFEST
+    if not manifest.is_file() and _started(Path(output_root)):
+        return {}  # the earlier attempt stopped before its manifest was written: nothing ran
     if not manifest.is_file():
         raise UsageError(
             f"--resume: {output_root} holds no sweep ({results.MANIFEST} is missing); "
@@ -45,6 +48,7 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
         done[row["run"]] = {
             "status": "ok",
             "failure_reason": "",
+            "exit_code": 0,
             "duration_sec": float(row["duration_sec"]) if row.get("duration_sec") else None,
             "effective": effective,
             **{k: int(float(row[k])) for k in _COUNTS if row.get(k)},
@@ -52,12 +56,30 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
     return done
 
 
+def _started(output_root: Path) -> bool:
+    """A sweep was started here (the driver writes these before the manifest)."""
+    return any((output_root / name).is_dir() for name in ("runs", "data"))
+
+
+# What one attempt of a run leaves in runs/<run>/ that a new attempt must not inherit (a stale
+# stack dump would make the next failure look like a hang).
+_ATTEMPT_FILES = ("stacks-rank*.txt", "fail_tail.txt", "workers/rank*.json")
+
+
 def drop_rows(output_root: Path, run_names: list[str]) -> int:
-    """Delete the part files of these runs from every dataset; returns how many went."""
+    """Delete the part files of these runs from every dataset, the files their earlier attempt
+    left in ``runs/<run>/``, and the temporaries of writes a SIGKILL cut short; returns how
+    many part files went."""
+    output_root = Path(output_root)
     removed = 0
     for folder, _ in results.DATASETS.values():
         for run in run_names:
-            for part in (Path(output_root) / folder).glob(f"{run}-*.parquet"):
+            for part in (output_root / folder).glob(f"{run}-*.parquet"):
                 part.unlink()
                 removed += 1
+    for run in run_names:
+        for pattern in _ATTEMPT_FILES:
+            for path in (output_root / "runs" / run).glob(pattern):
+                path.unlink(missing_ok=True)
+    remove_stale_temporaries(output_root)
     return removed

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from data_prep.fileio import ensure_writable_dir
+from data_prep.ray_address import address_problem
 from platform import analysis, results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.provenance import GIT_KEYS, git_facts
@@ -44,6 +45,7 @@ MANIFEST_COLUMNS = [
     "repeat",
     "status",
     "failure_reason",
+    "exit_code",
     "duration_sec",
     "last_step",
     "tail_samples_per_sec_mean",
@@ -114,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"note: {exc}")
             return 0
         check_inputs(space, runs)
+        problem = address_problem(args.address)
+        if problem:
+            raise UsageError(
+                f"cannot reach Ray at --address {args.address}: {problem}; check the address "
+                "or drop --address to start a local cluster"
+            )
         if args.resume:
             if args.output_root is None:
                 raise UsageError("--resume needs the --output-root of the sweep to finish")
@@ -135,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             dashboard_port=args.dashboard_port,
             metrics_port=args.metrics_port,
             done=done,
+            resume=args.resume,
         )
     except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
         print("platform.tune: interrupted before any run started", file=sys.stderr)
@@ -218,8 +227,10 @@ def run_sweep(
     dashboard_port: int = 8265,
     metrics_port: int | None = None,
     done: dict[str, dict[str, Any]] | None = None,
+    resume: bool = False,
 ) -> int:
-    """Run the sweep; ``done``: runs of a resumed sweep that finished ok (not run again)."""
+    """Run the sweep; with ``resume``, ``done`` holds the runs of the earlier attempt that
+    finished ok (not run again)."""
     done = done or {}
     stop = _StopSignals()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -284,7 +295,7 @@ def run_sweep(
             print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
         facts = git_facts()
         todo = [r for r in runs if r.name not in done]
-        if done:
+        if resume:
             removed = drop_rows(output_root, [r.name for r in todo])
             print(
                 f"resuming: {len(done)} runs finished ok are kept, {len(todo)} run again "
@@ -322,7 +333,7 @@ def run_sweep(
             # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
             # written and the manifest says where every run stands.
             recorder.on_experiment_end(trials=[])
-            interrupted = recorder.mark_interrupted()
+            interrupted = recorder.mark_interrupted(stop.received or "SIGINT")
             manifest = write_manifest(output_root, runs, recorder.status, facts)
         code = report(space, manifest, runs, output_root, time.time() - sweep_start)
         unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
@@ -496,6 +507,7 @@ def write_manifest(
                 "repeat": run.repeat,
                 "status": st["status"],
                 "failure_reason": st.get("failure_reason", ""),
+                "exit_code": st.get("exit_code"),
                 "duration_sec": st.get("duration_sec"),
                 **_telemetry_counts(run, st),
                 **st.get("effective", {}),

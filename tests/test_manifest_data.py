@@ -299,3 +299,37 @@ def test_a_corpus_smaller_than_one_global_batch_says_so(prepared_corpus):
         loader = build_loader(cfg, rank=0, world_size=1, pin_memory=False)
         with pytest.raises(ValueError, match="gives no full batch of 64 per worker"):
             next(epochs(loader))
+
+
+def test_rows_with_missing_audio_are_skipped_and_counted_up_to_the_fraction(
+    prepared_corpus, tmp_path
+):
+    import shutil
+
+    manifest, _ = prepared_corpus
+    copy = tmp_path / "prepared"
+    shutil.copytree(manifest.parent, copy)
+    manifest = copy / manifest.name
+    table = pd.read_csv(manifest, sep="\t")
+    intact = dataset(manifest)
+    gone = copy / table["path"].iloc[4]
+    gone.unlink()
+    full = len(table)
+    ds = dataset(manifest, max_missing_fraction=0.1)
+    assert len(ds) == full - 1 and ds.missing_files == 1
+    assert str(gone).encode() not in set(ds.paths)
+    assert all(ds[i]["audio"].numel() > 0 for i in range(len(ds)))  # every kept row reads
+
+    # The tokens still belong to the right utterances: item 4 is now the manifest's row 5.
+    def tokens(d, i):
+        return d.tokens[d.token_offsets[i] : d.token_offsets[i + 1]].tolist()
+
+    assert tokens(ds, 4) == tokens(intact, 5) != tokens(intact, 4)
+    assert ds.num_samples[4] == intact.num_samples[5]
+    with pytest.raises(
+        ValueError,
+        match=r"1 of \d+ rows .* missing audio files \(first: .*max_missing_files_fraction 0",
+    ):
+        dataset(manifest, max_missing_fraction=0.0)
+    # Without the check (the loader benchmark), nothing is dropped and the read fails later.
+    assert len(dataset(manifest)) == full

@@ -8,7 +8,6 @@ import pyarrow as pa
 import pytest
 
 from platform import results
-from platform.callbacks import failure_reason
 
 
 def timing_row(run, window, **extra):
@@ -80,14 +79,3 @@ def test_tsv_escapes_tabs_and_blanks_none(tmp_path):
     path = tmp_path / "m.tsv"
     results.write_tsv(path, [{"a": "x\ty", "b": None, "c": 0.123456789}], ["a", "b", "c"])
     assert path.read_text() == "a\tb\tc\nx y\t\t0.123457\n"
-
-
-def test_failure_reason_takes_the_last_meaningful_traceback_line():
-    text = (
-        "Traceback (most recent call last):\n"
-        '  File "x.py", line 1, in f\n'
-        "    raise ValueError('bad')\n"
-        "ValueError: bad micro_batch\n"
-    )
-    assert failure_reason(text) == "ValueError: bad micro_batch"
-    assert failure_reason(None).startswith("failed")

@@ -120,6 +120,14 @@ CASES = {
         ["--space", "smoke", "--set", "stop_on_error=maybe"],
         "stop_on_error must be true or false, got 'maybe'",
     ),
+    "address nothing listens at": (
+        ["--space", "smoke", "--address", "127.0.0.1:1"],
+        "cannot reach Ray at --address 127.0.0.1:1: nothing answers at 127.0.0.1:1",
+    ),
+    "address not host:port": (
+        ["--space", "smoke", "--address", "headnode"],
+        "'headnode' is not HOST:PORT",
+    ),
     "fp16 weights under ddp": (
         ["--space", "smoke", "--set", "model_load_dtype=fp16"],
         "model_load_dtype: fp16 needs a GPU",

@@ -52,6 +52,9 @@ _MINIMUMS = {
     "inject_sleep_at_step": 0,
     "inject_sleep_steps": 1,
     "inject_sleep_rank": -1,
+    "inject_error_at_step": 0,
+    "inject_error_rank": -1,
+    "fail_tail_lines": 0,
 }
 
 # Longest token sequence each text encoder size has position embeddings for.
@@ -255,6 +258,10 @@ class TrialConfig:
     inject_sleep_at_step: int = _doc("First step of the injected sleep (0: none).", default=0)
     inject_sleep_steps: int = _doc("Consecutive steps that sleep from there.", default=1)
     inject_sleep_rank: int = _doc("Rank that sleeps; -1: every rank.", default=-1)
+    inject_error_at_step: int = _doc(
+        "Fault injection for tests: raise a RuntimeError inside this step (0: never).", default=0
+    )
+    inject_error_rank: int = _doc("Rank that raises; -1: every rank.", default=-1)
     pg_timeout_s: int = _doc(
         "Process-group (gloo/NCCL) collective timeout, seconds (lowered to just above "
         "stall_timeout_s when that is set).",
@@ -270,6 +277,16 @@ class TrialConfig:
         "A run still going after this long (from its trial's start, checked at each window "
         "report) is stopped and recorded `timeout`; 0: no limit.",
         default=0.0,
+    )
+    fail_tail_lines: int = _doc(
+        "Lines from the end of each worker's stdout and stderr that the driver prints and saves "
+        "to runs/<run>/fail_tail.txt when the run fails or stalls; 0: none.",
+        default=40,
+    )
+    max_missing_files_fraction: float = _doc(
+        "Manifest rows whose audio file is missing are skipped and counted (missing_files in "
+        "the run manifest); the run fails when more than this fraction of rows is missing.",
+        default=0.01,
     )
 
     def __post_init__(self) -> None:
@@ -340,6 +357,11 @@ class TrialConfig:
         for name in ("stall_timeout_s", "run_timeout_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: must be >= 0 (0: off), got {getattr(self, name)}")
+        if not 0 <= self.max_missing_files_fraction <= 1:
+            raise ConfigError(
+                "max_missing_files_fraction: must be within 0-1 (0: no missing file allowed), "
+                f"got {self.max_missing_files_fraction}"
+            )
         if self.inject_sleep_s < 0:
             raise ConfigError(f"inject_sleep_s: must be >= 0, got {self.inject_sleep_s}")
         if self.manifest_path and not self.manifest_path.endswith(".tsv"):

@@ -117,6 +117,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
             seed=cfg.seed,
             read=cfg.audio_read,
             text_path=cfg.text_pretrained_path,
+            max_missing_fraction=cfg.max_missing_files_fraction,
         )
         return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
     # One epoch covers max_steps steps of every rank.

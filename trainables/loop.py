@@ -21,6 +21,7 @@ from trainables.strategies import build_engine
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.timing import WindowTimer
 from trainables.watchdog import StallWatchdog
+from trainables.worker_logs import register_worker
 
 __all__ = [
     "WorkerContext",
@@ -64,6 +65,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     _quiet_report_log()
     ctx = ray.train.get_context()
     cfg = TrialConfig.from_dict(loop_config["config"])
+    run_dir = Path(loop_config["run"]["storage_path"]) / loop_config["run"]["name"]
+    # First, before anything can fail: where this rank's log files are (fail_tail_lines).
+    register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
     gauges = RayGauges(loop_config["run"]["name"]) if cfg.telemetry else None
 
     def report(metrics: dict[str, Any]) -> None:
@@ -81,7 +85,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             report=report,
             start_ts=loop_config["run"]["trial_start_ts"],
             local_rank=ctx.get_local_rank(),
-            run_dir=Path(loop_config["run"]["storage_path"]) / loop_config["run"]["name"],
+            run_dir=run_dir,
         ),
     )
 
@@ -135,9 +139,14 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         cfg, rank=rank, local_rank=worker.local_rank, device=device, trainer_pids=pids
     )
     env_facts = collect_env(device) if rank == 0 else None
+    notes = {
+        "telemetry_effective": telemetry_note,
+        # Manifest rows skipped because their audio file is missing (max_missing_files_fraction).
+        "missing_files": getattr(loader.dataset, "missing_files", 0),
+    }
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, rank).start()
     try:
-        _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, watchdog)
+        _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog)
     finally:
         watchdog.stop()
         if telemetry is not None:
@@ -166,7 +175,7 @@ def _gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dic
     return extras
 
 
-def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, watchdog) -> None:
+def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) -> None:
     rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
 
@@ -198,6 +207,10 @@ def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, w
             and cfg.inject_sleep_rank in (-1, rank)
         ):
             time.sleep(cfg.inject_sleep_s)  # fault injection (tests): a slow step on this rank
+        if step == cfg.inject_error_at_step and cfg.inject_error_rank in (-1, rank):
+            raise RuntimeError(
+                f"injected error at step {step} on rank {rank} (inject_error_at_step)"
+            )
         loss_sum += loss.detach()
         if cfg.cuda_sync_timing and on_gpu:
             torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
@@ -239,7 +252,7 @@ def _train(cfg, worker, engine, batches, telemetry, telemetry_note, env_facts, w
                 **engine.effective,
             )
             metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
-            metrics["telemetry_effective"] = telemetry_note
+            metrics.update(notes)
             if window == 0 and env_facts is not None:
                 metrics["env_facts"] = env_facts
             metrics.update(_gathered_extras(cfg, metrics, telemetry, rank, world_size))

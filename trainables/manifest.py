@@ -54,6 +54,39 @@ def read_manifest_table(manifest_path: Path):
     return table
 
 
+def existing_files(paths: list[str]) -> np.ndarray:
+    """Which of ``paths`` exist, by listing each folder once (a LibriSpeech manifest has ~281k
+    files in ~2.5k chapter folders: far fewer calls than one stat per file)."""
+    import os
+
+    listed: dict[str, set[str] | None] = {}
+    keep = np.zeros(len(paths), dtype=bool)
+    for i, path in enumerate(paths):
+        folder, name = os.path.split(path)
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder or "."))
+            except OSError:  # a missing or unreadable folder: none of its files can be read
+                listed[folder] = None
+        names = listed[folder]
+        keep[i] = names is not None and name in names
+    return keep
+
+
+def check_missing(manifest_path, paths: list[str], keep: np.ndarray, max_fraction: float) -> None:
+    """Fail when more than ``max_fraction`` of the rows point at missing files."""
+    missing = int((~keep).sum())
+    if missing == 0 or missing <= max_fraction * len(paths):
+        return
+    first = next(p for p, k in zip(paths, keep, strict=True) if not k)
+    raise ValueError(
+        f"manifest {manifest_path}: {missing} of {len(paths)} rows ({missing / len(paths):.1%}) "
+        f"point at missing audio files (first: {first}), more than max_missing_files_fraction "
+        f"{max_fraction:g}; check audio_root, or remake the manifest with python -m "
+        "data_prep.librispeech"
+    )
+
+
 def crop_window(
     num_samples: int,
     rng: np.random.Generator,
@@ -102,6 +135,7 @@ class ManifestDataset(Dataset):
         seed: int = 0,
         read: Literal["seek", "full"] = "seek",
         text_path: str = "",
+        max_missing_fraction: float | None = None,
     ):
         from trainables.text import text_tokenizer
 
@@ -112,10 +146,21 @@ class ManifestDataset(Dataset):
                 f"manifest {manifest_path} has sample rates {rates.tolist()}; the models expect {SAMPLE_RATE}"
             )
         root = Path(audio_root) if audio_root else Path(manifest_path).parent
-        self.paths = np.array([str(root / p).encode() for p in table.column("path").to_pylist()])
-        self.num_samples = table.column("num_samples").to_numpy().astype(np.int64)
-        transcripts = [str(t) for t in table.column("transcript").to_pylist()]
-        tokenizer, self.pad_id = text_tokenizer(manifest_path, transcripts, vocab_size, text_path)
+        paths = [str(root / p) for p in table.column("path").to_pylist()]
+        keep = np.ones(len(paths), dtype=bool)
+        if max_missing_fraction is not None:
+            keep = existing_files(paths)
+            check_missing(manifest_path, paths, keep, max_missing_fraction)
+        # Rows whose audio file is missing are skipped (and counted); the tokenizer is still the
+        # manifest's, built over every transcript (the same file for every run of the sweep).
+        self.missing_files = int((~keep).sum())
+        self.paths = np.array([p.encode() for p, k in zip(paths, keep, strict=True) if k])
+        self.num_samples = table.column("num_samples").to_numpy().astype(np.int64)[keep]
+        all_transcripts = [str(t) for t in table.column("transcript").to_pylist()]
+        transcripts = [t for t, k in zip(all_transcripts, keep, strict=True) if k]
+        tokenizer, self.pad_id = text_tokenizer(
+            manifest_path, all_transcripts, vocab_size, text_path
+        )
         encoded = tokenizer.encode_batch(transcripts)
         lengths = np.array([min(len(e.ids), max_tokens) for e in encoded], dtype=np.int64)
         self.token_offsets = np.concatenate([[0], np.cumsum(lengths)])

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import prepare_serial
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,3 +27,12 @@ def run_tune(
         *flags,
     ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def smoke_manifest(folder: Path) -> Path:
+    """The smoke space's corpus (its ``data:`` section), made and prepared in this process, for
+    sweeps that pass ``manifest_path`` instead of preparing it on their cluster (~8 s each)."""
+    from data_prep import synth
+
+    synth.make_corpus(folder / "raw", speakers=2, chapters=2, utts=8, seed=0)
+    return prepare_serial(folder / "raw", folder / "prepared")

@@ -1,6 +1,11 @@
-"""Stopping a sweep with real signals, then --resume: nothing measured is lost, nothing is
-recorded twice, and exactly the unfinished runs run again."""
+"""Faults with real processes and signals on one sweep, each followed by --resume: a Ray Train
+worker killed with SIGKILL, then the driver stopped by Ctrl-C and by SIGKILL (SIGTERM, which
+becomes the same graceful stop as Ctrl-C, is tested in tests/test_resume.py).
+Nothing measured is lost, nothing is recorded twice, every file reads back, and each --resume
+runs exactly the runs that did not finish ok."""
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,83 +16,127 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.integration.helpers import run_tune
+from tests.integration.helpers import smoke_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+SETS = ("max_steps=40", "log_every=5")
+FIRST, SECOND = "sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"
 
 
-def start_sweep(root: Path, *sets: str):
-    cmd = [sys.executable, "-m", "platform.tune", "--space", "smoke", "--output-root", str(root)]
-    cmd += [a for s in sets for a in ("--set", s)]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    return proc, lines, reader
+class Sweep:
+    """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
+
+    def __init__(self, root: Path, manifest: Path, *flags: str):
+        sets = [*SETS, f"manifest_path={manifest}"]
+        cmd = [sys.executable, "-m", "platform.tune", "--space", "smoke"]
+        cmd += ["--output-root", str(root), *[a for s in sets for a in ("--set", s)], *flags]
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout))
+        self.reader.start()
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, fragment: str, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(fragment in ln for ln in list(self.lines)):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no line with {fragment!r}:\n{self.out[-4000:]}")
+
+    def stop(self, sig) -> float:
+        """Send ``sig``; seconds until the driver exited."""
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        self.finish(timeout_s=60)
+        return time.monotonic() - t0
+
+    def finish(self, timeout_s: float = 400) -> None:
+        self.proc.wait(timeout=timeout_s)
+        self.reader.join(timeout=10)
 
 
-def wait_for(lines: list[str], fragment: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(fragment in ln for ln in list(lines)):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no line with {fragment!r}:\n" + "".join(lines[-40:]))
+def manifest(root: Path) -> pd.DataFrame:
+    return pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False).set_index("run")
 
 
-def stop(proc, reader, sig) -> float:
-    t0 = time.monotonic()
-    proc.send_signal(sig)
-    proc.wait(timeout=60)
-    reader.join(timeout=10)
-    return time.monotonic() - t0
+def timing(root: Path) -> pd.DataFrame:
+    return pd.read_parquet(root / "timing.parquet")
 
 
-def test_sigterm_keeps_every_window_and_resume_runs_exactly_the_rest(tmp_path):
+def windows(df: pd.DataFrame, run: str) -> list[int]:
+    return sorted(df.loc[df["run"] == run, "window"])
+
+
+def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
     root = tmp_path / "out"
-    sets = ("max_steps=60", "log_every=5")
-    proc, lines, reader = start_sweep(root, *sets)
-    wait_for(lines, "[2/2] sweep_z0_mb8_nw0_pf2_r1: step 5/60")
-    took = stop(proc, reader, signal.SIGTERM)
-    out = "".join(lines)
-    assert proc.returncode == 143, out[-3000:]
-    assert took < 15, took
-    assert "interrupted by SIGTERM" in out and "--resume" in out
-    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["ok", "interrupted"]
-    before = pd.read_parquet(root / "timing.parquet")
-    first, second = manifest["run"]
-    assert sorted(before.loc[before["run"] == first, "window"]) == list(range(12))
-    assert len(before[before["run"] == second]) >= 1  # printed windows were flushed
+    corpus = smoke_manifest(tmp_path / "corpus")
+    full = list(range(8))  # 40 steps / 5
 
-    resumed = run_tune("smoke", root, *sets, flags=("--resume",))
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming: 1 runs finished ok are kept, 1 run again" in resumed.stdout
-    assert f"[1/2] {first}: started" not in resumed.stdout
-    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["ok", "ok"]
-    after = pd.read_parquet(root / "timing.parquet")
-    assert not after.duplicated(["run", "rank", "window"]).any()
-    assert sorted(after.loc[after["run"] == second, "window"]) == list(range(12))
-    kept = after[after["run"] == first].sort_values("window").reset_index(drop=True)
-    then = before[before["run"] == first].sort_values("window").reset_index(drop=True)
-    pd.testing.assert_frame_equal(kept[then.columns], then)  # the ok run was not touched
+    # 1. kill -9 of rank 1's Ray Train worker: that run fails, the sweep goes on; Ctrl-C in the
+    #    next run stops the sweep within 15 s with exit 130.
+    sweep = Sweep(root, corpus)
+    sweep.wait_for(f"[1/2] {FIRST}: step 10/40")
+    worker = json.loads((root / "runs" / FIRST / "workers" / "rank1.json").read_text())
+    os.kill(worker["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    sweep.wait_for(f"[1/2] {FIRST}: failed")
+    detected_s = time.monotonic() - killed_at
+    sweep.wait_for(f"[2/2] {SECOND}: step 10/40")
+    took = sweep.stop(signal.SIGINT)
+    out = sweep.out
+    assert sweep.proc.returncode == 130 and took < 15, (took, out[-4000:])
+    assert detected_s < 60, detected_s
+    m = manifest(root)
+    assert list(m["status"]) == ["failed", "interrupted"]
+    assert m.loc[FIRST, "failure_reason"].startswith("rank 1: ")
+    assert "worker process has died" in m.loc[FIRST, "failure_reason"]
+    assert list(m["exit_code"]) == [137, 130]
+    assert int(m.loc[FIRST, "last_step"]) >= 10 and float(m.loc[FIRST, "duration_sec"]) > 0
+    tail = (root / "runs" / FIRST / "fail_tail.txt").read_text()
+    assert f"rank 1 (pid {worker['pid']}" in tail and worker["stderr"] in tail
+    assert "the last 40 lines of each worker's logs" in out  # printed, too
+    first_attempt = timing(root)
+    assert windows(first_attempt, FIRST)[:2] == [0, 1]  # measured before the kill: kept
+    printed = sum(f"{SECOND}: step " in ln for ln in sweep.lines)
+    assert len(windows(first_attempt, SECOND)) == printed >= 2  # every printed window on disk
 
+    # 2. --resume reruns both: the first to the end; a SIGKILL of the driver in the second. No
+    #    handler runs, yet every file on disk reads back and the finished run is complete.
+    sweep = Sweep(root, corpus, "--resume")
+    sweep.wait_for(f"[2/2] {SECOND}: step 10/40")
+    sweep.proc.kill()
+    sweep.finish(timeout_s=30)
+    assert sweep.proc.returncode == -signal.SIGKILL
+    assert "resuming: 0 runs finished ok are kept, 2 run again" in sweep.out
+    m = manifest(root)
+    assert list(m["status"]) == ["ok", "running"]  # as the manifest stood at the kill
+    assert not (root / "runs" / FIRST / "fail_tail.txt").exists()  # the failed attempt's
+    ok_rows = timing(root).query("run == @FIRST").sort_values("window").reset_index(drop=True)
+    assert list(ok_rows["window"]) == full
+    for dataset in ("timing.parquet", "host_telemetry.parquet"):
+        for part in (root / dataset).glob("*.parquet"):
+            pd.read_parquet(part)  # no part file is truncated
 
-def test_ctrl_c_stops_the_running_trial_and_writes_what_it_measured(tmp_path):
-    root = tmp_path / "out"
-    proc, lines, reader = start_sweep(root, "micro_batch=4", "max_steps=400", "log_every=5")
-    wait_for(lines, "sweep_z0_mb4_nw0_pf2_r1: step 10/400")
-    took = stop(proc, reader, signal.SIGINT)
-    out = "".join(lines)
-    assert proc.returncode == 130, out[-3000:]
-    assert took < 15, took
-    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["interrupted"]
-    assert float(manifest["duration_sec"].iloc[0]) > 0
-    timing = pd.read_parquet(root / "timing.parquet")
-    printed = sum(": step " in ln for ln in lines)
-    assert len(timing) == printed >= 2  # every window the driver saw is on disk
+    # 3. --resume finishes exactly the missing run: complete, no duplicate rows.
+    sweep = Sweep(root, corpus, "--resume")
+    sweep.finish()
+    assert sweep.proc.returncode == 0, sweep.out[-4000:]
+    assert "resuming: 1 runs finished ok are kept, 1 run again" in sweep.out
+    m = manifest(root)
+    assert list(m["status"]) == ["ok", "ok"] and list(m["exit_code"]) == [0, 0]
+    final = timing(root)
+    assert not final.duplicated(["run", "rank", "window"]).any()
+    assert windows(final, FIRST) == windows(final, SECOND) == full
+    kept = final.query("run == @FIRST").sort_values("window").reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, ok_rows)  # the ok run was not touched
+    host = pd.read_parquet(root / "host_telemetry.parquet")
+    assert not host.duplicated(["run", "rank", "ts"]).any()

@@ -1,0 +1,163 @@
+"""What the driver records about a run that did not finish: a one-line reason, an exit code in
+the runbooks' sense, and the tails of its workers' logs (``runs/<run>/fail_tail.txt``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from trainables.worker_logs import read_registrations, tail_lines
+
+__all__ = [
+    "EXIT_CODES",
+    "FAIL_TAIL",
+    "exit_code",
+    "fail_tail",
+    "failure_reason",
+    "format_tails",
+    "stderr_tails",
+    "worker_tails",
+]
+
+FAIL_TAIL = "fail_tail.txt"
+
+# The exit status a shell runbook would have seen for the run (run_manifest.tsv: exit_code).
+EXIT_CODES = {
+    "ok": 0,
+    "failed": 1,  # an exception in the training code (or a failure with no process exit)
+    "killed": 137,  # a worker process died without an exception: SIGKILL, the OOM killer, a crash
+    "timeout": 124,  # stopped by run_timeout_s or stall_timeout_s, as timeout(1) reports it
+    "stalled": 124,
+    "interrupted": 130,  # Ctrl-C; 143 when the sweep got SIGTERM
+}
+
+_RANK_SNIPPET = re.compile(r"^\[Rank (\d+) Error Snippet\]:\s*$", re.MULTILINE)
+_NOISE = ("File ", "^", "~", "During handling", "The above exception", "Traceback (most recent")
+_DIED = ("worker process has died", "actor died unexpectedly", "NODE_OUT_OF_MEMORY")
+
+
+# A rank whose error says only that a peer went away is a casualty, not the cause.
+_PEER_LOST = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Read error",
+    "Broken pipe",
+    "remote process exited",
+    "DistBackendError",
+    "NCCL communicator was aborted",
+    "Timed out",
+)
+# The line that names an exception: "torch.OutOfMemoryError: CUDA out of memory. ...".
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(\[[^\]]*\])?:")
+
+
+def failure_reason(error_text: str | None, stderr_tails: dict[int, list[str]] | None = None) -> str:
+    """One short line: the exception of the traceback (else its last meaningful line). When
+    Ray Train names the ranks that failed (``[Rank N Error Snippet]``), the rank that caused
+    it, prefixed with ``rank N:``: one whose process died, else one whose error is not just a
+    lost peer, else the first. Ray cuts long snippets; when the exception line was cut, it is
+    taken from that rank's stderr tail (``stderr_tails``: rank -> its last lines)."""
+    if not error_text:
+        return "failed (no error text recorded)"
+    text = str(error_text)
+    parts = _RANK_SNIPPET.split(text)  # [before, rank, body, rank, body, ...]
+    ranks = list(zip(parts[1::2], parts[2::2], strict=True))
+    if ranks:
+        died = [r for r in ranks if any(s in r[1] for s in _DIED)]
+        own = [r for r in ranks if not any(s in r[1] for s in _PEER_LOST)]
+        rank, body = (died or own or ranks)[0]
+        line = _exception_line(body.splitlines())
+        if not line and not died and stderr_tails:
+            line = _exception_line(stderr_tails.get(int(rank), []))
+        line = line or _last_meaningful(body)
+        if line:
+            return f"rank {rank}: {line}"[:300]
+    return (_exception_line(text.splitlines()) or _last_meaningful(text) or "failed")[:300]
+
+
+def _exception_line(lines: list[str]) -> str:
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line.strip()):
+            return line.strip()
+    return ""
+
+
+def _last_meaningful(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if not line.startswith(_NOISE):
+            return line
+    return lines[-1] if lines else ""
+
+
+def exit_code(
+    status: str, error_text: str | None = None, signal_name: str | None = None
+) -> int | None:
+    """The run's exit code for the manifest (None while it is pending or running)."""
+    if status == "failed" and error_text and any(s in error_text for s in _DIED):
+        return EXIT_CODES["killed"]
+    if status == "interrupted" and signal_name == "SIGTERM":
+        return 143
+    return EXIT_CODES.get(status)
+
+
+def worker_tails(run_dir: Path, lines: int) -> list[dict]:
+    """Per registered worker (trainables/worker_logs.py): its record plus ``tails``, holding for
+    ``stderr`` and ``stdout`` the last ``lines`` lines (a list) or why they cannot be read."""
+    out = []
+    for w in read_registrations(run_dir):
+        tails: dict[str, list[str] | str] = {}
+        for stream in ("stderr", "stdout"):
+            path = w.get(stream) or ""
+            if not path:
+                tails[stream] = "(not a file)"
+                continue
+            try:
+                tails[stream] = tail_lines(Path(path), lines)
+            except OSError as exc:
+                tails[stream] = (
+                    f"(not readable from the driver: {exc.strerror or exc}; it is on node "
+                    f"{w.get('node_ip') or w.get('hostname')})"
+                )
+        out.append({**w, "tails": tails})
+    return out
+
+
+def stderr_tails(workers: list[dict]) -> dict[int, list[str]]:
+    """rank -> its stderr tail, for failure_reason."""
+    return {
+        int(w["rank"]): w["tails"]["stderr"]
+        for w in workers
+        if isinstance(w["tails"].get("stderr"), list)
+    }
+
+
+def format_tails(run_dir: Path, workers: list[dict]) -> str:
+    if not workers:
+        return (
+            f"no worker registered in {Path(run_dir) / 'workers'} "
+            "(the run failed before its workers started)\n"
+        )
+    parts = []
+    for w in workers:
+        where = (
+            f"rank {w.get('rank')} (pid {w.get('pid')} on {w.get('hostname')} {w.get('node_ip')})"
+        )
+        for stream, tail in w["tails"].items():
+            header = f"--- {where} {stream}: {w.get(stream) or '(not a file)'}"
+            if isinstance(tail, list):
+                parts.append(
+                    f"{header} (last {len(tail)} lines)\n" + "".join(f"{ln}\n" for ln in tail)
+                )
+            elif w.get(stream):
+                parts.append(f"{header}\n{tail}\n")
+            else:
+                parts.append(f"{header}\n")
+    return "".join(parts)
+
+
+def fail_tail(run_dir: Path, lines: int) -> str:
+    """The last ``lines`` lines of every worker's stderr and stdout, per rank, as text."""
+    if lines <= 0:
+        return ""
+    return format_tails(run_dir, worker_tails(run_dir, lines))

@@ -1,0 +1,101 @@
+"""--resume's bookkeeping: which runs are kept, and what of the others' earlier attempts goes."""
+
+import pytest
+
+from platform import results
+from platform.errors import UsageError
+from platform.resume import drop_rows, previous_status
+from platform.spaces import expand_runs, load_space
+from platform.tune import MANIFEST_COLUMNS, write_manifest
+from tests.test_results import timing_row
+
+
+@pytest.fixture
+def runs():
+    return expand_runs(load_space("smoke"))  # two runs: mb4, mb8
+
+
+def test_only_runs_recorded_ok_are_kept_with_their_figures(tmp_path, runs):
+    first, second = runs
+    status = {
+        first.name: {
+            "status": "ok",
+            "duration_sec": 12.5,
+            "exit_code": 0,
+            "effective": {"strategy_effective": "ddp"},
+            "host_telemetry_rows": 7,
+        },
+        second.name: {"status": "failed", "failure_reason": "boom", "exit_code": 1},
+    }
+    write_manifest(tmp_path, runs, status)
+    done = previous_status(tmp_path, runs)
+    assert list(done) == [first.name]
+    kept = done[first.name]
+    assert kept["status"] == "ok" and kept["exit_code"] == 0 and kept["duration_sec"] == 12.5
+    assert kept["effective"] == {"strategy_effective": "ddp"} and kept["host_telemetry_rows"] == 7
+    assert "exit_code" in MANIFEST_COLUMNS
+
+
+def test_a_root_whose_first_attempt_died_before_its_manifest_resumes_from_scratch(tmp_path, runs):
+    (tmp_path / "data" / "synth").mkdir(parents=True)  # killed while making the corpus
+    assert previous_status(tmp_path, runs) == {}
+    with pytest.raises(UsageError, match="holds no sweep"):
+        previous_status(tmp_path / "nothing-here", runs)
+
+
+def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
+    first, second = runs
+    for run in runs:
+        results.write_part(
+            tmp_path / results.TIMING_DIR,
+            f"{run.name}-00000",
+            [timing_row(run.name, 0)],
+            results.TIMING_SCHEMA,
+        )
+        run_dir = tmp_path / "runs" / run.name
+        (run_dir / "workers").mkdir(parents=True)
+        for name in ("stacks-rank1.txt", "fail_tail.txt", "workers/rank0.json", "config.json"):
+            (run_dir / name).write_text("x")
+    stale = tmp_path / results.TIMING_DIR / f".{second.name}-00001.parquet.abc.tmp"
+    stale.write_bytes(b"half")  # a write a SIGKILL cut short
+    assert drop_rows(tmp_path, [second.name]) == 1
+    left = sorted(p.name for p in (tmp_path / results.TIMING_DIR).iterdir())
+    assert left == [f"{first.name}-00000.parquet"]
+    gone = tmp_path / "runs" / second.name
+    assert sorted(p.name for p in gone.rglob("*") if p.is_file()) == ["config.json"]
+    kept = tmp_path / "runs" / first.name
+    assert len([p for p in kept.rglob("*") if p.is_file()]) == 4
+
+
+STOP_PROBE = """
+import os, signal, sys, time
+from platform.tune import _StopSignals
+seen = []
+signal.signal(signal.SIGINT, lambda s, f: seen.append("sigint"))  # stands in for Tune's handler
+stop = _StopSignals()
+with stop:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+print(seen, stop.received, stop.exit_code, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+"""
+
+
+def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from platform.tune import _StopSignals
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", STOP_PROBE], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    # SIGTERM reached the SIGINT handler (Tune's graceful stop), was noted, and the previous
+    # SIGTERM handler came back after the sweep.
+    assert out.stdout.split() == ["['sigint']", "SIGTERM", "143", "True"]
+    assert _StopSignals().exit_code == 1  # nothing received
+    ctrl_c = _StopSignals()
+    ctrl_c.received = "SIGINT"  # what run_sweep notes when Tune's SIGINT handler ended fit()
+    assert ctrl_c.exit_code == 130

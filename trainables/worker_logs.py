@@ -1,0 +1,84 @@
+"""Where each train worker's output goes, so that the driver can show a failed run's log tails.
+
+Ray redirects a worker process's stdout and stderr to files in its session's log folder
+(``worker-<id>-<job>-<pid>.out`` / ``.err``). At start, every rank writes
+``runs/<run>/workers/rank<r>.json`` with its pid, node and those two paths; when the run fails
+(an exception, a rank killed, a hang), the driver reads the last ``fail_tail_lines`` lines of each
+(platform/failures.py). The record is written before anything can fail, so it exists even for a
+rank killed during start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from data_prep.fileio import write_json
+
+__all__ = ["register_worker", "read_registrations", "tail_lines", "WORKERS_DIR"]
+
+WORKERS_DIR = "workers"
+
+
+def _fd_target(fd: int) -> str:
+    """The file behind one of this process's descriptors ('' when it is not a regular file)."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc (not Linux) or the descriptor is closed
+        return ""
+    return target if os.path.isfile(target) else ""
+
+
+def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]:
+    """Write this worker's record under ``run_dir/workers/``; returns it."""
+    try:
+        import ray
+
+        node_ip = ray.util.get_node_ip_address()
+    except Exception:  # outside Ray (torchrun): the hostname says where the logs are
+        node_ip = ""
+    record = {
+        "rank": rank,
+        "local_rank": local_rank,
+        "pid": os.getpid(),
+        "hostname": socket.gethostname(),
+        "node_ip": node_ip,
+        "stdout": _fd_target(1),
+        "stderr": _fd_target(2),
+        "started_ts": time.time(),
+    }
+    write_json(Path(run_dir) / WORKERS_DIR / f"rank{rank}.json", record)
+    return record
+
+
+def read_registrations(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's workers, in rank order (unreadable ones are skipped)."""
+    import json
+
+    out = []
+    for path in sorted((Path(run_dir) / WORKERS_DIR).glob("rank*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda r: r.get("rank", 0))
+
+
+def tail_lines(path: Path, n: int, *, block: int = 65536) -> list[str]:
+    """The last ``n`` lines of a text file, read from its end (worker logs can be large)."""
+    if n <= 0:
+        return []
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        pos = fh.tell()
+        data = b""
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(block, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return lines[-n:]
