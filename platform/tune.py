@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import json
 import logging
 import os
 import signal
@@ -84,6 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="finish the sweep in --output-root: keep its ok runs, rerun the others",
     )
     p.add_argument(
+        "--from-ranked",
+        type=Path,
+        metavar="OUTPUT_ROOT",
+        help="Phase A to B: sweep the best groups of this earlier sweep instead of the grid",
+    )
+    p.add_argument(
+        "--top", type=int, default=2, help="with --from-ranked: how many groups (default 2)"
+    )
+    p.add_argument("--repeats", type=int, help="repeats per group (the same as --set repeats=N)")
+    p.add_argument(
         "--dashboard-host",
         default="127.0.0.1",
         help="address the Ray dashboard of a local cluster listens on (default loopback only)",
@@ -106,7 +117,18 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.space:
             raise UsageError("--space NAME is required; see --list-spaces for the names")
-        space = load_space(args.space).with_overrides(args.set)
+        space = load_space(args.space)
+        if args.top < 1:
+            raise UsageError(f"--top must be >= 1, got {args.top}")
+        if args.from_ranked is not None:
+            from platform.promote import from_ranked
+
+            space = from_ranked(space, args.from_ranked, args.top)
+        if args.repeats is not None:
+            if args.repeats < 1:
+                raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
+            space = dataclasses.replace(space, repeats=args.repeats)
+        space = space.with_overrides(args.set)
         runs = expand_runs(space)
         if args.dry_run:
             print(format_plan(space, runs))
@@ -284,7 +306,9 @@ def run_sweep(
             ]
         prepare_tokenizers(runs)
         for run in runs:
-            results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run))
+            results.write_json(
+                output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
+            )
         if cluster.dashboard_url:
             print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
         elif address is None:
@@ -426,9 +450,12 @@ def prepare_corpus(plan: DataPlan, output_root: Path) -> Path:
     from data_prep.librispeech import prepare
 
     raw, prepared = output_root / "data" / "synth", output_root / "data" / "prepared"
+    manifest = prepared / f"manifest_{plan.target_sr // 1000}k{'_trim' if plan.trim else ''}.tsv"
+    if manifest.is_file():  # --resume: written last and atomically, so the corpus is complete
+        print(f"data: reusing {manifest}", flush=True)
+        return manifest
     print(f"data: {plan.describe()}", flush=True)
     synth.make_corpus(raw, **plan.synth)
-    manifest = prepared / f"manifest_{plan.target_sr // 1000}k{'_trim' if plan.trim else ''}.tsv"
     counts = prepare(
         discover(raw),
         raw,
@@ -478,8 +505,9 @@ def _trial_param(run: RunSpec, output_root: Path) -> dict[str, Any]:
     }
 
 
-def _run_record(run: RunSpec) -> dict[str, Any]:
+def _run_record(run: RunSpec, space: str) -> dict[str, Any]:
     return {
+        "space": space,
         "run": run.name,
         "group": run.group,
         "repeat": run.repeat,
@@ -541,7 +569,6 @@ def report(
     output_root: Path,
     wall_s: float,
 ) -> int:
-    ranked = analysis.rank_groups(manifest)
     print("\nruns:")
     for row in manifest:
         sps = row.get("tail_samples_per_sec_mean")
@@ -552,25 +579,24 @@ def report(
             f"tail {'-' if sps is None else f'{sps:.1f}':>8} samples/s"
             + (f"  ({row['failure_reason']})" if row.get("failure_reason") else "")
         )
-    print("\ngroups ranked by tail samples/s:")
-    print(analysis.format_ranking(ranked))
-    best = next((g for g in ranked if g["runs_ok"]), None)
-    if best is not None:
-        run = next(r for r in runs if r.group == best["group"])
-        results.write_json(
-            output_root / results.BEST_CONFIG,
-            {
-                "space": space.name,
-                "group": best["group"],
-                "tail_samples_per_sec_mean": best["tail_samples_per_sec_mean"],
-                "tail_samples_per_sec_std": best["tail_samples_per_sec_std"],
-                "tail_mean_iter_p50_ms": best["tail_mean_iter_p50_ms"],
-                "runs_ok": best["runs_ok"],
-                "swept": run.swept,
-                "config": run.config.to_dict(),
-            },
+    from platform.analyze import analyze, format_ranked
+
+    try:
+        summary = analyze(output_root)  # the tables, best_config.json and summary.md/json
+    except Exception as exc:  # noqa: BLE001 - the runs are recorded; say how to redo this part
+        print(
+            f"\nanalysis failed ({type(exc).__name__}: {exc}); the runs are recorded, redo it with "
+            f"python -m platform.analyze {output_root}",
+            file=sys.stderr,
         )
+        summary = {"ranking": [], "best_group": None}
+    print("\ngroups ranked by tail samples/s:")
+    print(format_ranked(summary["ranking"]))
+    if summary["best_group"]:
+        best = json.loads((output_root / results.BEST_CONFIG).read_text())
         print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
+        print(f"train with it: {best['command']}")
+    print(f"summary: {output_root / 'summary.md'}")
     failed = [r["run"] for r in manifest if r["status"] != "ok"]
     print(
         f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok; "

@@ -99,3 +99,16 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
     ctrl_c = _StopSignals()
     ctrl_c.received = "SIGINT"  # what run_sweep notes when Tune's SIGINT handler ended fit()
     assert ctrl_c.exit_code == 130
+
+
+def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
+    from platform.spaces import DataPlan
+    from platform.tune import prepare_corpus
+
+    manifest = tmp_path / "data" / "prepared" / "manifest_16k_trim.tsv"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("utt_id\tpath\tnum_samples\tsample_rate\ttranscript\n")
+    plan = DataPlan(synth={"speakers": 1, "chapters": 1, "utts": 1, "seed": 0})
+    assert prepare_corpus(plan, tmp_path) == manifest
+    assert "data: reusing" in capsys.readouterr().out
+    assert not (tmp_path / "data" / "synth").exists()  # nothing generated again

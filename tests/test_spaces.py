@@ -215,3 +215,35 @@ def test_runbook_mainline_spaces():
     }
     with pytest.raises(UsageError, match="dataset manifest needs manifest_path"):
         check_inputs(space, runs)
+
+
+def test_runbook_leak_phaseb_and_straggler_spaces():
+    leak = {
+        name: expand_runs(load_space(name))
+        for name in ("leak_4090_z0", "leak_4090_z1", "leak_4090_z0_flash")
+    }
+    for name, (run,) in leak.items():
+        c = run.config
+        assert (c.max_steps, c.micro_batch, c.num_workers, c.prefetch_factor) == (
+            10000,
+            128,
+            6,
+            4,
+        ), name
+        assert c.telemetry and c.host_telemetry_interval_s == 10.0
+    assert leak["leak_4090_z1"][0].config.strategy == "deepspeed"
+    assert leak["leak_4090_z1"][0].config.zero_stage == 1
+    assert leak["leak_4090_z0_flash"][0].config.speech_attention == "flash_attention_2"
+    phaseb = expand_runs(load_space("4090_phaseb"))
+    assert [r.name for r in phaseb[:2]] == [
+        "sweep_ddp_z0_mb128_nw6_pf4_r1",
+        "sweep_ds_z1_mb160_nw6_pf2_r1",
+    ]
+    assert len(phaseb) == 6 and {r.repeat for r in phaseb} == {1, 2, 3}
+    assert {(r.config.max_steps, r.config.timing_ranks) for r in phaseb} == {(1000, "all")}
+    diag = expand_runs(load_space("rank_straggler_diag"))
+    assert {(r.config.zero_stage, r.config.micro_batch, r.config.num_workers) for r in diag} == {
+        (0, 160, 6),
+        (1, 160, 6),
+    }
+    assert all(r.config.cuda_sync_timing and r.config.timing_ranks == "all" for r in diag)

@@ -262,6 +262,11 @@ class TrialConfig:
         "Fault injection for tests: raise a RuntimeError inside this step (0: never).", default=0
     )
     inject_error_rank: int = _doc("Rank that raises; -1: every rank.", default=-1)
+    inject_leak_mb_per_step: float = _doc(
+        "Fault injection for tests: every rank keeps this many more MB of host memory after each "
+        "step (a planted leak for the leak check; training itself is unchanged).",
+        default=0.0,
+    )
     pg_timeout_s: int = _doc(
         "Process-group (gloo/NCCL) collective timeout, seconds (lowered to just above "
         "stall_timeout_s when that is set).",
@@ -361,6 +366,10 @@ class TrialConfig:
             raise ConfigError(
                 "max_missing_files_fraction: must be within 0-1 (0: no missing file allowed), "
                 f"got {self.max_missing_files_fraction}"
+            )
+        if not 0 <= self.inject_leak_mb_per_step <= 64:
+            raise ConfigError(
+                f"inject_leak_mb_per_step: must be within 0-64, got {self.inject_leak_mb_per_step}"
             )
         if self.inject_sleep_s < 0:
             raise ConfigError(f"inject_sleep_s: must be >= 0, got {self.inject_sleep_s}")

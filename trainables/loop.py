@@ -32,6 +32,9 @@ __all__ = [
 ]
 
 
+_LEAKED: list[bytes] = []  # inject_leak_mb_per_step keeps its allocations here
+
+
 def _quiet_report_log() -> None:
     """Ray Train V2 logs every report of every rank at INFO, under a logger named after its
     source file (so RunConfig's LoggingConfig does not reach it); the driver prints progress."""
@@ -207,6 +210,8 @@ def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) 
             and cfg.inject_sleep_rank in (-1, rank)
         ):
             time.sleep(cfg.inject_sleep_s)  # fault injection (tests): a slow step on this rank
+        if cfg.inject_leak_mb_per_step:  # fault injection (tests): memory that is never freed
+            _LEAKED.append(b"\x01" * int(cfg.inject_leak_mb_per_step * 2**20))
         if step == cfg.inject_error_at_step and cfg.inject_error_rank in (-1, rank):
             raise RuntimeError(
                 f"injected error at step {step} on rank {rank} (inject_error_at_step)"

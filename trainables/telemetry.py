@@ -272,6 +272,10 @@ def collect_env(device) -> dict[str, Any]:
     }
     if device.type == "cuda":
         facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        facts["gpu_memory_gib"] = [
+            torch.cuda.get_device_properties(i).total_memory / 2**30
+            for i in range(torch.cuda.device_count())
+        ]
         try:
             import pynvml
 

@@ -1,8 +1,9 @@
-"""Observability through one real sweep of two repeats: host telemetry rows, heartbeats, a stall
+"""Observability through one real sweep of two runs: host telemetry rows, heartbeats, a stall
 alert on a forced slow window, env.json without secrets, the Prometheus gauges scraped during the
-run, and the dashboard's REST API listing the running job. The same sweep shows that the loop
-learns and is reproducible: the loss falls over 120 steps, and both repeats (same seed) start
-with the same loss."""
+run, and the dashboard's REST API listing the running job. The second run plants a host-memory
+leak (inject_leak_mb_per_step, which leaves training alone): the leak check must flag it and pass
+the first. The same sweep shows that the loop learns and is reproducible: the loss falls over 120
+steps, and both runs (same seed) start with the same loss."""
 
 import json
 import os
@@ -51,7 +52,7 @@ def sweep(tmp_path_factory):
         HF_TOKEN=SECRET,
     )
     sets = [
-        "repeats=2",
+        "inject_leak_mb_per_step=[0, 16]",
         "lr=0.001",
         "micro_batch=4",
         "max_steps=120",
@@ -89,7 +90,7 @@ def test_heartbeats_and_a_stall_alert_are_printed(sweep):
     beats = [ln for ln in lines if ": heartbeat: " in ln]
     assert len(beats) >= 3 and any("samples/s  ETA" in ln for ln in beats)
     alerts = [ln for ln in lines if ": ALERT step " in ln]
-    assert len(alerts) == 2  # one per repeat, both on the slow window
+    assert len(alerts) == 2  # one per run, both on the slow window
     assert all("step 70:" in a and "x the run's median" in a for a in alerts)
 
 
@@ -156,5 +157,71 @@ def test_gauges_and_the_running_job_were_visible_during_the_run(sweep):
     assert f"Ray dashboard: http://127.0.0.1:{dashboard_port}" in out
     for gauge in ("ray_stage1_samples_per_s", "ray_stage1_iter_ms_p50", "ray_stage1_data_share"):
         assert gauge in scraped
-    assert 'run="sweep_z0_mb4_nw0_pf2_r1"' in scraped
+    assert 'run="sweep_z0_mb4_nw0_pf2_injectleakmbperstep0_r1"' in scraped
     assert any(j.get("status") == "RUNNING" and j.get("type") == "DRIVER" for j in jobs), jobs
+
+
+def test_the_leak_check_flags_the_planted_leak_and_passes_the_clean_run(sweep):
+    root, *_ = sweep
+    clean, leaking = (f"sweep_z0_mb4_nw0_pf2_injectleakmbperstep{n}_r1" for n in (0, 16))
+    # A clean 120-step CPU run's RSS still grows ~1.6 MB per step after warm-up (allocators),
+    # so the limit here is 6,000 MB per 1,000 steps (the default 50 is for the 10,000-step leak
+    # spaces); the planted leak is 2 ranks x 16 MB per step = 32,000.
+    out = leak_check(root, "--max-host-mb-per-1k-steps", "6000")
+    assert out.returncode == 1, out.stdout + out.stderr
+    verdicts = {line.split()[1].rstrip(":"): line for line in out.stdout.splitlines()}
+    assert verdicts[clean].startswith("OK ") and verdicts[leaking].startswith("LEAK ")
+    slope = float(verdicts[leaking].split("host RSS ")[1].split(" MB")[0])
+    assert slope == pytest.approx(32_000, rel=0.25)
+    only_clean = leak_check(root / "runs" / clean, "--max-host-mb-per-1k-steps", "6000")
+    assert only_clean.returncode == 0 and only_clean.stdout.startswith(f"OK {clean}: host RSS")
+
+
+def leak_check(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "platform.leak", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def run_notebook(name: str, output_root: Path):
+    """Execute notebooks/NAME top to bottom with OUTPUT_ROOT set in its parameter cell."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+    (params,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    params.source = f"OUTPUT_ROOT = {str(output_root)!r}"
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    images = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "image/png" in o.get("data", {})
+    ]
+    return nb, images
+
+
+@pytest.mark.parametrize(
+    "name, plots",
+    [
+        (
+            "sweep_analysis.ipynb",
+            {"throughput_per_group.png", "iter_ms_over_steps.png", "iter_p90_over_p50.png"},
+        ),
+        ("stability_and_leak.ipynb", {"rank_skew.png", "host_rss_over_steps.png"}),
+    ],
+)
+def test_the_notebooks_run_top_to_bottom_and_draw_their_plots(sweep, name, plots):
+    root, *_ = sweep
+    nb, images = run_notebook(name, root)
+    assert len(images) >= len(plots)
+    assert plots <= {p.name for p in (root / "plots").glob("*.png")}
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "platform" not in source.replace("matplotlib", "")  # imports nothing from platform

@@ -129,3 +129,20 @@ def test_the_same_loop_under_torchrun_matches_and_the_ratio_is_written(sweep):
     # Same seed, same data order, same model: the first window's loss is the same number.
     assert torch_rows[0]["loss"] == pytest.approx(ray_first, abs=1e-5)
     assert len(torch_rows) == 6 and torch_rows[-1]["step"] == 30
+
+
+def test_the_analysis_files_agree_with_the_timing_rows(sweep):
+    root, out = sweep
+    per_run = pd.read_csv(root / "per_run_metrics.csv").set_index("run")
+    df = pd.read_parquet(root / "timing.parquet")
+    for run, row in per_run.iterrows():
+        tail = df[df["run"] == run].sort_values("window").tail(3)
+        assert row["tail_samples_per_sec_mean"] == pytest.approx(tail["samples_per_s"].mean())
+        ratios = tail["iter_ms_p90"] / tail["iter_ms_p50"].clip(lower=1.0)
+        assert row["iter_p90_over_p50"] == pytest.approx(ratios.mean())
+    ranked = pd.read_csv(root / "ranked_groups.csv")
+    best = json.loads((root / "best_config.json").read_text())
+    assert ranked.loc[0, "group"] == best["group"] and list(ranked["rank"]) == [1, 2]
+    assert best["command"].startswith("python -m platform.tune --space smoke --set micro_batch=")
+    assert f"train with it: {best['command']}" in out.stdout
+    assert (root / "summary.md").read_text().startswith("# Sweep summary")

@@ -1,0 +1,59 @@
+"""Phase A to Phase B: a retest sweep made of the best groups of an earlier sweep.
+
+``python -m platform.tune --space NAME --from-ranked OUTPUT_ROOT --top 2 --repeats 2 --set
+max_steps=1000`` takes the first ``--top`` groups of OUTPUT_ROOT's ranking that have ok runs
+(stable groups rank first), and makes them the cases of NAME's space, in place of its grid: each
+case holds the values that group was swept over, the space's fixed values hold the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from platform import results
+from platform.errors import UsageError
+from platform.spaces import SearchSpace
+
+__all__ = ["from_ranked"]
+
+
+def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
+    ranked_root = Path(ranked_root).expanduser().resolve()
+    if not (ranked_root / results.MANIFEST).is_file():
+        raise UsageError(
+            f"--from-ranked: {ranked_root} holds no sweep ({results.MANIFEST} is missing); "
+            "give the output root of a finished sweep"
+        )
+    ranked_csv = ranked_root / "ranked_groups.csv"
+    if not ranked_csv.is_file():  # a sweep from before the analysis files: make them
+        from platform.analyze import analyze
+
+        analyze(ranked_root)
+    ranked = pd.read_csv(ranked_csv)
+    winners = ranked[ranked["runs_ok"] > 0].head(top)
+    if winners.empty:
+        raise UsageError(f"--from-ranked: no group of {ranked_root} has an ok run to promote")
+    manifest = pd.read_csv(ranked_root / results.MANIFEST, sep="\t", keep_default_na=False)
+    cases = []
+    for group in winners["group"]:
+        run = manifest.loc[(manifest["group"] == group) & (manifest["status"] == "ok"), "run"]
+        record = ranked_root / "runs" / str(run.iloc[0]) / "config.json"
+        try:
+            swept = json.loads(record.read_text())["swept"]
+        except (OSError, ValueError, KeyError):
+            raise UsageError(
+                f"--from-ranked: {record} is missing or unreadable; the group's swept values "
+                "cannot be known"
+            ) from None
+        cases.append(swept)
+    note = f"retest of the top {len(cases)} groups of {ranked_root.name}"
+    return dataclasses.replace(
+        space,
+        grid={},
+        cases=cases,
+        description=f"{space.description} ({note})" if space.description else note,
+    )

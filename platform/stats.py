@@ -1,0 +1,272 @@
+"""Per-run figures, group statistics over repeats and the ranking, as pure functions of the
+timing rows and the run manifest (platform/analyze.py writes them to files).
+
+Definitions (docs/ARCHITECTURE.md, "Analysis"):
+
+- a run's *tail* is its last ``tail_timing_points`` windows of rank 0;
+- ``iter_p90_over_p50`` (and data, step) is the mean over the tail windows of each window's
+  p90 / p50, the p50 floored at ``P50_FLOOR_MS`` (a prefetched batch waits ~0 ms);
+- a run is unstable when its ``iter_p90_over_p50`` exceeds ``unstable_ratio``;
+- a group's figures use its ok runs; with 3 or more, ``tail_samples_per_sec_robust`` drops the
+  fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
+- a group is unstable when more than half of its ok runs are;
+- ranking: groups with ok runs first, stable before unstable, then the robust (else plain) mean
+  of tail samples/s, higher first, then tail iter p50, lower first.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+__all__ = [
+    "BOTTLENECK_LIMITS",
+    "P50_FLOOR_MS",
+    "bottlenecks",
+    "UNSTABLE_RATIO",
+    "group_summary",
+    "per_run_metrics",
+    "rank",
+    "within_noise",
+]
+
+P50_FLOOR_MS = 1.0
+UNSTABLE_RATIO = 1.5
+
+PER_RUN_COLUMNS = [
+    "run",
+    "group",
+    "repeat",
+    "status",
+    "exit_code",
+    "duration_sec",
+    "last_step",
+    "windows",
+    "tail_windows",
+    "tail_samples_per_sec_mean",
+    "tail_mean_iter_p50_ms",
+    "iter_p90_over_p50",
+    "data_p90_over_p50",
+    "step_p90_over_p50",
+    "unstable_run_flag",
+    "data_share",
+    "rank_skew_max",
+    "peak_mem_gib",
+    "mfu",
+    "bottlenecks",
+]
+
+GROUP_COLUMNS = [
+    "group",
+    "runs",
+    "runs_ok",
+    "tail_samples_per_sec_mean",
+    "tail_samples_per_sec_std",
+    "tail_samples_per_sec_robust",
+    "ci95_low",
+    "ci95_high",
+    "tail_mean_iter_p50_ms",
+    "iter_p50_cv",
+    "iter_ratio_median",
+    "iter_ratio_max",
+    "unstable_run_ratio",
+    "unstable_group",
+]
+
+
+def _ratio(p90: pd.Series, p50: pd.Series) -> float:
+    if p90.empty:
+        return math.nan
+    return float((p90 / p50.clip(lower=P50_FLOOR_MS)).mean())
+
+
+def per_run_metrics(
+    manifest: pd.DataFrame, timing: pd.DataFrame, *, unstable_ratio: float = UNSTABLE_RATIO
+) -> pd.DataFrame:
+    """One row per run of the manifest (in its order), figures over its tail windows."""
+    rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
+    by_run = {run: df.sort_values("window") for run, df in rank0.groupby("run", sort=False)}
+    skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
+    rows = []
+    for rec in manifest.to_dict("records"):
+        run = rec["run"]
+        df = by_run.get(run)
+        row: dict[str, Any] = {k: rec.get(k) for k in ("run", "group", "repeat", "status")}
+        row.update(exit_code=rec.get("exit_code"), duration_sec=rec.get("duration_sec"))
+        if df is None or df.empty:
+            rows.append(row | {"windows": 0, "tail_windows": 0, "unstable_run_flag": False})
+            continue
+        points = int(rec.get("tail_timing_points") or 1)
+        tail = df.tail(max(1, points))
+        iter_ratio = _ratio(tail["iter_ms_p90"], tail["iter_ms_p50"])
+        row.update(
+            last_step=int(df["step"].max()),
+            windows=len(df),
+            tail_windows=len(tail),
+            tail_samples_per_sec_mean=float(tail["samples_per_s"].mean()),
+            tail_mean_iter_p50_ms=float(tail["iter_ms_p50"].mean()),
+            iter_p90_over_p50=iter_ratio,
+            data_p90_over_p50=_ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
+            step_p90_over_p50=_ratio(tail["step_ms_p90"], tail["step_ms_p50"]),
+            unstable_run_flag=bool(iter_ratio > unstable_ratio),
+            data_share=float(tail["data_ms_mean"].mean() / tail["iter_ms_mean"].mean()),
+            rank_skew_max=float(skew.get(run, math.nan)),
+            peak_mem_gib=float(df["peak_mem_gib"].max()),
+            mfu=float(tail["mfu"].mean()),
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=PER_RUN_COLUMNS)
+
+
+def _t975(dof: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
+
+
+def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
+    """One row per group (in order of first appearance), over its ok runs."""
+    rows = []
+    for group, runs in per_run.groupby("group", sort=False):
+        ok = runs[(runs["status"] == "ok") & runs["tail_samples_per_sec_mean"].notna()]
+        sps = ok["tail_samples_per_sec_mean"].astype(float).tolist()
+        it = ok["tail_mean_iter_p50_ms"].astype(float)
+        n = len(sps)
+        mean = sum(sps) / n if n else math.nan
+        std = float(pd.Series(sps).std(ddof=1)) if n > 1 else (0.0 if n == 1 else math.nan)
+        robust = sum(sorted(sps)[1:-1]) / (n - 2) if n >= 3 else mean
+        half = _t975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+        flags = ok["unstable_run_flag"].astype(bool)
+        ratio = float(flags.mean()) if n else math.nan
+        rows.append(
+            {
+                "group": group,
+                "runs": len(runs),
+                "runs_ok": n,
+                "tail_samples_per_sec_mean": mean,
+                "tail_samples_per_sec_std": std,
+                "tail_samples_per_sec_robust": robust,
+                "ci95_low": mean - half,
+                "ci95_high": mean + half,
+                "tail_mean_iter_p50_ms": float(it.mean()) if n else math.nan,
+                "iter_p50_cv": float(it.std(ddof=1) / it.mean()) if n > 1 else math.nan,
+                "iter_ratio_median": float(ok["iter_p90_over_p50"].median()) if n else math.nan,
+                "iter_ratio_max": float(ok["iter_p90_over_p50"].max()) if n else math.nan,
+                "unstable_run_ratio": ratio,
+                "unstable_group": bool(n and ratio > 0.5),
+            }
+        )
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS)
+
+
+def rank(groups: pd.DataFrame) -> pd.DataFrame:
+    """The groups in ranking order, with a ``rank`` column first."""
+    if groups.empty:
+        return groups.assign(rank=pd.Series(dtype=int))
+    score = groups["tail_samples_per_sec_robust"].fillna(0.0)
+    keyed = groups.assign(
+        _none=groups["runs_ok"] == 0,
+        _score=-score,
+        _it=groups["tail_mean_iter_p50_ms"].fillna(math.inf),
+    )
+    ranked = keyed.sort_values(["_none", "unstable_group", "_score", "_it"], kind="stable")
+    ranked = ranked.drop(columns=["_none", "_score", "_it"]).reset_index(drop=True)
+    ranked.insert(0, "rank", range(1, len(ranked) + 1))
+    return ranked
+
+
+def within_noise(ranked: pd.DataFrame) -> bool | None:
+    """Whether the top two groups' 95 % intervals overlap (None: fewer than two groups with two
+    or more ok runs at the top, so noise cannot be told)."""
+    top = ranked[ranked["runs_ok"] > 0].head(2)
+    if len(top) < 2 or (top["runs_ok"] < 2).any():
+        return None
+    a, b = top.iloc[0], top.iloc[1]
+    return bool(a["ci95_low"] <= b["ci95_high"] and b["ci95_low"] <= a["ci95_high"])
+
+
+# Bottleneck attribution (a run's tail figures; NVML samples of its GPUs).
+BOTTLENECK_LIMITS = {
+    "data_share": 0.15,  # data wait above this share of iter time: data-bound
+    "rank_skew": 1.2,  # slowest rank's iter p50 over the fastest's: straggler
+    "throttled_share": 0.05,  # samples with a thermal/HW-slowdown reason: throttled
+    "power_cap_share": 0.5,  # samples at the software power cap: power-capped
+    "headroom_low": 0.10,  # free GPU memory below this share of the total: near OOM
+    "headroom_high": 0.50,  # free above this: room for a larger micro_batch
+}
+# NVML clock-event (throttle) reason bits.
+SW_POWER_CAP = 0x4
+SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80  # HW slowdown, SW thermal, HW thermal, HW power brake
+
+
+def bottlenecks(
+    run: dict[str, Any], throttle: pd.Series | None = None, gpu_memory_gib: float | None = None
+) -> list[dict[str, str]]:
+    """What limits one run, each with the setting to try next. ``run``: its per_run_metrics
+    row; ``throttle``: the throttle_reasons bitmasks of its GPUs' NVML samples;
+    ``gpu_memory_gib``: the smallest total memory of its GPUs (env.json)."""
+    lim, out = BOTTLENECK_LIMITS, []
+    share = run.get("data_share")
+    if _finite(share) and share > lim["data_share"]:
+        out.append(
+            {
+                "kind": "data-bound",
+                "detail": f"the data wait is {share:.0%} of iter time",
+                "try": "raise num_workers or prefetch_factor (or length_bucketing for padding)",
+            }
+        )
+    skew = run.get("rank_skew_max")
+    if _finite(skew) and skew > lim["rank_skew"]:
+        out.append(
+            {
+                "kind": "straggler",
+                "detail": f"the slowest rank's iter p50 is {skew:.2f}x the fastest's",
+                "try": "run rank_straggler_diag; check that rank's GPU clocks, PCIe/NVLink and host load",
+            }
+        )
+    if throttle is not None and len(throttle.dropna()):
+        bits = throttle.dropna().astype("int64")
+        slowed = float(((bits & SLOWDOWN) != 0).mean())
+        capped = float(((bits & SW_POWER_CAP) != 0).mean())
+        if slowed > lim["throttled_share"]:
+            out.append(
+                {
+                    "kind": "throttled",
+                    "detail": f"thermal or hardware slowdown in {slowed:.0%} of GPU samples",
+                    "try": "check cooling and power delivery; compare with another node",
+                }
+            )
+        if capped > lim["power_cap_share"]:
+            out.append(
+                {
+                    "kind": "power-capped",
+                    "detail": f"at the software power cap in {capped:.0%} of GPU samples",
+                    "try": "expected under full load; raise the power limit only if the site allows",
+                }
+            )
+    peak = run.get("peak_mem_gib")
+    if _finite(peak) and gpu_memory_gib:
+        free = 1.0 - peak / gpu_memory_gib
+        if free < lim["headroom_low"]:
+            out.append(
+                {
+                    "kind": "memory-tight",
+                    "detail": f"peak {peak:.1f} of {gpu_memory_gib:.0f} GiB ({free:.0%} free)",
+                    "try": "lower micro_batch, or ZeRO stage 2/3 to shard optimizer state",
+                }
+            )
+        elif free > lim["headroom_high"]:
+            out.append(
+                {
+                    "kind": "memory-headroom",
+                    "detail": f"peak {peak:.1f} of {gpu_memory_gib:.0f} GiB ({free:.0%} free)",
+                    "try": "a larger micro_batch may raise throughput",
+                }
+            )
+    return out
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

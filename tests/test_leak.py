@@ -1,0 +1,115 @@
+"""The leak check's slope on hand-made telemetry, worked out by hand."""
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from platform import results
+from platform.leak import fit_mb_per_1k_steps, leak_figures
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def timing(run="r", ts0=100.0):
+    # Windows end at ts 100, 110, 120 with steps 10, 20, 30: 1 step per second.
+    return pd.DataFrame(
+        [
+            {
+                "run": run,
+                "rank": 0,
+                "window": i,
+                "step": 10 * (i + 1),
+                "window_end_ts": ts0 + 10 * i,
+            }
+            for i in range(3)
+        ]
+    )
+
+
+def host(slopes_mb_per_step, ts0=100.0, run="r"):
+    rows = []
+    for node, per_step in slopes_mb_per_step.items():
+        for ts in np.arange(ts0 - 20, ts0 + 30, 2.0):  # also before the first window
+            step = 10 + (ts - ts0)  # 1 step per second
+            rss = 5000.0 if ts < ts0 else 1000.0 + per_step * step  # start-up: not a leak
+            rows.append({"run": run, "node": node, "ts": ts, "trainer_rss_mib": rss})
+    return pd.DataFrame(rows)
+
+
+def gpu(per_step, ts0=100.0, run="r"):
+    rows = []
+    for index, slope in enumerate(per_step):
+        for ts in np.arange(ts0, ts0 + 21, 1.0):
+            step = 10 + (ts - ts0)
+            rows.append(
+                {
+                    "run": run,
+                    "node": "a",
+                    "gpu_index": index,
+                    "ts": ts,
+                    "mem_used_mib": 2000.0 + slope * step,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_fit_is_mb_per_1000_steps():
+    steps = np.array([0, 100, 200, 300])
+    assert fit_mb_per_1k_steps(steps, 50 + 0.25 * steps) == pytest.approx(250.0)
+    assert math.isnan(fit_mb_per_1k_steps(np.array([5, 5]), np.array([1.0, 2.0])))
+
+
+def test_host_slopes_add_over_nodes_gpu_takes_the_worst_gpu_and_start_up_is_ignored():
+    f = leak_figures(timing(), host({"a": 0.5, "b": 0.25}), gpu([0.0, 0.1]))
+    # Nodes: 500 + 250 MB per 1,000 steps; the 5000 MiB start-up samples before the first
+    # window are left out (with them the slope would be negative).
+    assert f["host_mb_per_1k_steps"] == pytest.approx(750.0)
+    # ts 100-120 every 2 s; the first quarter of steps 10-30 is warm-up: ts 106-120 count.
+    assert f["host_samples"] == 2 * 8
+    assert f["gpu_mb_per_1k_steps"] == pytest.approx(100.0)  # the worse of 0 and 100
+    assert f["steps"] == [10, 30]
+
+
+def test_too_few_samples_cannot_be_judged():
+    no_gpu = pd.DataFrame(columns=["run", "node", "gpu_index", "ts", "mem_used_mib"])
+    f = leak_figures(timing(), host({"a": 1.0}).head(12), no_gpu, skip_fraction=0.0)
+    assert math.isnan(f["gpu_mb_per_1k_steps"]) and f["gpu_samples"] == 0
+    assert f["host_samples"] == 2 and math.isnan(f["host_mb_per_1k_steps"])  # ts 100, 102
+
+
+def test_cli_verdicts_and_bad_paths(tmp_path):
+    root = tmp_path / "out"
+    results.write_tsv(root / results.MANIFEST, [{"run": "leaky"}, {"run": "clean"}], ["run"])
+    for run, per_step in (("leaky", 1.0), ("clean", 0.0)):
+        t = timing(run).assign(group=run, repeat=1)
+        results.write_part(
+            root / results.TIMING_DIR, run, t.to_dict("records"), results.TIMING_SCHEMA
+        )
+        h = host({"a": per_step}, run=run).assign(group=run, repeat=1, rank=0)
+        results.write_part(
+            root / results.HOST_TELEMETRY_DIR,
+            run,
+            h.to_dict("records"),
+            results.HOST_TELEMETRY_SCHEMA,
+        )
+
+    def leak(*args):
+        cmd = [sys.executable, "-m", "platform.leak", *map(str, args)]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    out = leak(root)
+    assert out.returncode == 1
+    assert out.stdout.splitlines() == [
+        "OK clean: host RSS +0.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
+        "LEAK leaky: host RSS +1000.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
+    ]
+    assert leak(root / "runs" / "clean").returncode == 0
+    assert leak(root, "--max-host-mb-per-1k-steps", "1000").returncode == 0  # at the limit: ok
+    assert leak(root, "--skip-fraction", "1").returncode == 2
+    bad = leak(tmp_path / "nowhere")
+    assert bad.returncode == 2 and "neither a sweep's output root nor a run folder" in bad.stderr
