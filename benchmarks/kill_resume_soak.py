@@ -8,7 +8,8 @@ random time and kills the driver with SIGKILL, so no handler of ours runs. After
 reads every file of the output root back (Parquet parts, the manifest) and records the rows of the
 runs the manifest calls ok. A last --resume then finishes the sweep. It prints:
 
-- kills survived: kills after which every file read back and the next --resume started,
+- kills survived: kills after which every file read back and the next --resume started (a
+  driver that ends by itself first, because a run failed, is logged and not counted),
 - runs completed: ok runs at the end, of the sweep's runs,
 - rows lost: rows of runs recorded ok after some kill that are missing or changed at the end,
   plus windows missing from the final result (expected 0), and duplicates (expected 0).
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     root = args.output_root
     ok_rows: dict[str, pd.DataFrame] = {}  # run -> its timing rows when first seen ok
     survived, remeasured, t_start = 0, 0, time.monotonic()
+    driver_exits: list[int] = []  # drivers that ended by themselves before their kill
     for kill in range(1, args.kills + 1):
         proc, lines, reader = start(args, resume=kill > 1)
         delay = rng.uniform(args.min_s, args.max_s)
@@ -108,6 +110,9 @@ def main(argv=None) -> int:
             proc.send_signal(signal.SIGKILL)
         proc.wait()
         reader.join(timeout=10)
+        logs = root / "soak_logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / f"attempt-{kill:02d}.log").write_text("".join(lines))
         try:
             manifest, frames = read_back(root)
         except Exception as exc:  # noqa: BLE001 - the finding this benchmark looks for
@@ -118,13 +123,17 @@ def main(argv=None) -> int:
         for run, st in status.items():
             if st == "ok" and run not in ok_rows:
                 ok_rows[run] = timing[timing["run"] == run].sort_values(["rank", "window"])
-        if finished:
+        if finished and proc.returncode == 0:
+            print(f"kill {kill}: the sweep finished before the kill at {delay:.1f} s", flush=True)
+            break
+        if finished:  # a run failed (exit 1): --resume reruns it; not a kill
             print(
-                f"kill {kill}: the driver exited (code {proc.returncode}) before the kill at "
-                f"{delay:.1f} s; no more kills",
+                f"kill {kill}: the driver exited with code {proc.returncode} before the kill at "
+                f"{delay:.1f} s (soak_logs/attempt-{kill:02d}.log); going on",
                 flush=True,
             )
-            break
+            driver_exits.append(proc.returncode)
+            continue
         # Windows the killed driver printed for runs it had not finished: measured again.
         for line in lines:
             match = STEP_LINE.search(line)
@@ -164,18 +173,24 @@ def main(argv=None) -> int:
         "duplicate_rows": duplicates,
         "cut_run_windows_remeasured": remeasured,
         "final_exit_code": proc.returncode,
+        "drivers_exited_before_kill": driver_exits,
         "wall_s": round(time.monotonic() - t_start, 1),
         "sets": args.set,
         "kill_window_s": [args.min_s, args.max_s],
     }
     print(
-        f"\nkills survived {survived}/{args.kills}; runs completed {len(ok)}/{len(manifest)}; "
+        f"\nkills survived {survived}/{args.kills - len(driver_exits)}; runs completed {len(ok)}/{len(manifest)}; "
         f"rows lost {lost}; duplicate rows {duplicates}; windows of cut runs re-measured "
         f"{remeasured}; final --resume exit {proc.returncode}; {result['wall_s']:.0f} s",
         flush=True,
     )
     (root / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
-    good = survived == args.kills and len(ok) == len(manifest) and lost == 0 and duplicates == 0
+    good = (
+        survived + len(driver_exits) == args.kills
+        and len(ok) == len(manifest)
+        and lost == 0
+        and duplicates == 0
+    )
     return 0 if good else 1
 
 

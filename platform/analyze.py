@@ -140,10 +140,11 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
     ok = manifest[(manifest["group"] == top["group"]) & (manifest["status"] == "ok")]
     record = _run_record(output_root, str(ok["run"].iloc[0]))
     swept = record.get("swept", {})
-    space = record.get("space") or output_root.name.rsplit("_", 2)[0]
+    space = record.get("space") or output_root.name.rsplit("_", 1)[0]
+    sets = {**swept, **_overrides(space, swept, record.get("config", {}), output_root)}
     command = " ".join(
         ["python -m platform.tune", f"--space {space}"]
-        + [f"--set {k}={_yaml(v)}" for k, v in swept.items()]
+        + [f"--set {k}={_yaml(v)}" for k, v in sets.items()]
         + ["--set repeats=1"]
     )
     return {
@@ -161,6 +162,26 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
         "config": record.get("config", {}),
         "command": command,
     }
+
+
+def _overrides(space: str, swept: dict, config: dict, output_root: Path) -> dict[str, Any]:
+    """The values the run had that the space alone would not give it (the sweep's --set):
+    without them the command would not train the same configuration."""
+    from platform.spaces import load_space
+    from trainables.config import ConfigError, TrialConfig
+
+    try:
+        plain = TrialConfig.from_dict({**load_space(space).fixed, **swept}).to_dict()
+    except (UsageError, ConfigError):
+        return {}
+    out = {}
+    for key, value in config.items():
+        if key in swept or key == "use_gpu" or plain.get(key) == value:
+            continue  # use_gpu: `auto` resolved by the driver
+        if key == "manifest_path" and str(value).startswith(str(output_root / "data")):
+            continue  # the space's generated corpus: made again by the command
+        out[key] = value
+    return out
 
 
 def _yaml(value: Any) -> str:

@@ -238,3 +238,21 @@ def test_bottleneck_attribution(run, throttle, total, kinds):
     found = stats.bottlenecks(run, None if throttle is None else pd.Series(throttle), total)
     assert [b["kind"] for b in found] == kinds
     assert all(b["try"] for b in found)
+
+
+def test_the_winners_command_carries_the_sweeps_own_settings(tmp_path):
+    from platform.analyze import _overrides
+    from platform.spaces import load_space
+
+    root = tmp_path / "out"
+    fixed = load_space("smoke").fixed
+    config = {**fixed, "micro_batch": 8, "max_steps": 1000, "use_gpu": False}
+    config["manifest_path"] = "/data/ls16k/manifest_16k_trim.tsv"  # given with --set
+    assert _overrides("smoke", {"micro_batch": 8}, config, root) == {
+        "max_steps": 1000,
+        "manifest_path": "/data/ls16k/manifest_16k_trim.tsv",
+    }
+    # The space's generated corpus is made again by the command: not an override.
+    config["manifest_path"] = str(root / "data" / "prepared" / "manifest_16k_trim.tsv")
+    assert _overrides("smoke", {"micro_batch": 8}, config, root) == {"max_steps": 1000}
+    assert _overrides("no_such_space", {}, config, root) == {}

@@ -53,6 +53,7 @@ def sweep(tmp_path_factory):
     )
     sets = [
         "inject_leak_mb_per_step=[0, 16]",
+        "timing_ranks=all",  # rank skew for the stability notebook
         "lr=0.001",
         "micro_batch=4",
         "max_steps=120",
@@ -90,8 +91,9 @@ def test_heartbeats_and_a_stall_alert_are_printed(sweep):
     beats = [ln for ln in lines if ": heartbeat: " in ln]
     assert len(beats) >= 3 and any("samples/s  ETA" in ln for ln in beats)
     alerts = [ln for ln in lines if ": ALERT step " in ln]
-    assert len(alerts) == 2  # one per run, both on the slow window
-    assert all("step 70:" in a and "x the run's median" in a for a in alerts)
+    # Each run's slow window raised its alert (a busy machine may add others: real slow windows).
+    slow = [a for a in alerts if "ALERT step 70:" in a and "x the run's median" in a]
+    assert len(slow) == 2 and {a.split("]")[0] for a in slow} == {"[1/2", "[2/2"}
 
 
 def test_host_telemetry_rows_are_sane_and_counted(sweep):
@@ -112,18 +114,22 @@ def test_host_telemetry_rows_are_sane_and_counted(sweep):
     assert int(manifest["gpu_telemetry_rows"].iloc[0]) == 0
     assert str(manifest["gpu_telemetry_empty_flag"].iloc[0]) == "False"
     assert "no gpu telemetry" in manifest["telemetry_effective"].iloc[0]
-    assert list(manifest["stall_alerts"]) == [1, 1]
+    assert (manifest["stall_alerts"] >= 1).all()
     assert len(manifest["git_commit_hash"].iloc[0]) == 40
     timing = pd.read_parquet(root / "timing.parquet").sort_values("window")
-    for _, windows in timing.groupby("run"):
+    for _, windows in timing[timing["rank"] == 0].groupby("run"):
         assert windows["eta_s"].iloc[-1] == 0 and (windows["eta_s"].iloc[:-1] > 0).all()
+
+
+def window_losses(root: Path) -> pd.DataFrame:
+    """Rank 0's loss per window (rows) and run (columns)."""
+    timing = pd.read_parquet(root / "timing.parquet").query("rank == 0")
+    return timing.pivot(index="window", columns="run", values="loss")
 
 
 def test_loss_is_finite_and_falls_over_120_steps(sweep):
     root, *_ = sweep
-    loss = pd.read_parquet(root / "timing.parquet").pivot(
-        index="window", columns="run", values="loss"
-    )
+    loss = window_losses(root)
     for run, values in loss.items():
         assert values.notna().all() and len(values) == 12, run
         assert values.iloc[-2:].mean() < 0.85 * values.iloc[:2].mean(), values.tolist()
@@ -131,9 +137,7 @@ def test_loss_is_finite_and_falls_over_120_steps(sweep):
 
 def test_same_seed_gives_the_same_first_window_loss(sweep):
     root, *_ = sweep
-    loss = pd.read_parquet(root / "timing.parquet").pivot(
-        index="window", columns="run", values="loss"
-    )
+    loss = window_losses(root)  # the leak of the second run leaves training alone
     r1, r2 = loss.columns
     assert loss.loc[0, r1] == loss.loc[0, r2]
 
@@ -223,5 +227,13 @@ def test_the_notebooks_run_top_to_bottom_and_draw_their_plots(sweep, name, plots
     nb, images = run_notebook(name, root)
     assert len(images) >= len(plots)
     assert plots <= {p.name for p in (root / "plots").glob("*.png")}
+    if name == "stability_and_leak.ipynb":  # both runs' rank skew and RSS slopes were drawn
+        text = "".join(
+            o.get("text", "") + o.get("data", {}).get("text/plain", "")
+            for c in nb.cells
+            for o in c.get("outputs", [])
+        )
+        assert "rank skew in 24 windows of 2 runs" in text  # 12 windows x 2 runs
+        assert "Name: MB per 1,000 steps" in text
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "platform" not in source.replace("matplotlib", "")  # imports nothing from platform
