@@ -359,7 +359,7 @@ def run_sweep(
             recorder.on_experiment_end(trials=[])
             interrupted = recorder.mark_interrupted(stop.received or "SIGINT")
             manifest = write_manifest(output_root, runs, recorder.status, facts)
-        code = report(space, manifest, runs, output_root, time.time() - sweep_start)
+        code = report(manifest, output_root, time.time() - sweep_start)
         unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
         stopped_on_error = space.stop_on_error and any(r["status"] != "ok" for r in manifest)
         if stopped_on_error and not stop.received:
@@ -562,13 +562,9 @@ def _telemetry_counts(run: RunSpec, st: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def report(
-    space: SearchSpace,
-    manifest: list[dict[str, Any]],
-    runs: list[RunSpec],
-    output_root: Path,
-    wall_s: float,
-) -> int:
+def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:
+    """Print the runs, run the analysis (platform.analyze) and print its ranking; the exit code
+    is 0 when every run is ok."""
     print("\nruns:")
     for row in manifest:
         sps = row.get("tail_samples_per_sec_mean")
