@@ -49,14 +49,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="append",
         default=None,
         metavar="KEY=VALUE",
-        help="sweep overrides (default: repeats=3 max_steps=40 log_every=5: 6 runs)",
+        help="sweep overrides (default: repeats=15 max_steps=40 log_every=5: 30 runs, enough "
+        "that 20 kills land before the sweep is done)",
     )
     p.add_argument("--min-s", type=float, default=2.0, help="earliest kill after start, s")
-    p.add_argument("--max-s", type=float, default=45.0, help="latest kill after start, s")
+    p.add_argument("--max-s", type=float, default=90.0, help="latest kill after start, s")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if args.set is None:
-        args.set = ["repeats=3", "max_steps=40", "log_every=5"]
+        args.set = ["repeats=15", "max_steps=40", "log_every=5"]
     if args.kills < 0 or not 0 <= args.min_s <= args.max_s:
         p.error("need --kills >= 0 and 0 <= --min-s <= --max-s")
     if args.output_root.exists() and any(args.output_root.iterdir()):
