@@ -242,7 +242,7 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         lines.append(
             f"| {g['rank']} | {g['group']} | {g['runs_ok']}/{g['runs']} | "
             f"{_fmt(g['tail_samples_per_sec_robust'])} | {_fmt(g['tail_samples_per_sec_std'])} | "
-            f"{_fmt(g['ci95_low'])}-{_fmt(g['ci95_high'])} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
+            f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
             f"{_fmt(g['unstable_run_ratio'], 2)} |"
         )
     lines.append("")
@@ -286,6 +286,12 @@ def format_ranked(ranking: list[dict[str, Any]]) -> str:
             f"{_fmt(g['tail_mean_iter_p50_ms']):>11}  " + ("*" if g["unstable_group"] else "")
         )
     return "\n".join(lines)
+
+
+def _interval(g: dict[str, Any]) -> str:
+    """The 95 % interval as low-high, or - with fewer than 2 ok runs."""
+    low, high = _num(g["ci95_low"]), _num(g["ci95_high"])
+    return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
