@@ -85,10 +85,11 @@ def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) 
     per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
     found = _bottlenecks(output_root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
-    ranked = stats.rank(stats.group_summary(per_run))
+    groups = stats.group_summary(per_run)
+    ranked = stats.rank(groups)
     for name, df in (
         ("per_run_metrics.csv", per_run),
-        ("group_summary.csv", stats.group_summary(per_run)),
+        ("group_summary.csv", groups),
         ("ranked_groups.csv", ranked),
     ):
         results.atomic_write_text(output_root / name, df.to_csv(index=False))

@@ -29,6 +29,7 @@ __all__ = [
     "group_summary",
     "per_run_metrics",
     "rank",
+    "run_figures",
     "within_noise",
 ]
 
@@ -82,41 +83,50 @@ def _ratio(p90: pd.Series, p50: pd.Series) -> float:
     return float((p90 / p50.clip(lower=P50_FLOOR_MS)).mean())
 
 
+def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per run, from rank 0's windows: last step, windows, start-up, and the figures over its
+    last ``tail_points[run]`` windows. The one place tail figures are computed: the run
+    manifest (platform.tune) and per_run_metrics.csv both take them from here."""
+    rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
+    skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
+    out: dict[str, dict[str, Any]] = {}
+    for run, df in rank0.groupby("run", sort=False):
+        df = df.sort_values("window")
+        tail = df.tail(max(1, int(tail_points.get(run, 1))))
+        out[run] = {
+            "last_step": int(df["step"].max()),
+            "windows": len(df),
+            "tail_windows": len(tail),
+            "startup_s": float(df["startup_s"].iloc[0]),
+            "tail_samples_per_sec_mean": float(tail["samples_per_s"].mean()),
+            "tail_mean_iter_p50_ms": float(tail["iter_ms_p50"].mean()),
+            "iter_p90_over_p50": _ratio(tail["iter_ms_p90"], tail["iter_ms_p50"]),
+            "data_p90_over_p50": _ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
+            "step_p90_over_p50": _ratio(tail["step_ms_p90"], tail["step_ms_p50"]),
+            "data_share": float(tail["data_ms_mean"].mean() / tail["iter_ms_mean"].mean()),
+            "rank_skew_max": float(skew.get(run, math.nan)),
+            "peak_mem_gib": float(df["peak_mem_gib"].max()),
+            "mfu": float(tail["mfu"].mean()),
+        }
+    return out
+
+
 def per_run_metrics(
     manifest: pd.DataFrame, timing: pd.DataFrame, *, unstable_ratio: float = UNSTABLE_RATIO
 ) -> pd.DataFrame:
     """One row per run of the manifest (in its order), figures over its tail windows."""
-    rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
-    by_run = {run: df.sort_values("window") for run, df in rank0.groupby("run", sort=False)}
-    skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
+    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
+    figures = run_figures(timing, points)
     rows = []
     for rec in manifest.to_dict("records"):
-        run = rec["run"]
-        df = by_run.get(run)
         row: dict[str, Any] = {k: rec.get(k) for k in ("run", "group", "repeat", "status")}
         row.update(exit_code=rec.get("exit_code"), duration_sec=rec.get("duration_sec"))
-        if df is None or df.empty:
+        fig = figures.get(rec["run"])
+        if fig is None:
             rows.append(row | {"windows": 0, "tail_windows": 0, "unstable_run_flag": False})
             continue
-        points = int(rec.get("tail_timing_points") or 1)
-        tail = df.tail(max(1, points))
-        iter_ratio = _ratio(tail["iter_ms_p90"], tail["iter_ms_p50"])
-        row.update(
-            last_step=int(df["step"].max()),
-            windows=len(df),
-            tail_windows=len(tail),
-            tail_samples_per_sec_mean=float(tail["samples_per_s"].mean()),
-            tail_mean_iter_p50_ms=float(tail["iter_ms_p50"].mean()),
-            iter_p90_over_p50=iter_ratio,
-            data_p90_over_p50=_ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
-            step_p90_over_p50=_ratio(tail["step_ms_p90"], tail["step_ms_p50"]),
-            unstable_run_flag=bool(iter_ratio > unstable_ratio),
-            data_share=float(tail["data_ms_mean"].mean() / tail["iter_ms_mean"].mean()),
-            rank_skew_max=float(skew.get(run, math.nan)),
-            peak_mem_gib=float(df["peak_mem_gib"].max()),
-            mfu=float(tail["mfu"].mean()),
-        )
-        rows.append(row)
+        flag = bool(fig["iter_p90_over_p50"] > unstable_ratio)
+        rows.append(row | fig | {"unstable_run_flag": flag})
     return pd.DataFrame(rows, columns=PER_RUN_COLUMNS)
 
 

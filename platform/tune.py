@@ -23,7 +23,7 @@ from typing import Any
 
 from data_prep.fileio import ensure_writable_dir
 from data_prep.ray_address import address_problem
-from platform import analysis, results
+from platform import results, stats
 from platform.errors import EXIT_USAGE, UsageError
 from platform.provenance import GIT_KEYS, git_facts
 from platform.resume import drop_rows, previous_status
@@ -524,7 +524,7 @@ def write_manifest(
 ) -> list[dict[str, Any]]:
     """One row per run: its status and key figures (from timing.parquet) and every config value."""
     timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
-    figures = analysis.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
+    figures = stats.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
     rows = []
     for run in runs:
         st = status.get(run.name, {"status": "pending"})

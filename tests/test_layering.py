@@ -29,7 +29,7 @@ def driver_imports(source: str) -> list[str]:
 def test_detector_catches_each_form():
     assert driver_imports("import platform.tune") == ["platform.tune"]
     assert driver_imports("from platform.spaces import load_space") == ["platform.spaces"]
-    assert driver_imports("from platform import analysis") == ["platform.analysis"]
+    assert driver_imports("from platform import stats") == ["platform.stats"]
     assert driver_imports("import platform\nplatform.system()") == []
     assert driver_imports("from platform import system") == []
 

@@ -1,9 +1,6 @@
 """The leak check's slope on hand-made telemetry, worked out by hand."""
 
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,8 +8,7 @@ import pytest
 
 from platform import results
 from platform.leak import fit_mb_per_1k_steps, leak_figures
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.cli import run_module
 
 
 def timing(run="r", ts0=100.0):
@@ -99,8 +95,7 @@ def test_cli_verdicts_and_bad_paths(tmp_path):
         )
 
     def leak(*args):
-        cmd = [sys.executable, "-m", "platform.leak", *map(str, args)]
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return run_module("platform.leak", *args)
 
     out = leak(root)
     assert out.returncode == 1

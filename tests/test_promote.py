@@ -1,23 +1,12 @@
 """Phase A to B: --from-ranked builds the retest sweep from the best groups of an earlier one."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 from platform.analyze import analyze
+from tests.cli import run_module
 from tests.test_stats import make_root
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def tune(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "platform.tune", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("platform.tune", *args)
 
 
 def test_the_top_groups_become_the_cases_with_the_new_repeats_and_settings(tmp_path):

@@ -1,14 +1,10 @@
 """--address is checked before ray.init, which would retry for minutes where nothing answers."""
 
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 from data_prep.ray_address import address_problem
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.cli import run_module
 
 
 def test_an_address_with_a_listener_passes_and_a_closed_port_does_not():
@@ -29,22 +25,14 @@ def test_data_prep_refuses_an_unreachable_address_in_seconds(tmp_path):
 
     synth.make_corpus(tmp_path / "raw", speakers=1, chapters=1, utts=1, seed=0)
     t0 = time.monotonic()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.librispeech",
-            "--input-root",
-            str(tmp_path / "raw"),
-            "--output-root",
-            str(tmp_path / "out"),
-            "--address",
-            "127.0.0.1:1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = run_module(
+        "data_prep.librispeech",
+        "--input-root",
+        tmp_path / "raw",
+        "--output-root",
+        tmp_path / "out",
+        "--address",
+        "127.0.0.1:1",
     )
     assert out.returncode == 2 and time.monotonic() - t0 < 30
     (line,) = out.stderr.strip().splitlines()

@@ -1,16 +1,12 @@
 """The Phase B stability check: verdicts exactly at each threshold, and the CLI's exit codes."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
 from platform.stability import check
+from tests.cli import run_module
 from tests.test_stats import make_root
 
-ROOT = Path(__file__).resolve().parent.parent
 LIMITS = dict(min_repeats=3, max_ratio_median=1.5, max_ratio_max=2.5, max_cv=0.05)
 
 
@@ -43,13 +39,7 @@ def test_verdicts_at_and_just_past_each_threshold(figures, passed, why):
 
 
 def stability(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "platform.stability", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module("platform.stability", *args)
 
 
 def test_the_cli_prints_a_verdict_per_group_and_exits_0_1_or_2(tmp_path):

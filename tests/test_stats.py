@@ -2,17 +2,13 @@
 
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from platform import results, stats
 from platform.analyze import analyze
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.cli import run_module
 
 
 def windows(run, iter_p50, iter_p90, *, sps=None, data=(1.0, 1.0), step=(5.0, 6.0), rank=0):
@@ -35,9 +31,28 @@ def windows(run, iter_p50, iter_p90, *, sps=None, data=(1.0, 1.0), step=(5.0, 6.
             "samples_per_s": s,
             "peak_mem_gib": 1.0 + i,
             "mfu": 0.1,
+            "startup_s": 5.0,
         }
         for i, (p50, p90, s) in enumerate(zip(iter_p50, iter_p90, sps, strict=True))
     ]
+
+
+def test_tail_figures_use_the_last_n_windows_of_rank_0():
+    def rows(run, sps, iter_p50, rank=0, startup=5.0):
+        out = windows(run, iter_p50, [2 * p for p in iter_p50], sps=sps, rank=rank)
+        return [r | {"step": 10 * (r["window"] + 1), "startup_s": startup} for r in out]
+
+    timing = pd.DataFrame(
+        rows("a", [10, 100, 200, 300], [9, 8, 7, 6])
+        + rows("a", [1, 1, 1, 1], [1, 1, 1, 1], rank=1)
+        + rows("b", [50, 60], [20, 30], startup=7.5)
+    ).sample(frac=1.0, random_state=0)  # order on disk must not matter
+    figs = stats.run_figures(timing, {"a": 2, "b": 5})
+    assert figs["a"]["tail_samples_per_sec_mean"] == pytest.approx(250.0)
+    assert figs["a"]["tail_mean_iter_p50_ms"] == pytest.approx(6.5)
+    assert figs["a"]["last_step"] == 40 and figs["a"]["windows"] == 4
+    assert figs["b"]["tail_samples_per_sec_mean"] == pytest.approx(55.0)  # fewer windows than n
+    assert figs["b"]["startup_s"] == 7.5
 
 
 def manifest(*runs, tail=2):
@@ -198,24 +213,12 @@ def test_analyze_writes_every_file_and_agrees_with_the_rows(tmp_path):
 
 
 def test_the_cli_refuses_a_folder_without_a_sweep(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "platform.analyze", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = run_module("platform.analyze", tmp_path)
     assert out.returncode == 2
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("platform.analyze: error: ") and "holds no sweep" in line
     assert list(tmp_path.iterdir()) == []  # nothing written
-    ok = subprocess.run(
-        [sys.executable, "-m", "platform.analyze", str(make_root(tmp_path))],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ok = run_module("platform.analyze", make_root(tmp_path))
     assert ok.returncode == 0 and "Best: **fast**" in ok.stdout
 
 

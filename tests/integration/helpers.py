@@ -1,12 +1,10 @@
 """Helpers of the integration tests: the CLIs run as a user runs them, in subprocesses."""
 
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.cli import run_module
 from tests.conftest import prepare_serial
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_tune(
@@ -15,18 +13,9 @@ def run_tune(
     """``python -m platform.tune --space SPACE --output-root ROOT --set ... FLAGS`` from the repo
     root."""
     args = [a for item in sets for a in ("--set", item)]
-    cmd = [
-        sys.executable,
-        "-m",
-        "platform.tune",
-        "--space",
-        space,
-        "--output-root",
-        str(root),
-        *args,
-        *flags,
-    ]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return run_module(
+        "platform.tune", "--space", space, "--output-root", root, *args, *flags, timeout=timeout
+    )
 
 
 def smoke_manifest(folder: Path) -> Path:

@@ -11,20 +11,20 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def corpus_manifest(tmp_path_factory):
-    """The smoke space's corpus, prepared here, with one of its 32 audio files gone."""
+def corpus_sets(tmp_path_factory):
+    """--set values for the smoke space's corpus, prepared here, with one of its 32 audio files
+    gone (and allowed: 1 of 32 rows)."""
     path = smoke_manifest(tmp_path_factory.mktemp("corpus"))
     (path.parent / pd.read_csv(path, sep="\t")["path"].iloc[3]).unlink()
-    return path
+    return (f"manifest_path={path}", "max_missing_files_fraction=0.05")
 
 
-def test_a_hung_rank_is_detected_and_explained_not_waited_out(tmp_path, corpus_manifest):
+def test_a_hung_rank_is_detected_and_explained_not_waited_out(tmp_path, corpus_sets):
     root = tmp_path / "out"
     out = run_tune(
         "smoke",
         root,
-        f"manifest_path={corpus_manifest}",
-        "max_missing_files_fraction=0.05",  # 1 of 32 rows
+        *corpus_sets,
         "micro_batch=4",
         "max_steps=30",
         "stall_timeout_s=8",
@@ -51,15 +51,14 @@ def test_a_hung_rank_is_detected_and_explained_not_waited_out(tmp_path, corpus_m
     assert sorted(timing["step"]) == [5, 10]  # what was measured before the hang is kept
 
 
-def test_run_timeout_and_stop_on_error(tmp_path, corpus_manifest):
+def test_run_timeout_and_stop_on_error(tmp_path, corpus_sets):
     root = tmp_path / "out"
     # Run 1 goes past run_timeout_s, run 2 raises inside step 7 on rank 1, and with
     # stop_on_error run 3 never starts.
     out = run_tune(
         "smoke",
         root,
-        f"manifest_path={corpus_manifest}",
-        "max_missing_files_fraction=0.05",
+        *corpus_sets,
         "micro_batch=4",
         "inject_error_at_step=[0, 7, 3]",
         "inject_error_rank=1",

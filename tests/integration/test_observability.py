@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.cli import run_module  # noqa: E402
+
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-value-never-written"
@@ -182,13 +184,7 @@ def test_the_leak_check_flags_the_planted_leak_and_passes_the_clean_run(sweep):
 
 
 def leak_check(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "platform.leak", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_module("platform.leak", *args)
 
 
 def run_notebook(name: str, output_root: Path):
