@@ -63,7 +63,8 @@ def test_run_timeout_and_stop_on_error(tmp_path, corpus_sets):
         "inject_error_at_step=[0, 7, 3]",
         "inject_error_rank=1",
         "max_steps=1000",
-        "run_timeout_s=15",
+        # Long enough for run 2 to start (12-20 s here), report step 5 and raise at step 7.
+        "run_timeout_s=30",
         "stop_on_error=true",
         timeout=400,
     )
@@ -75,7 +76,7 @@ def test_run_timeout_and_stop_on_error(tmp_path, corpus_sets):
     assert list(manifest["missing_files"].astype(str)) == ["1", "1", ""]
     assert out.stdout.count("skipped 1 manifest rows whose audio file is missing") == 2
     assert not (root / "data").exists()  # the given manifest was used, no corpus made
-    assert "run_timeout_s 15 reached at step" in manifest["failure_reason"].iloc[0]
+    assert "run_timeout_s 30 reached at step" in manifest["failure_reason"].iloc[0]
     assert 0 < int(manifest["last_step"].iloc[0]) < 1000
     failed = manifest.iloc[1]
     assert failed["failure_reason"] == (
