@@ -4,15 +4,29 @@
     DIR/synth-clean/<speaker>/<chapter>/<speaker>-<chapter>.trans.txt
     DIR/speech_spans.tsv        where the speech is in each file (seconds), for trim tests
 
-Each utterance is speech-like (voiced harmonics under moving formants, a syllable-rate envelope,
-aspiration noise) between stretches of low-level noise (-90 dBFS). Most files are 16 kHz mono;
-some are 22.05/44.1/48 kHz and some are stereo; durations spread over 2-20 s.
+Two modes:
+
+- ``speechlike`` (default): each utterance is speech-like (voiced harmonics under moving formants,
+  a syllable-rate envelope, aspiration noise) between stretches of low-level noise (-90 dBFS).
+  Most files are 16 kHz mono; some are 22.05/44.1/48 kHz and some are stereo; durations spread
+  over 2-20 s. The audio has no relation to its transcript: a throughput workload.
+- ``learnable``: the audio is a function of the transcript, so contrastive training has something
+  to learn. Every word of the vocabulary has a fixed spectral pattern (three tones of its own);
+  an utterance is its words' patterns one after another, shifted in pitch and tempo per speaker,
+  with a random gain and background noise. 16 kHz mono, about 1.5-4 s.
+
+Chapters are generated in parallel (one task per chapter, all cores by default); each chapter's
+random stream depends only on (seed, speaker, chapter), so the corpus is the same whatever the
+number of workers.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import zlib
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +34,9 @@ import numpy as np
 
 from data_prep.fileio import atomic_path, atomic_write_text, tsv_text
 
-__all__ = ["SynthUtterance", "make_corpus", "speech_like", "main"]
+__all__ = ["MODES", "SynthUtterance", "make_corpus", "speech_like", "word_pattern", "main"]
 
+MODES = ("speechlike", "learnable")
 SUBSET = "synth-clean"
 SPANS_FILE = "speech_spans.tsv"
 SILENCE_DBFS = -90.0
@@ -105,6 +120,95 @@ def _utterance(
     return utt, audio.astype(np.float32)
 
 
+# Learnable mode: each word is three tones of its own, spread over 250-3800 Hz on a log scale.
+_PATTERN_LOW_HZ, _PATTERN_HIGH_HZ, _PATTERN_TONES = 250.0, 3800.0, 3
+LEARNABLE_RATE = 16_000
+
+
+def word_pattern(word: str) -> np.ndarray:
+    """The fixed tone frequencies (Hz) of ``word``: the same in every process and run (from a
+    CRC of the word, not Python's salted hash)."""
+    rng = np.random.default_rng(zlib.crc32(word.encode()))
+    return np.sort(
+        np.exp(rng.uniform(np.log(_PATTERN_LOW_HZ), np.log(_PATTERN_HIGH_HZ), _PATTERN_TONES))
+    )
+
+
+def _learnable_audio(
+    words: list[str], rng: np.random.Generator, pitch: float, tempo: float, rate: int
+) -> np.ndarray:
+    """The words' patterns in order, each 0.16-0.24 s (scaled by the speaker's tempo) with a
+    raised-cosine envelope, and 20-60 ms pauses between them."""
+    parts = []
+    for word in words:
+        n = int(rate * tempo * rng.uniform(0.16, 0.24))
+        t = np.arange(n) / rate
+        tones = word_pattern(word) * pitch * rng.uniform(0.98, 1.02)
+        seg = sum(np.sin(2 * np.pi * f * t + rng.uniform(0, 6.3)) for f in tones)
+        parts.append(seg * np.hanning(n) * rng.uniform(0.6, 1.0))
+        parts.append(np.zeros(int(rate * rng.uniform(0.02, 0.06))))
+    return np.concatenate(parts[:-1])
+
+
+def _speaker_voice(seed: int, speaker_index: int) -> tuple[float, float]:
+    """A speaker's pitch factor and tempo, fixed for all its utterances."""
+    rng = np.random.default_rng([seed, speaker_index, 7])
+    return float(rng.uniform(0.95, 1.05)), float(rng.uniform(0.85, 1.15))
+
+
+def _learnable_utterance(
+    rng: np.random.Generator, utt_id: str, path: Path, voice: tuple[float, float]
+) -> tuple[SynthUtterance, np.ndarray]:
+    rate = LEARNABLE_RATE
+    words = [str(w) for w in rng.choice(WORDS, size=int(rng.integers(3, 7)))]
+    speech = _learnable_audio(words, rng, *voice, rate)
+    speech *= 10 ** (rng.uniform(-12, -3) / 20) / max(np.abs(speech).max(), 1e-9)
+    lead, trail = (int(rate * rng.uniform(0.15, 0.4)) for _ in range(2))
+    n = lead + len(speech) + trail
+    # Background noise 25-35 dB below the speech's peak, and the -90 dBFS floor outside it.
+    noise_db = rng.uniform(-35, -25) + 20 * np.log10(np.abs(speech).max())
+    audio = 10 ** (SILENCE_DBFS / 20) * rng.standard_normal(n)
+    audio[lead : lead + len(speech)] += speech + 10 ** (noise_db / 20) * rng.standard_normal(
+        len(speech)
+    )
+    utt = SynthUtterance(
+        utt_id=utt_id,
+        path=path,
+        transcript=" ".join(words),
+        sample_rate=rate,
+        channels=1,
+        duration_s=n / rate,
+        speech_start_s=lead / rate,
+        speech_end_s=(lead + len(speech)) / rate,
+    )
+    return utt, audio.astype(np.float32)[:, None]
+
+
+def _chapter(task: dict) -> list[SynthUtterance]:
+    """Write one chapter folder (audio and transcript file); a process-pool task."""
+    import soundfile as sf
+
+    seed, s, c = task["seed"], task["speaker_index"], task["chapter_index"]
+    speaker, chapter = task["speaker"], task["chapter"]
+    folder = Path(task["root"]) / SUBSET / speaker / chapter
+    rng = np.random.default_rng([seed, s, c])
+    voice = _speaker_voice(seed, s)
+    lines, made = [], []
+    for u in range(task["utts"]):
+        utt_id = f"{speaker}-{chapter}-{u:04d}"
+        path = folder / f"{utt_id}.flac"
+        if task["mode"] == "learnable":
+            utt, audio = _learnable_utterance(rng, utt_id, path, voice)
+        else:
+            utt, audio = _utterance(rng, utt_id, path, task["durations"])
+        with atomic_path(utt.path, durable=False) as tmp:
+            sf.write(str(tmp), audio, utt.sample_rate, format="FLAC", subtype="PCM_16")
+        lines.append(f"{utt_id} {utt.transcript}\n")
+        made.append(utt)
+    atomic_write_text(folder / f"{speaker}-{chapter}.trans.txt", "".join(lines))
+    return made
+
+
 def make_corpus(
     output_root: Path,
     *,
@@ -113,30 +217,42 @@ def make_corpus(
     utts: int = 10,
     seed: int = 0,
     durations: tuple[float, float] = (2.0, 20.0),
+    mode: str = "speechlike",
+    workers: int | None = None,
 ) -> list[SynthUtterance]:
-    """Write the corpus and its speech spans; the same seed always gives the same corpus.
-    ``durations`` bounds the uniform file length in seconds (at least 2 s)."""
+    """Write the corpus and its speech spans; the same seed (and mode) always gives the same
+    corpus, whatever ``workers`` is (default: every core; small corpora stay in this process).
+    ``durations`` bounds the uniform file length in seconds (at least 2 s; speechlike mode)."""
     if not 2.0 <= durations[0] <= durations[1]:
         raise ValueError(f"durations must satisfy 2 <= min <= max, got {durations}")
-    import soundfile as sf
-
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     output_root = Path(output_root)
-    rng = np.random.default_rng(seed)
-    made: list[SynthUtterance] = []
-    for s in range(speakers):
-        speaker = str(100 + 37 * s + seed % 37)
-        for c in range(chapters):
-            chapter = str(1000 + 113 * c + 7 * s)
-            folder = output_root / SUBSET / speaker / chapter
-            lines = []
-            for u in range(utts):
-                utt_id = f"{speaker}-{chapter}-{u:04d}"
-                utt, audio = _utterance(rng, utt_id, folder / f"{utt_id}.flac", durations)
-                with atomic_path(utt.path, durable=False) as tmp:
-                    sf.write(str(tmp), audio, utt.sample_rate, format="FLAC", subtype="PCM_16")
-                lines.append(f"{utt_id} {utt.transcript}\n")
-                made.append(utt)
-            atomic_write_text(folder / f"{speaker}-{chapter}.trans.txt", "".join(lines))
+    tasks = [
+        {
+            "root": str(output_root),
+            "seed": seed,
+            "speaker_index": s,
+            "chapter_index": c,
+            "speaker": str(100 + 37 * s + seed % 37),
+            "chapter": str(1000 + 113 * c + 7 * s),
+            "utts": utts,
+            "durations": durations,
+            "mode": mode,
+        }
+        for s in range(speakers)
+        for c in range(chapters)
+    ]
+    workers = min(workers or os.cpu_count() or 1, len(tasks))
+    if workers <= 1 or speakers * chapters * utts < 64:
+        chunks = [_chapter(t) for t in tasks]
+    else:
+        # spawn: the caller may hold threads (a Ray driver) that a fork would copy half-way.
+        import multiprocessing
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            chunks = list(pool.map(_chapter, tasks))
+    made = [u for chunk in chunks for u in chunk]
     columns = ["utt_id", "speech_start_s", "speech_end_s", "duration_s", "sample_rate", "channels"]
     spans = [{k: getattr(u, k) for k in columns} for u in made]
     atomic_write_text(output_root / SPANS_FILE, tsv_text(spans, columns, float_format=".6f"))
@@ -154,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-s", type=float, default=2.0, help="shortest file, seconds (>= 2)")
     p.add_argument("--max-s", type=float, default=20.0, help="longest file, seconds")
+    p.add_argument(
+        "--mode",
+        default="speechlike",
+        help="speechlike (audio unrelated to the text) or learnable (audio spells the words)",
+    )
+    p.add_argument("--workers", type=int, default=0, help="processes (default: every core)")
     args = p.parse_args(argv)
     if not 2.0 <= args.min_s <= args.max_s:
         print("data_prep.synth: error: need 2 <= --min-s <= --max-s", file=sys.stderr)
@@ -162,6 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             print(f"data_prep.synth: error: --{name} must be >= 1", file=sys.stderr)
             return 2
+    if args.mode not in MODES or args.workers < 0:
+        print(
+            f"data_prep.synth: error: --mode must be one of {', '.join(MODES)} and --workers "
+            f">= 0, got {args.mode!r} and {args.workers}",
+            file=sys.stderr,
+        )
+        return 2
     made = make_corpus(
         args.output_root,
         speakers=args.speakers,
@@ -169,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         utts=args.utts,
         seed=args.seed,
         durations=(args.min_s, args.max_s),
+        mode=args.mode,
+        workers=args.workers or None,
     )
     hours = sum(u.duration_s for u in made) / 3600
     print(

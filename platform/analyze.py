@@ -143,11 +143,14 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
     swept = record.get("swept", {})
     space = record.get("space") or output_root.name.rsplit("_", 1)[0]
     sets = {**swept, **_overrides(space, swept, record.get("config", {}), output_root)}
-    command = " ".join(
+    sweep_command = " ".join(
         ["python -m platform.tune", f"--space {space}"]
         + [f"--set {k}={_yaml(v)}" for k, v in sets.items()]
         + ["--set repeats=1"]
     )
+    # The final run: platform.train reads this file's resolved config (with checkpoints,
+    # validation and restarts on; see platform/train.py).
+    command = f"python -m platform.train --config {output_root / results.BEST_CONFIG}"
     return {
         "space": space,
         "group": top["group"],
@@ -162,6 +165,7 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
         "swept": swept,
         "config": record.get("config", {}),
         "command": command,
+        "sweep_command": sweep_command,
     }
 
 

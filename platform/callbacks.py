@@ -64,6 +64,7 @@ class SweepRecorder(Callback):
         on_change: Callable[[], None] | None = None,
         echo: Callable[[str], None] | None = None,
         facts: dict[str, Any] | None = None,
+        tensorboard: bool = False,
     ):
         self.output_root = Path(output_root)
         self.runs = {r.name: r for r in runs}
@@ -80,6 +81,11 @@ class SweepRecorder(Callback):
         self.latest: dict[str, dict[str, Any]] = {}
         self.last_heartbeat: dict[str, float] = {}
         self.trial_runs: dict[str, str] = {}  # Tune trial id -> run (for the RunTimeout stopper)
+        # Training: attempts of a run (worker-group restarts, --resume), by their start time.
+        self.attempt: dict[str, int] = {}
+        self.attempt_ts: dict[str, float] = {}
+        self.tensorboard = tensorboard
+        self.writers: dict[str, Any] = {}
 
     # --- Tune hooks (called in the driver's Tune loop) ---
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -101,9 +107,10 @@ class SweepRecorder(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self._run(trial)
         spec = self.runs[run]
-        keys = {"run": run, "group": spec.group, "repeat": spec.repeat}
-        row = {name: result.get(name) for name in results.TIMING_SCHEMA.names} | keys
         status = self.status.setdefault(run, {})
+        attempt = self._attempt(run, result, status)
+        keys = {"run": run, "group": spec.group, "repeat": spec.repeat, "attempt": attempt}
+        row = {name: result.get(name) for name in results.TIMING_SCHEMA.names} | keys
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         status.setdefault("effective", {}).update(effective)
         if effective.get("missing_files") and not status.get("missing_noted"):
@@ -127,6 +134,8 @@ class SweepRecorder(Callback):
         if result.get("env_facts"):
             self._write_env(run, result["env_facts"])
         self.echo(self._progress_line(run, row))
+        self._training_rows(run, result, keys, status)
+        self._log_tensorboard(run, result)
         self._check_stall(run, row)
         self.latest[run] = row
         if time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
@@ -191,6 +200,107 @@ class SweepRecorder(Callback):
         for run in list(self.last_flush):
             self.flush(run)
 
+    def close(self) -> None:
+        """Flush and close the TensorBoard writers."""
+        for writer in self.writers.values():
+            writer.close()
+        self.writers.clear()
+
+    # --- training runs (platform.train) ---
+    def _attempt(self, run: str, result: dict[str, Any], status: dict[str, Any]) -> int:
+        """The attempt a window belongs to: a new worker group (a restart from a checkpoint, or
+        --resume) starts a new one and says so."""
+        if run not in self.attempt:
+            # A resumed run continues after the attempts already on disk.
+            timing = results.read_dataset(
+                self.output_root / results.TIMING_DIR, results.TIMING_SCHEMA
+            )
+            previous = timing.loc[timing["run"] == run, "attempt"]
+            self.attempt[run] = int(previous.max()) + 1 if len(previous) else 0
+            self.attempt_ts[run] = result.get("attempt_start_ts") or 0.0
+        elif (result.get("attempt_start_ts") or 0.0) != self.attempt_ts[run]:
+            self.attempt[run] += 1
+            self.attempt_ts[run] = result.get("attempt_start_ts") or 0.0
+            status["restarts"] = status.get("restarts", 0) + 1
+            self.echo(
+                f"[{self._index(run)}] {run}: restarted (attempt {self.attempt[run] + 1}): the worker "
+                f"group came back and resumed from step {result.get('resumed_from_step') or 0}"
+            )
+        else:
+            return self.attempt[run]
+        if result.get("resumed_from_step"):
+            status["resumed_from_step"] = result["resumed_from_step"]
+            self.echo(
+                f"[{self._index(run)}] {run}: resumed from the checkpoint at step "
+                f"{result['resumed_from_step']}"
+            )
+        if result.get("resume_notes"):
+            self.echo(f"[{self._index(run)}] {run}: {result['resume_notes']}")
+        return self.attempt[run]
+
+    def _training_rows(self, run: str, result: dict[str, Any], keys, status) -> None:
+        step = result.get("step")
+        if result.get("val_step") == step and step is not None:
+            row = {n: result.get(n) for n in results.VALIDATION_SCHEMA.names} | keys
+            self._add(run, "validation", [row])
+            status["val_mean_r1_last"] = result.get("val_mean_r1")
+            self.echo(
+                f"[{self._index(run)}] {run}: validation at step {step}: loss "
+                f"{result.get('val_loss', math.nan):.3f}  speech->text R@1 "
+                f"{result.get('val_s2t_r1', math.nan):.3f} R@5 {result.get('val_s2t_r5', math.nan):.3f}"
+                f"  text->speech R@1 {result.get('val_t2s_r1', math.nan):.3f} R@5 "
+                f"{result.get('val_t2s_r5', math.nan):.3f}  (chance R@1 "
+                f"{result.get('val_chance_r1', math.nan):.4f}, {result.get('val_items')} items, "
+                f"{result.get('val_s', math.nan):.1f} s)"
+            )
+        if result.get("checkpoint_step") == step and step is not None:
+            row = {n: result.get(n) for n in results.CHECKPOINTS_SCHEMA.names} | keys
+            self._add(run, "checkpoints", [row])
+            status["checkpoints"] = status.get("checkpoints", 0) + 1
+            status["last_checkpoint"] = result.get("checkpoint_path") or ""
+            score = result.get("checkpoint_score")
+            if score is not None and math.isfinite(score):
+                status["best_checkpoint_metric"] = score
+            size_mb = (result.get("checkpoint_size_bytes") or 0) / 1e6
+            self.echo(
+                f"[{self._index(run)}] {run}: checkpoint at step {step}: "
+                f"{size_mb:.1f} MB saved in {result.get('checkpoint_save_s', math.nan):.2f} s"
+            )
+
+    def _log_tensorboard(self, run: str, result: dict[str, Any]) -> None:
+        if not self.tensorboard:
+            return
+        writer = self.writers.get(run)
+        if writer is None:
+            from tensorboardX import SummaryWriter
+
+            writer = self.writers[run] = SummaryWriter(
+                str(self.output_root / results.TENSORBOARD_DIR / run), flush_secs=30
+            )
+        step = result.get("step") or 0
+        scalars = {
+            "train/loss": "loss",
+            "train/lr": "lr",
+            "perf/samples_per_s": "samples_per_s",
+            "perf/iter_ms_p50": "iter_ms_p50",
+            "perf/data_ms_p50": "data_ms_p50",
+            "perf/mfu": "mfu",
+        }
+        if result.get("val_step") == step:
+            scalars.update(
+                {
+                    f"val/{k[4:]}": k
+                    for k in results.VALIDATION_SCHEMA.names
+                    if k.startswith("val_") and k not in ("val_items", "val_chance_r1")
+                }
+            )
+        if result.get("checkpoint_step") == step:
+            scalars["checkpoint/save_s"] = "checkpoint_save_s"
+        for tag, key in scalars.items():
+            value = result.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                writer.add_scalar(tag, value, step)
+
     def mark_interrupted(self, signal_name: str | None = None) -> list[str]:
         """Runs still running when the sweep stopped become ``interrupted`` (their rows are
         flushed already); returns their names."""
@@ -213,11 +323,15 @@ class SweepRecorder(Callback):
 
     def flush(self, run: str) -> None:
         self.last_flush[run] = time.monotonic()
+        if run in self.writers:
+            self.writers[run].flush()
         for kind, (folder, schema) in results.DATASETS.items():
             rows = self.pending.pop((run, kind), [])
             if not rows:
                 continue
-            part = self.parts.get((run, kind), 0)
+            part = self.parts.get((run, kind))
+            if part is None:  # continue after the parts an earlier attempt left (training)
+                part = results.next_part(self.output_root / folder, run)
             results.write_part(self.output_root / folder, f"{run}-{part:05d}", rows, schema)
             self.parts[(run, kind)] = part + 1
 

@@ -27,6 +27,9 @@ __all__ = [
 TIMING_DIR = "timing.parquet"
 GPU_TELEMETRY_DIR = "gpu_telemetry.parquet"
 HOST_TELEMETRY_DIR = "host_telemetry.parquet"
+VALIDATION_DIR = "validation.parquet"
+CHECKPOINTS_DIR = "checkpoints.parquet"
+TENSORBOARD_DIR = "tensorboard"
 MANIFEST = "run_manifest.tsv"
 BEST_CONFIG = "best_config.json"
 
@@ -43,12 +46,23 @@ EFFECTIVE_KEYS = (
     "missing_files",
 )
 
+# What a training run's manifest row adds (platform.train; empty for sweep runs).
+TRAINING_KEYS = (
+    "restarts",
+    "resumed_from_step",
+    "checkpoints",
+    "last_checkpoint",
+    "best_checkpoint_metric",
+    "val_mean_r1_last",
+)
+
 # One row per reported window. Fixed schema, so every part file of the dataset agrees.
 TIMING_SCHEMA = pa.schema(
     [
         ("run", pa.string()),
         ("group", pa.string()),
         ("repeat", pa.int32()),
+        ("attempt", pa.int32()),
         ("rank", pa.int32()),
         ("window", pa.int32()),
         ("step", pa.int64()),
@@ -76,6 +90,8 @@ TIMING_SCHEMA = pa.schema(
         ("rank_skew", pa.float64()),
         ("eta_s", pa.float64()),
         ("loss", pa.float64()),
+        ("lr", pa.float64()),
+        ("epoch", pa.int32()),
         ("startup_s", pa.float64()),
         ("elapsed_s", pa.float64()),
         ("window_end_ts", pa.float64()),
@@ -127,11 +143,48 @@ HOST_TELEMETRY_SCHEMA = pa.schema(
     ]
 )
 
+# One row per validation of a training run (trainables/validation.py).
+VALIDATION_SCHEMA = pa.schema(
+    [
+        *_RUN_KEYS,
+        ("attempt", pa.int32()),
+        ("step", pa.int64()),
+        ("epoch", pa.int32()),
+        ("val_loss", pa.float64()),
+        ("val_s2t_r1", pa.float64()),
+        ("val_s2t_r5", pa.float64()),
+        ("val_t2s_r1", pa.float64()),
+        ("val_t2s_r5", pa.float64()),
+        ("val_mean_r1", pa.float64()),
+        ("val_items", pa.int64()),
+        ("val_chance_r1", pa.float64()),
+        ("val_s", pa.float64()),
+        ("window_end_ts", pa.float64()),
+    ]
+)
+
+# One row per checkpoint of a training run (trainables/checkpoint.py). The upload (Ray Train
+# copying every rank's part to the run's storage) shows as the next window's report_ms.
+CHECKPOINTS_SCHEMA = pa.schema(
+    [
+        *_RUN_KEYS,
+        ("attempt", pa.int32()),
+        ("step", pa.int64()),
+        ("checkpoint_save_s", pa.float64()),
+        ("checkpoint_size_bytes", pa.int64()),
+        ("checkpoint_score", pa.float64()),
+        ("checkpoint_path", pa.string()),
+        ("window_end_ts", pa.float64()),
+    ]
+)
+
 # Parquet datasets the recorder writes, by the kind of row.
 DATASETS = {
     "timing": (TIMING_DIR, TIMING_SCHEMA),
     "gpu": (GPU_TELEMETRY_DIR, GPU_TELEMETRY_SCHEMA),
     "host": (HOST_TELEMETRY_DIR, HOST_TELEMETRY_SCHEMA),
+    "validation": (VALIDATION_DIR, VALIDATION_SCHEMA),
+    "checkpoints": (CHECKPOINTS_DIR, CHECKPOINTS_SCHEMA),
 }
 
 
@@ -147,6 +200,17 @@ def write_part(dataset_dir: Path, name: str, rows: list[dict[str, Any]], schema:
     path = Path(dataset_dir) / f"{name}.parquet"
     atomic_write_bytes(path, sink.getvalue().to_pybytes())
     return path
+
+
+def next_part(dataset_dir: Path, run: str) -> int:
+    """The number of the next part file of ``run`` (a resumed training run adds to its
+    earlier attempts' parts instead of overwriting them)."""
+    numbers = [
+        int(p.stem.rsplit("-", 1)[1])
+        for p in Path(dataset_dir).glob(f"{run}-*.parquet")
+        if p.stem.rsplit("-", 1)[1].isdigit()
+    ]
+    return max(numbers, default=-1) + 1
 
 
 def read_dataset(dataset_dir: Path, schema: pa.Schema):

@@ -66,13 +66,14 @@ def _started(output_root: Path) -> bool:
 _ATTEMPT_FILES = ("stacks-rank*.txt", "fail_tail.txt", "workers/rank*.json")
 
 
-def drop_rows(output_root: Path, run_names: list[str]) -> int:
-    """Delete the part files of these runs from every dataset, the files their earlier attempt
-    left in ``runs/<run>/``, and the temporaries of writes a SIGKILL cut short; returns how
-    many part files went."""
+def drop_rows(output_root: Path, run_names: list[str], *, keep_parts: bool = False) -> int:
+    """Delete the part files of these runs from every dataset (unless ``keep_parts``: a
+    training run resumes from a checkpoint and keeps what it measured), the files their
+    earlier attempt left in ``runs/<run>/``, and the temporaries of writes a SIGKILL cut short;
+    returns how many part files went."""
     output_root = Path(output_root)
     removed = 0
-    for folder, _ in results.DATASETS.values():
+    for folder, _ in () if keep_parts else results.DATASETS.values():
         for run in run_names:
             for part in (output_root / folder).glob(f"{run}-*.parquet"):
                 part.unlink()

@@ -39,7 +39,7 @@ TOP_LEVEL_KEYS = (
     "data",
 )
 DATA_KEYS = ("synth", "target_sr", "trim")
-SYNTH_KEYS = ("speakers", "chapters", "utts", "seed")
+SYNTH_KEYS = ("speakers", "chapters", "utts", "seed", "mode")
 RESOURCE_KEYS = ("train_workers", "use_gpu", "cpus_per_worker")
 SWEEP_KEYS = ("repeats", "max_concurrent_trials", "stop_on_error")
 
@@ -65,7 +65,7 @@ class DataPlan:
     """A space without a dataset: generate a synthetic LibriSpeech-layout corpus of this size
     and prepare it with data_prep (on the sweep's cluster) before the first trial."""
 
-    synth: dict[str, int]
+    synth: dict[str, Any]
     target_sr: int = 16_000
     trim: bool = True
 
@@ -73,8 +73,8 @@ class DataPlan:
         s = self.synth
         return (
             f"synthetic corpus ({s.get('speakers', 4)} speakers x {s.get('chapters', 2)} chapters "
-            f"x {s.get('utts', 10)} utterances), prepared to {self.target_sr} Hz"
-            + (" with silence trimming" if self.trim else "")
+            f"x {s.get('utts', 10)} utterances{', learnable' if s.get('mode') == 'learnable' else ''}), "
+            f"prepared to {self.target_sr} Hz" + (" with silence trimming" if self.trim else "")
         )
 
 
@@ -249,6 +249,14 @@ def _data_plan(raw: Any, path: Path) -> DataPlan | None:
     _only(raw, DATA_KEYS, f"{path}: unknown key", "in data")
     _only(raw["synth"], SYNTH_KEYS, f"{path}: unknown key", "in data.synth")
     for key, value in raw["synth"].items():
+        if key == "mode":
+            from data_prep.synth import MODES
+
+            if value not in MODES:
+                raise UsageError(
+                    f"{path}: data.synth.mode must be one of {', '.join(MODES)}, got {value!r}"
+                )
+            continue
         if (
             isinstance(value, bool)
             or not isinstance(value, int)

@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
-import logging
-import os
-import signal
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-from data_prep.fileio import ensure_writable_dir
 from data_prep.ray_address import address_problem
-from platform import results, stats
+from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.provenance import GIT_KEYS, git_facts
-from platform.resume import drop_rows, previous_status
+from platform.launch import launch, needs_corpus, prepare_output_root
+from platform.resume import previous_status
 from platform.spaces import (
-    DataPlan,
     RunSpec,
     SearchSpace,
     check_inputs,
@@ -36,30 +28,9 @@ from platform.spaces import (
     list_spaces,
     load_space,
 )
-from trainables.config import ConfigError, field_names
+from trainables.config import ConfigError
 
-__all__ = ["main", "MANIFEST_COLUMNS"]
-
-MANIFEST_COLUMNS = [
-    "run",
-    "group",
-    "repeat",
-    "status",
-    "failure_reason",
-    "exit_code",
-    "duration_sec",
-    "last_step",
-    "tail_samples_per_sec_mean",
-    "tail_mean_iter_p50_ms",
-    "startup_s",
-    "gpu_telemetry_rows",
-    "gpu_telemetry_empty_flag",
-    "host_telemetry_rows",
-    "stall_alerts",
-    *results.EFFECTIVE_KEYS,
-    *GIT_KEYS,
-    *field_names(),
-]
+__all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,10 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"platform.tune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return run_sweep(
+        return launch(
             space,
             runs,
             output_root,
+            report=report,
             address=args.address,
             dashboard_host=args.dashboard_host,
             dashboard_port=args.dashboard_port,
@@ -191,375 +163,6 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         values = "  ".join(f"{getattr(run.config, k)!s:>12}" for k in swept)
         lines.append(f"{i:>3}  {run.name:<{width}}  {values}")
     return "\n".join(lines)
-
-
-def prepare_output_root(output_root: Path | None, space_name: str) -> Path:
-    """Create the output root and prove it writable, before Ray starts."""
-    if output_root is None:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        output_root = Path("outputs") / f"{space_name}_{stamp}"
-    output_root = output_root.expanduser().resolve()
-    if (output_root / results.MANIFEST).exists() or (output_root / results.TIMING_DIR).exists():
-        raise UsageError(
-            f"output root {output_root} already holds a sweep; choose another --output-root"
-        )
-    try:
-        ensure_writable_dir(output_root)
-    except OSError as exc:
-        raise UsageError(
-            f"output root {output_root} cannot be written ({exc.strerror or exc}); "
-            "choose a writable --output-root"
-        ) from None
-    return output_root
-
-
-def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[RunSpec]:
-    """Decide ``use_gpu: auto`` and check that every trial fits the cluster, so that no trial
-    waits forever for resources that do not exist."""
-    cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
-    out = []
-    for run in runs:
-        cfg = run.config
-        use_gpu = cfg.use_gpu if cfg.use_gpu != "auto" else gpus >= cfg.train_workers
-        if cfg.precision == "fp16" and not use_gpu:
-            raise UsageError(
-                f"run {run.name}: precision fp16 needs GPUs, the run has none; use fp32, bf16 or auto"
-            )
-        need_cpu = cfg.train_workers * cfg.cpus_per_train_worker
-        need_gpu = cfg.train_workers if use_gpu else 0
-        if need_cpu > cpus or need_gpu > gpus:
-            raise UsageError(
-                f"run {run.name} needs {need_cpu} CPUs and {need_gpu} GPUs "
-                f"({cfg.train_workers} train workers x {cfg.cpus_per_train_worker} CPUs), the "
-                f"cluster has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
-                "or cpus_per_worker"
-            )
-        out.append(dataclasses.replace(run, config=dataclasses.replace(cfg, use_gpu=use_gpu)))
-    return out
-
-
-# --- running ---
-def run_sweep(
-    space: SearchSpace,
-    runs: list[RunSpec],
-    output_root: Path,
-    *,
-    address: str | None,
-    dashboard_host: str = "127.0.0.1",
-    dashboard_port: int = 8265,
-    metrics_port: int | None = None,
-    done: dict[str, dict[str, Any]] | None = None,
-    resume: bool = False,
-) -> int:
-    """Run the sweep; with ``resume``, ``done`` holds the runs of the earlier attempt that
-    finished ok (not run again)."""
-    done = done or {}
-    stop = _StopSignals()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # The platform's callback is the record; Tune's own result.json/progress.csv per trial
-    # would copy every window and telemetry sample again.
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    # A trial stopped by run_timeout_s (or Ctrl-C) is killed after this grace, not Tune's
-    # default 600 s: its Train workers hold the resources the next run waits for.
-    os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "10")
-    import ray
-    from ray import tune
-
-    # With Tune's loggers off, the ResultGrid that fit() returns warns that it found no
-    # result.json; nothing reads that grid (the recorder's files are the results).
-    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
-
-    from platform.callbacks import RunTimeout, SweepRecorder
-    from platform.cluster import start_cluster
-    from trainables.trial import run_trial
-
-    sweep_start = time.time()
-    print(f"output root: {output_root}", flush=True)
-    try:
-        cluster = start_cluster(
-            address=address,
-            dashboard_host=dashboard_host,
-            dashboard_port=dashboard_port,
-            metrics_port=metrics_port,
-            env_vars=train_env_vars(),
-        )
-    except ConnectionError as exc:
-        print(
-            f"platform.tune: error: cannot reach Ray at --address {address} ({exc}); "
-            "check the address or drop --address to start a local cluster",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    try:
-        try:
-            runs = resolve_resources(runs, ray.cluster_resources())
-        except UsageError as exc:
-            print(f"platform.tune: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        if needs_corpus(space, runs):
-            manifest = prepare_corpus(space.data, output_root)
-            runs = [
-                dataclasses.replace(
-                    r, config=dataclasses.replace(r.config, manifest_path=str(manifest))
-                )
-                for r in runs
-            ]
-        prepare_tokenizers(runs)
-        for run in runs:
-            results.write_json(
-                output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
-            )
-        if cluster.dashboard_url:
-            print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
-        elif address is None:
-            print(
-                "Ray dashboard: not running (its packages are missing: pip install 'ray[default]')"
-            )
-        if cluster.metrics_url:
-            print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
-        facts = git_facts()
-        todo = [r for r in runs if r.name not in done]
-        if resume:
-            removed = drop_rows(output_root, [r.name for r in todo])
-            print(
-                f"resuming: {len(done)} runs finished ok are kept, {len(todo)} run again "
-                f"({removed} part files of their earlier attempts removed)",
-                flush=True,
-            )
-        recorder = SweepRecorder(output_root, runs, facts=facts)
-        recorder.status.update({k: dict(v) for k, v in done.items()})
-        recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status, facts)
-        write_manifest(output_root, runs, recorder.status, facts)
-        tuner = tune.Tuner(
-            # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
-            # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
-            tune.with_resources(run_trial, {"cpu": 0, "memory": 2**20}),
-            param_space={"run": tune.grid_search([_trial_param(r, output_root) for r in todo])},
-            tune_config=tune.TuneConfig(
-                max_concurrent_trials=space.max_concurrent_trials,
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
-            run_config=tune.RunConfig(
-                name="tune",
-                storage_path=str(output_root),
-                callbacks=[recorder],
-                stop=RunTimeout(runs, recorder.trial_runs),
-                failure_config=tune.FailureConfig(fail_fast=space.stop_on_error),
-                verbose=0,
-            ),
-        )
-        try:
-            if todo:
-                with stop:
-                    tuner.fit()
-        finally:
-            # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
-            # written and the manifest says where every run stands.
-            recorder.on_experiment_end(trials=[])
-            interrupted = recorder.mark_interrupted(stop.received or "SIGINT")
-            manifest = write_manifest(output_root, runs, recorder.status, facts)
-        code = report(manifest, output_root, time.time() - sweep_start)
-        unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
-        stopped_on_error = space.stop_on_error and any(r["status"] != "ok" for r in manifest)
-        if stopped_on_error and not stop.received:
-            print(f"stopped on error (stop_on_error): {len(unfinished)} run(s) not started")
-            return 1
-        if unfinished:
-            # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
-            stop.received = stop.received or "SIGINT"
-            print(
-                f"interrupted by {stop.received}: {len(interrupted)} run(s) cut short, "
-                f"{len(unfinished)} unfinished; finish with the same command plus --resume",
-                flush=True,
-            )
-            return stop.exit_code
-        return code
-    finally:
-        ray.shutdown()
-
-
-class _StopSignals:
-    """Inside the block, SIGTERM stops the sweep the way Ctrl-C does: Tune's own SIGINT handler
-    ends the experiment gracefully (trials stopped, state saved), and the driver then writes
-    every buffered row, the manifest and the summary."""
-
-    EXIT = {"SIGINT": 130, "SIGTERM": 143}
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self.previous: dict[int, Any] = {}
-
-    @property
-    def exit_code(self) -> int:
-        return self.EXIT.get(self.received or "", 1)
-
-    def __enter__(self):
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.getsignal(sig)
-        signal.signal(signal.SIGTERM, self._on_term)
-        # SIGINT stays Tune's: fit() installs its own handler for the graceful stop.
-        return self
-
-    def _on_term(self, signum, frame) -> None:
-        self.received = self.received or "SIGTERM"
-        signal.raise_signal(signal.SIGINT)  # Tune's graceful stop
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-
-
-def prepare_tokenizers(runs: list[RunSpec]) -> None:
-    """Build each manifest's tokenizer once, here, so every rank of every run loads the same
-    cached file instead of training its own (runs whose text checkpoint has a tokenizer use it)."""
-    from trainables.manifest import read_manifest_table
-    from trainables.model import text_vocab_size
-    from trainables.pretrained import has_tokenizer
-    from trainables.text import load_or_build_tokenizer
-
-    done = set()
-    for run in runs:
-        cfg = run.config
-        if cfg.dataset != "manifest" or has_tokenizer(cfg.text_pretrained_path):
-            continue
-        key = (cfg.manifest_path, text_vocab_size(cfg.model_size, cfg.text_pretrained_path))
-        if key in done:
-            continue
-        done.add(key)
-        table = read_manifest_table(Path(cfg.manifest_path))
-        load_or_build_tokenizer(
-            Path(cfg.manifest_path),
-            [str(t) for t in table.column("transcript").to_pylist()],
-            key[1],
-        )
-
-
-def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
-    """A space's ``data`` corpus is made only when no run names a manifest of its own."""
-    return space.data is not None and not any(r.config.manifest_path for r in runs)
-
-
-def prepare_corpus(plan: DataPlan, output_root: Path) -> Path:
-    """Generate the space's synthetic corpus under ``<output_root>/data/`` and prepare it with
-    data_prep on the sweep's cluster; returns the manifest path."""
-    from data_prep import synth
-    from data_prep.layout import discover
-    from data_prep.librispeech import prepare
-
-    raw, prepared = output_root / "data" / "synth", output_root / "data" / "prepared"
-    manifest = prepared / f"manifest_{plan.target_sr // 1000}k{'_trim' if plan.trim else ''}.tsv"
-    if manifest.is_file():  # --resume: written last and atomically, so the corpus is complete
-        print(f"data: reusing {manifest}", flush=True)
-        return manifest
-    print(f"data: {plan.describe()}", flush=True)
-    synth.make_corpus(raw, **plan.synth)
-    counts = prepare(
-        discover(raw),
-        raw,
-        prepared,
-        manifest,
-        target_sr=plan.target_sr,
-        trim=plan.trim,
-        log_every=100,
-        stream=sys.stdout,
-    )
-    if counts["written"] + counts["skipped"] == 0:
-        raise RuntimeError(f"data preparation produced no utterance; see {manifest}")
-    return manifest
-
-
-# Communication settings a user exported for the driver must reach every worker, also on a
-# cluster joined with --address (whose processes did not inherit this shell's environment).
-FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_")
-
-
-def train_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment of every process of the sweep's Ray job.
-
-    A Ray Train V2 worker's result queue holds one report, and the controller drains it only on
-    its health-check poll (2 s by default): a window shorter than that would block in
-    ``ray.train.report``. A shorter poll keeps short windows honest; users can still set it.
-    """
-    environ = os.environ if environ is None else environ
-    env = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
-    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = environ.get(
-        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
-    )
-    return env
-
-
-def _trial_name(trial) -> str:
-    return trial.config["run"]["name"]
-
-
-def _trial_param(run: RunSpec, output_root: Path) -> dict[str, Any]:
-    return {
-        "name": run.name,
-        "group": run.group,
-        "repeat": run.repeat,
-        "storage_path": str(output_root / "runs"),
-        "config": run.config.to_dict(),
-    }
-
-
-def _run_record(run: RunSpec, space: str) -> dict[str, Any]:
-    return {
-        "space": space,
-        "run": run.name,
-        "group": run.group,
-        "repeat": run.repeat,
-        "swept": run.swept,
-        "config": run.config.to_dict(),
-    }
-
-
-def write_manifest(
-    output_root: Path,
-    runs: list[RunSpec],
-    status: dict[str, dict[str, Any]],
-    facts: dict[str, Any] | None = None,
-) -> list[dict[str, Any]]:
-    """One row per run: its status and key figures (from timing.parquet) and every config value."""
-    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
-    figures = stats.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
-    rows = []
-    for run in runs:
-        st = status.get(run.name, {"status": "pending"})
-        rows.append(
-            {
-                "run": run.name,
-                "group": run.group,
-                "repeat": run.repeat,
-                "status": st["status"],
-                "failure_reason": st.get("failure_reason", ""),
-                "exit_code": st.get("exit_code"),
-                "duration_sec": st.get("duration_sec"),
-                **_telemetry_counts(run, st),
-                **st.get("effective", {}),
-                **(facts or {}),
-                **figures.get(run.name, {}),
-                **run.config.to_dict(),
-            }
-        )
-    results.write_tsv(output_root / results.MANIFEST, rows, MANIFEST_COLUMNS)
-    return rows
-
-
-def _telemetry_counts(run: RunSpec, st: dict[str, Any]) -> dict[str, Any]:
-    gpu_rows = st.get("gpu_telemetry_rows", 0)
-    finished = st["status"] not in ("pending", "running")
-    return {
-        "gpu_telemetry_rows": gpu_rows,
-        # A GPU run that sampled nothing: NVML missing or broken on its nodes.
-        "gpu_telemetry_empty_flag": bool(
-            finished and run.config.use_gpu is True and run.config.telemetry and gpu_rows == 0
-        ),
-        "host_telemetry_rows": st.get("host_telemetry_rows", 0),
-        "stall_alerts": st.get("stall_alerts", 0),
-    }
 
 
 def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:

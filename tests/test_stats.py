@@ -194,10 +194,11 @@ def test_analyze_writes_every_file_and_agrees_with_the_rows(tmp_path):
     assert ranked.loc[0, "tail_samples_per_sec_mean"] == pytest.approx(210.0)
     best = json.loads((root / "best_config.json").read_text())
     assert best["group"] == "fast" and best["config"]["micro_batch"] == 16
-    assert best["command"] == (
+    assert best["sweep_command"] == (
         "python -m platform.tune --space smoke --set micro_batch=16 "
         "--set ddp_static_graph=true --set repeats=1"
     )
+    assert best["command"] == f"python -m platform.train --config {root / 'best_config.json'}"
     saved = json.loads((root / "summary.json").read_text())
     assert saved["status_counts"] == {"ok": 3, "failed": 1} and saved["best_group"] == "fast"
     assert saved["top_two_within_noise"] is None  # slow has one ok run

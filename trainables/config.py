@@ -31,6 +31,11 @@ LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 CompileBackend = Literal["inductor", "aot_eager"]
 TimingRanks = Literal["rank0", "all"]
+LrSchedule = Literal["constant", "cosine"]
+BestMetric = Literal[
+    "val_mean_r1", "val_s2t_r1", "val_t2s_r1", "val_s2t_r5", "val_t2s_r5", "val_loss"
+]
+ExportModel = Literal["none", "final", "best"]
 
 
 # Smallest allowed value of each integer field that has one.
@@ -55,6 +60,13 @@ _MINIMUMS = {
     "inject_error_at_step": 0,
     "inject_error_rank": -1,
     "fail_tail_lines": 0,
+    "warmup_steps": 0,
+    "epochs": 0,
+    "val_every": 0,
+    "val_speakers": 0,
+    "checkpoint_every": 0,
+    "keep_checkpoints": 1,
+    "max_failures": -1,
 }
 
 # Longest token sequence each text encoder size has position embeddings for.
@@ -98,7 +110,10 @@ class TrialConfig:
         "torch.set_float32_matmul_precision for fp32 matmuls.", default="highest"
     )
     grad_accum_steps: int = _doc(
-        "DeepSpeed gradient accumulation steps per optimizer step.", default=1
+        "Micro-batches per optimizer step (gradient accumulation): DDP skips the all-reduce on "
+        "all but the last (no_sync); DeepSpeed's gradient_accumulation_steps. A step is one "
+        "optimizer step, so the global batch is micro_batch x workers x grad_accum_steps.",
+        default=1,
     )
     precision: Precision = _doc(
         "`auto`: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU. DDP uses autocast "
@@ -220,6 +235,66 @@ class TrialConfig:
     lr: float = _doc("AdamW learning rate.", default=1e-4)
     weight_decay: float = _doc("AdamW weight decay.", default=0.01)
     seed: int = _doc("Seed of model init and data order.", default=0)
+    # --- training (sweeps keep these off, as the runbooks do; platform.train turns them on) ---
+    lr_schedule: LrSchedule = _doc(
+        "`constant` lr, or `cosine`: linear warm-up over warmup_steps, then cosine decay to "
+        "min_lr_ratio x lr at max_steps.",
+        default="constant",
+    )
+    warmup_steps: int = _doc("Linear warm-up steps of the learning rate (0: none).", default=0)
+    min_lr_ratio: float = _doc("Floor of the cosine schedule, as a fraction of lr.", default=0.0)
+    grad_clip: float = _doc(
+        "Clip the global gradient norm to this before each optimizer step (0: off).", default=0.0
+    )
+    logit_scale_max: float = _doc(
+        "CLIP temperature clamp: the learned logit scale (1/temperature) is kept at or below "
+        "this after every step (CLIP: 100).",
+        default=100.0,
+    )
+    epochs: int = _doc(
+        "Train this many passes over the manifest instead of max_steps (0: use max_steps); the "
+        "driver turns it into max_steps from the manifest's size.",
+        default=0,
+    )
+    val_every: int = _doc(
+        "Validate every this many steps (a multiple of log_every; 0: off): contrastive loss and "
+        "speech-to-text / text-to-speech recall@1/@5 over the whole held-out split.",
+        default=0,
+    )
+    val_manifest_path: str = _doc(
+        "data_prep manifest of the held-out split (e.g. dev-clean); empty: val_speakers.",
+        default="",
+    )
+    val_speakers: int = _doc(
+        "Without val_manifest_path: hold out this many speakers of manifest_path (the last in "
+        "sorted order) for validation; training never sees them.",
+        default=0,
+    )
+    best_metric: BestMetric = _doc(
+        "Validation metric that picks the best checkpoint (val_loss: lowest; recalls: highest).",
+        default="val_mean_r1",
+    )
+    checkpoint_every: int = _doc(
+        "Save a checkpoint through Ray Train every this many steps (a multiple of log_every; "
+        "0: off): model, optimizer, schedule, step, data position and RNG states.",
+        default=0,
+    )
+    keep_checkpoints: int = _doc(
+        "Checkpoints kept (Ray Train's num_to_keep; with validation the best by best_metric, "
+        "and always the latest).",
+        default=2,
+    )
+    max_failures: int = _doc(
+        "Worker-group restarts from the latest checkpoint after a worker dies (Ray Train's "
+        "FailureConfig; -1: no limit).",
+        default=0,
+    )
+    export_model: ExportModel = _doc(
+        "At the end, write the final or the best checkpoint's model as save_pretrained folders "
+        "(runs/<run>/export/speech, text, heads.pt), loadable with speech_pretrained_path and "
+        "text_pretrained_path.",
+        default="none",
+    )
     # --- schedule and measurement ---
     max_steps: int = _doc("Optimizer steps per run.", default=30)
     log_every: int = _doc(
@@ -310,11 +385,6 @@ class TrialConfig:
                 f"zero_stage: {self.zero_stage} needs strategy deepspeed; with strategy ddp "
                 "set zero_stage=0 (or set strategy=deepspeed)"
             )
-        if self.grad_accum_steps > 1 and self.strategy != "deepspeed":
-            raise ConfigError(
-                f"grad_accum_steps: {self.grad_accum_steps} needs strategy deepspeed; with ddp "
-                "set grad_accum_steps=1"
-            )
         if self.ddp_comm_hook != "none" and (self.strategy != "ddp" or self.use_gpu is False):
             raise ConfigError(
                 f"ddp_comm_hook: {self.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"
@@ -348,6 +418,7 @@ class TrialConfig:
                 "manifest with crop_policy limit_longest; set length_bucketing=false"
             )
         self._check_load_dtype()
+        self._check_training()
         for name in ("gpu_telemetry_interval_s", "host_telemetry_interval_s"):
             if not 0.05 <= getattr(self, name) <= 3600:
                 raise ConfigError(
@@ -384,6 +455,46 @@ class TrialConfig:
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
 
+    def _check_training(self) -> None:
+        for name in ("val_every", "checkpoint_every"):
+            every = getattr(self, name)
+            if every and every % self.log_every:
+                raise ConfigError(
+                    f"{name}: {every} is not a multiple of log_every {self.log_every} (both are "
+                    f"done at a window's report); set {name}="
+                    f"{max(1, round(every / self.log_every)) * self.log_every}"
+                )
+        if self.val_every and not (self.val_manifest_path or self.val_speakers):
+            raise ConfigError(
+                "val_every: validation needs a held-out split; set val_manifest_path=PATH.tsv "
+                "or val_speakers=N (or val_every=0)"
+            )
+        if (self.val_manifest_path or self.val_speakers) and self.dataset != "manifest":
+            raise ConfigError(
+                "val_manifest_path/val_speakers: validation reads a manifest; set "
+                "dataset=manifest (or drop them)"
+            )
+        if self.val_manifest_path and not self.val_manifest_path.endswith(".tsv"):
+            raise ConfigError(
+                f"val_manifest_path: {self.val_manifest_path} is not a data_prep manifest (.tsv)"
+            )
+        if self.warmup_steps >= self.max_steps and self.lr_schedule == "cosine":
+            raise ConfigError(
+                f"warmup_steps: {self.warmup_steps} leaves no step of the cosine schedule "
+                f"(max_steps {self.max_steps}); lower warmup_steps"
+            )
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"min_lr_ratio: must be within 0-1, got {self.min_lr_ratio}")
+        if self.grad_clip < 0:
+            raise ConfigError(f"grad_clip: must be >= 0 (0: off), got {self.grad_clip}")
+        if self.logit_scale_max < 1:
+            raise ConfigError(f"logit_scale_max: must be >= 1, got {self.logit_scale_max}")
+        if self.export_model == "best" and not (self.val_every and self.checkpoint_every):
+            raise ConfigError(
+                "export_model: best needs validation and checkpoints (val_every and "
+                "checkpoint_every > 0); use export_model=final"
+            )
+
     def _check_load_dtype(self) -> None:
         load = self.model_load_dtype
         if load in ("auto", "fp32"):
@@ -418,6 +529,11 @@ class TrialConfig:
     def cpus_per_train_worker(self) -> int:
         """CPUs a train worker reserves: its own process plus one per DataLoader worker."""
         return self.cpus_per_worker or self.num_workers + 1
+
+    @property
+    def checkpoint_score_order(self) -> str:
+        """How best_metric ranks checkpoints: lower loss or higher recall is better."""
+        return "min" if self.best_metric == "val_loss" else "max"
 
     @property
     def audio_samples(self) -> int:

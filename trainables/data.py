@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,9 @@ from trainables.manifest import collate_padded
 from trainables.model import text_vocab_size
 
 __all__ = [
+    "EpochIterator",
     "LengthBucketBatchSampler",
+    "ResumableDistributedSampler",
     "SyntheticSpeechText",
     "build_dataset",
     "build_loader",
@@ -77,6 +80,7 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
         self.seed, self.pool_batches = seed, pool_batches
         self.epoch = 0
+        self.skip = 0  # batches of this epoch already trained on (a resumed run)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -94,10 +98,75 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
             chunk = order[start : start + pool]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
-        for index in rng.permutation(len(batches)):
-            members = rng.permutation(batches[index])
+        for n, index in enumerate(rng.permutation(len(batches))):
+            members = rng.permutation(batches[index])  # drawn for skipped batches too
+            if n < self.skip:
+                continue
             mine = members[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
             yield [int(i) for i in mine]
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch past its first ``skip`` indices, so a resumed
+    run continues the same sample sequence without reading the batches it already trained on."""
+
+    skip = 0
+
+    def __iter__(self):
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+
+class EpochIterator:
+    """Batches forever: a corpus smaller than the run is read again, reshuffled per epoch. Its
+    position (``epoch`` and ``offset``, the batches taken in this epoch) goes into checkpoints,
+    and ``start(epoch, offset)`` continues from one."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader = loader
+        self.epoch = self.offset = 0
+        self._it = None
+
+    def start(self, epoch: int = 0, offset: int = 0) -> EpochIterator:
+        """Begin (or resume) at ``offset`` batches into ``epoch``; the loader's iterator is made
+        here, before a resumed run restores its RNG states."""
+        self.epoch, self.offset = epoch, offset
+        for sampler in (self.loader.sampler, self.loader.batch_sampler):
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+            if hasattr(sampler, "skip"):
+                sampler.skip = offset * (1 if sampler is self.loader.batch_sampler else self._bs)
+        self._it = iter(self.loader)
+        return self
+
+    @property
+    def _bs(self) -> int:
+        return self.loader.batch_size or 1
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self._it is None:
+            self.start()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            if self.offset == 0:
+                size = self.loader.batch_size or getattr(
+                    self.loader.batch_sampler, "micro_batch", "?"
+                )
+                raise ValueError(
+                    f"the dataset gives no full batch of {size} per worker; use a larger corpus "
+                    "or a smaller micro_batch"
+                ) from None
+            self.start(self.epoch + 1, 0)
+            return next(self)
+        self.offset += 1
+        return batch
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "offset": self.offset}
 
 
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
@@ -118,6 +187,9 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
             read=cfg.audio_read,
             text_path=cfg.text_pretrained_path,
             max_missing_fraction=cfg.max_missing_files_fraction,
+            # Held-out speakers are validation's (trainables/validation.py), never trained on.
+            val_speakers=0 if cfg.val_manifest_path else cfg.val_speakers,
+            split="train",
         )
         return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
     # One epoch covers max_steps steps of every rank.
@@ -131,24 +203,9 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
     return ds, collate_padded
 
 
-def epochs(loader: DataLoader) -> Iterator[dict[str, torch.Tensor]]:
-    """Batches forever: a corpus smaller than the run is read again, reshuffled per epoch."""
-    epoch = 0
-    while True:
-        for sampler in (loader.sampler, loader.batch_sampler):
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
-        yielded = False
-        for batch in loader:
-            yielded = True
-            yield batch
-        if not yielded:
-            size = loader.batch_size or getattr(loader.batch_sampler, "micro_batch", "?")
-            raise ValueError(
-                f"the dataset gives no full batch of {size} per worker; use a larger corpus or a "
-                "smaller micro_batch"
-            )
-        epoch += 1
+def epochs(loader: DataLoader) -> EpochIterator:
+    """Batches forever (see :class:`EpochIterator`)."""
+    return EpochIterator(loader)
 
 
 def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
@@ -156,6 +213,9 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
     workers, so a new epoch does not restart them inside a timed window."""
     dataset, collate = build_dataset(cfg, world_size=world_size)
     workers = dict(
+        # Its own generator: making an iterator draws the workers' base seed from it, not from
+        # the global RNG, whose state a checkpoint restores (dropout masks stay the same).
+        generator=torch.Generator().manual_seed(cfg.seed),
         num_workers=cfg.num_workers,
         prefetch_factor=cfg.prefetch_factor if cfg.num_workers > 0 else None,
         persistent_workers=cfg.num_workers > 0,
@@ -172,7 +232,7 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
             pool_batches=cfg.length_bucketing_pool,
         )
         return DataLoader(dataset, batch_sampler=batches, **workers)
-    sampler = DistributedSampler(
+    sampler = ResumableDistributedSampler(
         dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
     )
     return DataLoader(

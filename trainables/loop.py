@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,12 +16,22 @@ from typing import Any
 
 import torch
 
+from trainables.checkpoint import (
+    best_checkpoint,
+    check_shape,
+    checkpoint_name,
+    find_resume_checkpoint,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from trainables.config import TrialConfig
 from trainables.data import build_loader, epochs
 from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.timing import WindowTimer
+from trainables.validation import build_val_dataset, evaluate
 from trainables.watchdog import StallWatchdog
 from trainables.worker_logs import register_worker
 
@@ -52,10 +64,12 @@ class WorkerContext:
     rank: int
     world_size: int
     device: torch.device
-    report: Callable[[dict[str, Any]], None]
+    # report(metrics, checkpoint=(folder, name) or None): one window, with this rank's part of
+    # a checkpoint when one was saved
+    report: Callable[..., None]
     start_ts: float  # when the run started (startup_s is measured from here)
     local_rank: int = 0
-    run_dir: Path | None = None  # where stack dumps of a stalled rank go
+    run_dir: Path | None = None  # stack dumps, checkpoints (Ray Train's storage), the export
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -73,11 +87,21 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
     gauges = RayGauges(loop_config["run"]["name"]) if cfg.telemetry else None
 
-    def report(metrics: dict[str, Any]) -> None:
+    def report(metrics: dict[str, Any], checkpoint: tuple[Path, str] | None = None) -> None:
         if gauges is not None and ctx.get_world_rank() == 0:
             gauges.update(metrics)
         # In Ray Train V2 every report is a barrier across workers: once per window only.
-        ray.train.report(metrics)
+        if checkpoint is None:
+            ray.train.report(metrics)
+            return
+        # Every rank uploads its own part; Ray merges them into runs/<run>/<name>/ and registers
+        # the checkpoint once all parts are there.
+        folder, name = checkpoint
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
+            checkpoint_dir_name=name,
+        )
 
     run_training(
         cfg,
@@ -137,6 +161,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     engine = build_engine(cfg, device)
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
     batches = epochs(loader)
+    val_data = build_val_dataset(cfg)
     pids = node_trainer_pids(world_size) if cfg.telemetry else []
     telemetry, telemetry_note = start_telemetry(
         cfg, rank=rank, local_rank=worker.local_rank, device=device, trainer_pids=pids
@@ -147,19 +172,104 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         # Manifest rows skipped because their audio file is missing (max_missing_files_fraction).
         "missing_files": getattr(loader.dataset, "missing_files", 0),
     }
+    state = _resume(cfg, worker, engine, batches)
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, rank).start()
     try:
-        _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog)
+        _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog, state, val_data)
+        if cfg.export_model != "none" and worker.run_dir is not None:
+            _export(cfg, worker, engine, state)
     finally:
         watchdog.stop()
         if telemetry is not None:
             telemetry.stop()
 
 
-def _gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dict[str, Any]:
+@dataclass
+class RunState:
+    """Where training stands: the last finished step, the attempt, the best validation."""
+
+    step: int = 0
+    resumed_from_step: int = 0
+    attempt_start_ts: float = 0.0
+    resume_notes: str = ""
+    best_value: float | None = None
+    best_step: int = 0  # the checkpoint with the best value of best_metric (0: none yet)
+    last_val: dict[str, Any] | None = None
+
+
+def _shape(cfg: TrialConfig, world_size: int) -> dict[str, Any]:
+    return {
+        "world_size": world_size,
+        "micro_batch": cfg.micro_batch,
+        "grad_accum_steps": cfg.grad_accum_steps,
+        "strategy": cfg.strategy,
+        "zero_stage": cfg.zero_stage,
+        "seed": cfg.seed,
+    }
+
+
+def _resume(cfg: TrialConfig, worker: WorkerContext, engine, batches) -> RunState:
+    """Continue from the newest complete checkpoint in the run's folder, if any: a worker-group
+    restart (Ray Train's FailureConfig) or ``--resume`` after the driver died. Incomplete ones
+    (a save or upload cut off) are skipped and named."""
+    state = RunState(attempt_start_ts=time.time())
+    folder, skipped = (None, [])
+    if cfg.checkpoint_every and worker.run_dir is not None:
+        folder, skipped = find_resume_checkpoint(worker.run_dir)
+    state.resume_notes = "; ".join(skipped)
+    if folder is None:
+        batches.start()
+        return state
+    meta = load_checkpoint(engine, folder, rank=worker.rank, device=worker.device)
+    check_shape(meta, _shape(cfg, worker.world_size), folder)
+    state.step = state.resumed_from_step = int(meta["step"])
+    state.best_value, state.best_step = meta.get("best_value"), int(meta.get("best_step") or 0)
+    state.last_val = meta.get("last_val")
+    # The loader's iterator is made before the RNG states come back, as it was made before the
+    # checkpoint in the run that saved it: the sample sequence and dropout masks go on the same.
+    batches.start(int(meta["epoch"]), int(meta["offset"]))
+    restore_rng(folder, rank=worker.rank, device=worker.device)
+    return state
+
+
+def _better(cfg: TrialConfig, value: float, best: float | None) -> bool:
+    if best is None:
+        return True
+    return value < best if cfg.checkpoint_score_order == "min" else value > best
+
+
+def _save(cfg, worker, engine, batches, state: RunState) -> tuple[Path, dict[str, Any]]:
+    """This rank's part of the checkpoint at ``state.step`` in a folder of its own, for
+    ``ray.train.report`` to upload; returns the folder and what rank 0 records about it."""
+    t0 = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix=f"ckpt-r{worker.rank}-"))
+    score = (state.last_val or {}).get(cfg.best_metric)
+    if score is not None and _better(cfg, score, state.best_value):
+        state.best_value, state.best_step = score, state.step
+    meta = {
+        "score": score,  # best_metric at the latest validation: how Ray Train ranks it too
+        "step": state.step,
+        **batches.position,
+        **_shape(cfg, worker.world_size),
+        "best_metric": cfg.best_metric,
+        "best_value": state.best_value,
+        "best_step": state.best_step,
+        "last_val": state.last_val,
+        "saved_ts": time.time(),
+    }
+    size = save_checkpoint(engine, folder, meta, rank=worker.rank, device=worker.device)
+    info = {"save_s": time.perf_counter() - t0, "size_bytes": size}
+    return folder, info
+
+
+def _gathered_extras(
+    cfg, metrics, telemetry, rank: int, world_size: int, checkpoint: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One gather per window for what rank 0 reports on behalf of every rank: their windows
-    (timing_ranks: all) and their telemetry samples."""
+    (timing_ranks: all), their telemetry samples, and their checkpoint save times and sizes."""
     share: dict[str, Any] = {}
+    if checkpoint:
+        share["checkpoint"] = checkpoint
     if cfg.timing_ranks == "all" and world_size > 1:
         share["window"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if cfg.telemetry:
@@ -172,39 +282,59 @@ def _gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dic
     extras: dict[str, Any] = {}
     if "window" in share:
         extras.update(rank_window_fields([g["window"] for g in gathered]))
+    if "checkpoint" in share:
+        parts = [g["checkpoint"] for g in gathered]
+        extras["checkpoint_save_s"] = max(p["save_s"] for p in parts)
+        extras["checkpoint_size_bytes"] = sum(p["size_bytes"] for p in parts)
     if "telemetry" in share:
         for kind in ("gpu", "host"):
             extras[f"{kind}_samples"] = [r for g in gathered for r in g["telemetry"].get(kind, [])]
     return extras
 
 
-def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) -> None:
+def _train(
+    cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog, state, val_data
+) -> None:
     rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
 
-    global_batch = cfg.micro_batch * world_size
+    accum = cfg.grad_accum_steps
+    global_batch = cfg.micro_batch * world_size * accum
     timer = WindowTimer()
     loss_sum = torch.zeros((), device=device)
     window = 0
     first_step_ts: float | None = None
     report_ms = 0.0
     audio_valid = audio_total = 0
+    val_collate = _collate_for(val_data)
+    # score of best_metric for Ray Train's CheckpointConfig: the latest validation's value
+    worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
     loop_start = prev_end = time.perf_counter()
-    for step in range(1, cfg.max_steps + 1):
+    while state.step < cfg.max_steps:
+        state.step = step = state.step + 1
         t0 = time.perf_counter()
-        cpu_batch = next(batches)
-        batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
-        t1 = time.perf_counter()
-        # From the CPU-side mask: no device sync. Summed over the window, scaled at report.
-        audio_valid += int(cpu_batch["audio_mask"].sum())
-        audio_total += cpu_batch["audio_mask"].numel()
-        speech_emb, text_emb, logit_scale = engine(batch)
-        # The loss in fp32 whatever the compute precision: softmax over the global batch.
-        loss = contrastive_loss(
-            speech_emb.float(), text_emb.float(), logit_scale.float(), scope=cfg.contrastive_scope
-        )
-        engine.backward(loss)
-        engine.step()
+        data_s = 0.0
+        for micro in range(accum):
+            last = micro == accum - 1
+            td = time.perf_counter()
+            cpu_batch = next(batches)
+            batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
+            data_s += time.perf_counter() - td
+            # From the CPU-side mask: no device sync. Summed over the window, scaled at report.
+            audio_valid += int(cpu_batch["audio_mask"].sum())
+            audio_total += cpu_batch["audio_mask"].numel()
+            with engine.accumulating(last):
+                speech_emb, text_emb, logit_scale = engine(batch)
+                # The loss in fp32 whatever the compute precision: softmax over the global batch.
+                loss = contrastive_loss(
+                    speech_emb.float(),
+                    text_emb.float(),
+                    logit_scale.float(),
+                    scope=cfg.contrastive_scope,
+                )
+                engine.backward(loss)
+            engine.step(last)
+            loss_sum += loss.detach() / accum
         if (
             0 < cfg.inject_sleep_at_step <= step < cfg.inject_sleep_at_step + cfg.inject_sleep_steps
             and cfg.inject_sleep_rank in (-1, rank)
@@ -216,14 +346,15 @@ def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) 
             raise RuntimeError(
                 f"injected error at step {step} on rank {rank} (inject_error_at_step)"
             )
-        loss_sum += loss.detach()
         if cfg.cuda_sync_timing and on_gpu:
             torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
         t2 = time.perf_counter()
         watchdog.beat(step)
         # iter_ms runs from the end of the previous step, so it also holds the previous
         # window's report (a barrier) and anything else the loop does between steps.
-        timer.add(data_ms=(t1 - t0) * 1e3, step_ms=(t2 - t1) * 1e3, iter_ms=(t2 - prev_end) * 1e3)
+        timer.add(
+            data_ms=data_s * 1e3, step_ms=(t2 - t0 - data_s) * 1e3, iter_ms=(t2 - prev_end) * 1e3
+        )
         prev_end = t2
         if first_step_ts is None:
             first_step_ts = time.time()
@@ -247,6 +378,8 @@ def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) 
                 window=window,
                 # note: .item() is a CPU-GPU sync point; once per window, never per step
                 loss=float((loss_sum / len(timer)).item()),
+                lr=engine.lr(),
+                epoch=batches.epoch,
                 rank=rank,
                 world_size=world_size,
                 global_batch=global_batch,
@@ -254,20 +387,84 @@ def _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog) 
                 elapsed_s=time.perf_counter() - loop_start,
                 window_end_ts=time.time(),
                 report_ms=report_ms,
+                attempt_start_ts=state.attempt_start_ts,
+                resumed_from_step=state.resumed_from_step,
+                resume_notes=state.resume_notes,
                 **engine.effective,
             )
             metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
             metrics.update(notes)
             if window == 0 and env_facts is not None:
                 metrics["env_facts"] = env_facts
-            metrics.update(_gathered_extras(cfg, metrics, telemetry, rank, world_size))
+            paused = False  # validation or a checkpoint: kept out of the next window's times
+            if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.max_steps):
+                val = evaluate(
+                    engine,
+                    val_data,
+                    val_collate,
+                    cfg,
+                    rank=rank,
+                    world_size=world_size,
+                    device=device,
+                )
+                if rank == 0:
+                    state.last_val = val | {"val_step": step}
+                    metrics.update(state.last_val)
+                paused = True
+            ckpt_dir = None
+            extras_local: dict[str, Any] = {}
+            if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
+                ckpt_dir, extras_local = _save(cfg, worker, engine, batches, state)
+                metrics["checkpoint_score"] = (state.last_val or {}).get(cfg.best_metric, worst)
+                metrics["checkpoint_step"] = step
+                paused = True
+            metrics.update(
+                _gathered_extras(cfg, metrics, telemetry, rank, world_size, extras_local)
+            )
             # Under Ray Train V2 a report is a barrier across workers, and it blocks while the
             # previous report is still queued, until the controller polls
-            # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.
+            # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it. With a
+            # checkpoint it also uploads this rank's part (checkpoint_upload_s of the next).
             t_report = time.perf_counter()
-            worker.report(metrics)
+            if ckpt_dir is not None:
+                worker.report(metrics, checkpoint=(ckpt_dir, checkpoint_name(step)))
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
+            else:
+                worker.report(metrics)
             report_ms = (time.perf_counter() - t_report) * 1e3
+            if paused:
+                prev_end = time.perf_counter()
             timer.reset()
             loss_sum.zero_()
             audio_valid = audio_total = 0
             window += 1
+
+
+def _collate_for(dataset):
+    if dataset is None:
+        return None
+    import functools
+
+    from trainables.manifest import collate_padded
+
+    return functools.partial(collate_padded, pad_id=dataset.pad_id)
+
+
+def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) -> None:
+    """export_model: the final model, or the best kept checkpoint's (loaded on every rank)."""
+    from trainables.export import export_model
+
+    source = f"final (step {state.step})"
+    if cfg.export_model == "best":
+        best = [None, None]
+        if worker.rank == 0:
+            best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
+        if worker.world_size > 1:
+            import torch.distributed as dist
+
+            dist.broadcast_object_list(best, src=0)
+        folder, score = best
+        if folder is not None:
+            meta = load_checkpoint(engine, Path(folder), rank=worker.rank, device=worker.device)
+            source = f"best {cfg.best_metric} {score:.4f} (step {meta['step']})"
+    export_model(engine, cfg, worker.run_dir / "export", rank=worker.rank, source=source)

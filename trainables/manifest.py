@@ -21,6 +21,7 @@ __all__ = [
     "collate_padded",
     "crop_window",
     "read_manifest_table",
+    "speaker_split",
 ]
 
 SAMPLE_RATE = 16_000
@@ -87,6 +88,20 @@ def check_missing(manifest_path, paths: list[str], keep: np.ndarray, max_fractio
     )
 
 
+def speaker_split(table, val_speakers: int) -> np.ndarray:
+    """True for the rows of the last ``val_speakers`` speakers in sorted order (held out)."""
+    if "speaker" not in table.column_names:
+        raise ValueError("val_speakers: the manifest has no speaker column; use val_manifest_path")
+    speakers = np.array([str(s) for s in table.column("speaker").to_pylist()])
+    unique = sorted(set(speakers))
+    if val_speakers >= len(unique):
+        raise ValueError(
+            f"val_speakers: {val_speakers} of the manifest's {len(unique)} speakers would leave "
+            "none to train on; lower val_speakers"
+        )
+    return np.isin(speakers, unique[len(unique) - val_speakers :])
+
+
 def crop_window(
     num_samples: int,
     rng: np.random.Generator,
@@ -136,10 +151,17 @@ class ManifestDataset(Dataset):
         read: Literal["seek", "full"] = "seek",
         text_path: str = "",
         max_missing_fraction: float | None = None,
+        tokenizer_manifest: Path | None = None,
+        val_speakers: int = 0,
+        split: Literal["train", "val"] = "train",
     ):
+        """``tokenizer_manifest``: the manifest whose tokenizer encodes the transcripts (the
+        training manifest, for a validation split); ``val_speakers``: the last N speakers (in
+        sorted order) are the ``val`` split, the others the ``train`` split."""
         from trainables.text import text_tokenizer
 
         table = read_manifest_table(manifest_path)
+        tok_table = table if tokenizer_manifest is None else read_manifest_table(tokenizer_manifest)
         rates = np.unique(table.column("sample_rate").to_numpy())
         if rates.size and (rates.size > 1 or int(rates[0]) != SAMPLE_RATE):
             raise ValueError(
@@ -154,12 +176,17 @@ class ManifestDataset(Dataset):
         # Rows whose audio file is missing are skipped (and counted); the tokenizer is still the
         # manifest's, built over every transcript (the same file for every run of the sweep).
         self.missing_files = int((~keep).sum())
+        if val_speakers:
+            keep &= speaker_split(table, val_speakers) == (split == "val")
         self.paths = np.array([p.encode() for p, k in zip(paths, keep, strict=True) if k])
         self.num_samples = table.column("num_samples").to_numpy().astype(np.int64)[keep]
         all_transcripts = [str(t) for t in table.column("transcript").to_pylist()]
         transcripts = [t for t, k in zip(all_transcripts, keep, strict=True) if k]
         tokenizer, self.pad_id = text_tokenizer(
-            manifest_path, all_transcripts, vocab_size, text_path
+            Path(tokenizer_manifest or manifest_path),
+            [str(t) for t in tok_table.column("transcript").to_pylist()],
+            vocab_size,
+            text_path,
         )
         encoded = tokenizer.encode_batch(transcripts)
         lengths = np.array([min(len(e.ids), max_tokens) for e in encoded], dtype=np.int64)

@@ -206,6 +206,8 @@ def build_model_with_attention(
 class Stage1Model(nn.Module):
     """Mean-pooled speech frames and the text [CLS] state, projected and L2-normalised."""
 
+    logit_scale_max: float = 100.0  # CLIP's clamp of 1/temperature (TrialConfig.logit_scale_max)
+
     def __init__(self, speech: nn.Module, text: nn.Module, proj_dim: int):
         super().__init__()
         self.speech = speech  # a transformers Wav2Vec2Model
@@ -230,7 +232,7 @@ class Stage1Model(nn.Module):
         speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
         text_emb = F.normalize(self.text_proj(cls), dim=-1)
         # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky.
-        return speech_emb, text_emb, self.logit_scale.exp().clamp(max=100.0)
+        return speech_emb, text_emb, self.logit_scale.exp().clamp(max=self.logit_scale_max)
 
 
 class _GatherWithGrad(torch.autograd.Function):

@@ -25,6 +25,7 @@ __all__ = [
     "Engine",
     "build_engine",
     "deepspeed_config",
+    "lr_factor",
     "resolve_load_dtype",
     "resolve_precision",
 ]
@@ -75,9 +76,35 @@ def deepspeed_config(cfg: TrialConfig, precision: str) -> dict[str, Any]:
         "bf16": {"enabled": precision == "bf16"},
         # loss_scale 0: dynamic loss scaling.
         "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
+        "gradient_clipping": cfg.grad_clip,
         "steps_per_print": 1 << 30,  # the platform reports timing itself
         "wall_clock_breakdown": False,
     }
+
+
+def lr_factor(step: int, cfg: TrialConfig) -> float:
+    """Learning-rate multiplier after ``step`` optimizer steps: linear warm-up over
+    warmup_steps, then constant or a cosine decay to min_lr_ratio at max_steps."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    if cfg.lr_schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps))
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class _LrFactor:
+    """``lr_factor`` bound to a config: a picklable object, so LambdaLR's state_dict keeps it."""
+
+    def __init__(self, cfg: TrialConfig):
+        self.cfg = cfg
+
+    def __call__(self, step: int) -> float:
+        return lr_factor(step, self.cfg)
+
+
+def _scheduler(optimizer, cfg: TrialConfig):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, _LrFactor(cfg))
 
 
 @dataclass(kw_only=True)
@@ -87,6 +114,11 @@ class Engine:
     model: torch.nn.Module
     optimizer: Any
     effective: dict[str, str]
+    kind: str = "ddp"  # ddp or deepspeed
+    bare: torch.nn.Module | None = None  # the unwrapped Stage1Model (state, export)
+    scheduler: Any = None
+    scaler: Any = None
+    _no_sync: Any = None  # DDP's no_sync: accumulation micro-batches skip the all-reduce
     flops_per_sample: float = math.nan
     peak_tflops: float = math.nan
     _backward: Any = None
@@ -126,11 +158,26 @@ class Engine:
         self.effective["compile_effective"] = "eager (fallback)"
         self.effective["fallbacks"] = "; ".join(filter(None, [self.effective["fallbacks"], note]))
 
+    def accumulating(self, last: bool):
+        """Around the forward and backward of one micro-batch: all but the last micro-batch of
+        an optimizer step skip DDP's gradient all-reduce (DeepSpeed decides this itself)."""
+        if last or self._no_sync is None:
+            return contextlib.nullcontext()
+        return self._no_sync()
+
     def backward(self, loss: torch.Tensor) -> None:
         self._backward(loss)
 
-    def step(self) -> None:
-        self._step()
+    def step(self, last: bool = True) -> None:
+        """After each micro-batch's backward; the optimizer steps on the last one (DeepSpeed
+        counts micro-batches itself and steps at its accumulation boundary)."""
+        self._step(last)
+
+    def lr(self) -> float:
+        return float(self.scheduler.get_last_lr()[0]) if self.scheduler is not None else math.nan
+
+    def train(self, mode: bool = True) -> None:
+        self.model.train(mode)
 
 
 def probe_batch(
@@ -203,6 +250,9 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         dtype=_DTYPES[load_dtype],
     )
     model = model.to(device)
+    # The forward clamps the temperature too (the only clamp under DeepSpeed, whose master
+    # weights live in its optimizer).
+    model.logit_scale_max = cfg.logit_scale_max
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
     flops = flops_per_sample(model, probe_batch(cfg, device, dtype=_DTYPES[load_dtype]))
     peak = peak_tflops(device, precision)
@@ -227,10 +277,12 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
     if cfg.strategy == "deepspeed":
         import deepspeed
 
-        engine, optimizer, _, _ = deepspeed.initialize(
+        engine, optimizer, _, scheduler = deepspeed.initialize(
             model=model,
             optimizer=optimizer,
             config=deepspeed_config(cfg, precision),
+            # DeepSpeed steps it at each accumulation boundary and saves it in its checkpoints.
+            lr_scheduler=lambda opt: _scheduler(opt, cfg),
             dist_init_required=False,  # Ray Train already set up the process group
         )
         if cfg.torch_compile:
@@ -250,10 +302,13 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
             model=engine,
             optimizer=optimizer,
             effective=effective,
+            kind="deepspeed",
+            bare=engine.module,
+            scheduler=scheduler,
             flops_per_sample=flops,
             peak_tflops=peak,
             _backward=engine.backward,
-            _step=engine.step,
+            _step=lambda last: engine.step(),
             _dtype=dtype,
             **compiled,
         )
@@ -278,17 +333,27 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         wrapped = torch.compile(ddp, **kwargs)
         compiled["_to_eager"] = lambda: ddp
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    scheduler = _scheduler(optimizer, cfg)
     dtype = _DTYPES[precision]
+    max_log_scale = math.log(cfg.logit_scale_max)
 
     def autocast():
         if precision == "fp32":
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=dtype)
 
-    def step():
+    def step(last: bool):
+        if not last:
+            return
+        if cfg.grad_clip:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the loss-scaled ones
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        with torch.no_grad():  # CLIP's temperature clamp, on the parameter itself
+            model.logit_scale.clamp_(max=max_log_scale)
 
     return Engine(
         model=wrapped,
@@ -296,7 +361,13 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         effective=effective,
         flops_per_sample=flops,
         peak_tflops=peak,
-        _backward=lambda loss: scaler.scale(loss).backward(),
+        kind="ddp",
+        bare=model,
+        scheduler=scheduler,
+        scaler=scaler,
+        _no_sync=ddp.no_sync,
+        # The mean over the accumulated micro-batches: each contributes 1/grad_accum_steps.
+        _backward=lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward(),
         _step=step,
         _autocast=autocast,
         # Low-precision weights take inputs of their dtype (autocast does not cast the conv

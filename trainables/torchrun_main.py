@@ -25,6 +25,7 @@ import torch.distributed as dist
 import yaml
 
 from data_prep.fileio import atomic_write_text, write_json
+from trainables.checkpoint import publish
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.watchdog import pg_timeout_for
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     cfg = _config(args.config, args.set, world, on_gpu)
     rows: list[dict] = []
 
-    def report(metrics: dict) -> None:
+    def report(metrics: dict, checkpoint: tuple[Path, str] | None = None) -> None:
+        if checkpoint is not None:  # each rank copies its part, as Ray Train's upload does
+            publish(checkpoint[0], args.out / checkpoint[1])
         if rank == 0:
             rows.append(dict(metrics))
             print(

@@ -15,7 +15,7 @@ __all__ = ["run_trial", "build_trainer"]
 def build_trainer(run: dict[str, Any]):
     """``run`` is the plain dict the driver puts in the param space: name, group, repeat,
     storage_path, trial_start_ts and the resolved ``config``."""
-    from ray.train import LoggingConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     cfg = TrialConfig.from_dict(run["config"])
@@ -43,6 +43,16 @@ def build_trainer(run: dict[str, Any]):
             name=run["name"],
             storage_path=run["storage_path"],
             callbacks=callbacks,
+            # num_to_keep: the best by best_metric when validating (else the newest); Ray Train
+            # always keeps the latest too, which is the one a restart resumes from.
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=cfg.keep_checkpoints,
+                checkpoint_score_attribute="checkpoint_score" if cfg.val_every else None,
+                checkpoint_score_order=cfg.checkpoint_score_order,
+            ),
+            # A dead worker restarts the worker group, which resumes from the newest complete
+            # checkpoint in the run's folder (trainables/loop.py: _resume).
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
             # Ray Train logs every report of every rank at INFO; the driver prints progress
             # itself. The full logs stay in Ray's session log folder.
             logging_config=LoggingConfig(log_level="WARNING"),

@@ -1,6 +1,9 @@
 """Helpers of the integration tests: the CLIs run as a user runs them, in subprocesses."""
 
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 from tests.cli import run_module
@@ -25,3 +28,49 @@ def smoke_manifest(folder: Path) -> Path:
 
     synth.make_corpus(folder / "raw", speakers=2, chapters=2, utts=8, seed=0)
     return prepare_serial(folder / "raw", folder / "prepared")
+
+
+class LiveCli:
+    """``python -m MODULE ARGS`` in a subprocess from the repo root, its output read as it
+    comes (for tests that act on a line: kill a worker, stop the driver)."""
+
+    def __init__(self, module: str, *args: str):
+        from tests.cli import ROOT
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, *map(str, args)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout))
+        self.reader.start()
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, fragment: str, timeout_s: float = 300, after: int = 0) -> int:
+        """Wait for a line holding ``fragment`` (from line ``after`` on); its index."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i, line in enumerate(list(self.lines)[after:], start=after):
+                if fragment in line:
+                    return i
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.2)
+        raise AssertionError(f"no line with {fragment!r}:\n{self.out[-4000:]}")
+
+    def stop(self, sig) -> float:
+        """Send ``sig``; seconds until the driver exited."""
+        t0 = time.monotonic()
+        self.proc.send_signal(sig)
+        self.finish(timeout_s=60)
+        return time.monotonic() - t0
+
+    def finish(self, timeout_s: float = 400) -> None:
+        self.proc.wait(timeout=timeout_s)
+        self.reader.join(timeout=10)

@@ -7,16 +7,13 @@ runs exactly the runs that did not finish ok."""
 import json
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.integration.helpers import smoke_manifest
+from tests.integration.helpers import LiveCli, smoke_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,44 +21,13 @@ SETS = ("max_steps=40", "log_every=5")
 FIRST, SECOND = "sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"
 
 
-class Sweep:
+class Sweep(LiveCli):
     """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
 
     def __init__(self, root: Path, manifest: Path, *flags: str):
         sets = [*SETS, f"manifest_path={manifest}"]
-        cmd = [sys.executable, "-m", "platform.tune", "--space", "smoke"]
-        cmd += ["--output-root", str(root), *[a for s in sets for a in ("--set", s)], *flags]
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout))
-        self.reader.start()
-
-    @property
-    def out(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for(self, fragment: str, timeout_s: float = 300) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(fragment in ln for ln in list(self.lines)):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise AssertionError(f"no line with {fragment!r}:\n{self.out[-4000:]}")
-
-    def stop(self, sig) -> float:
-        """Send ``sig``; seconds until the driver exited."""
-        t0 = time.monotonic()
-        self.proc.send_signal(sig)
-        self.finish(timeout_s=60)
-        return time.monotonic() - t0
-
-    def finish(self, timeout_s: float = 400) -> None:
-        self.proc.wait(timeout=timeout_s)
-        self.reader.join(timeout=10)
+        args = ["--space", "smoke", "--output-root", str(root)]
+        super().__init__("platform.tune", *args, *[a for s in sets for a in ("--set", s)], *flags)
 
 
 def manifest(root: Path) -> pd.DataFrame:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.cli import run_module
 from tests.integration.helpers import run_tune
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,6 +144,11 @@ def test_the_analysis_files_agree_with_the_timing_rows(sweep):
     ranked = pd.read_csv(root / "ranked_groups.csv")
     best = json.loads((root / "best_config.json").read_text())
     assert ranked.loc[0, "group"] == best["group"] and list(ranked["rank"]) == [1, 2]
-    assert best["command"].startswith("python -m platform.tune --space smoke --set micro_batch=")
+    assert best["command"] == f"python -m platform.train --config {root / 'best_config.json'}"
     assert f"train with it: {best['command']}" in out.stdout
+    # The printed command trains the winner: its plan is the winner's config, training on.
+    plan = run_module(*best["command"].split()[2:], "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert f"micro_batch={best['config']['micro_batch']} " in plan.stdout
+    assert "checkpoint_every=5 " in plan.stdout and "max_failures=3 " in plan.stdout
     assert (root / "summary.md").read_text().startswith("# Sweep summary")

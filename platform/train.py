@@ -1,0 +1,263 @@
+"""``python -m platform.train --config OUTPUT_ROOT/best_config.json``: train with a configuration.
+
+One Ray Train ``TorchTrainer`` run of the same loop a sweep runs (DDP or DeepSpeed ZeRO 0-3),
+launched and recorded the same way (platform/launch.py: timing windows, telemetry, heartbeats,
+stall watchdog, manifest), with what a real run adds: lr schedule, gradient clipping and
+accumulation, checkpoints through Ray Train, automatic restarts from the latest checkpoint,
+validation with retrieval recall, TensorBoard event files, a loss/recall plot and an export of
+the model. ``--resume`` continues a run whose driver died from its latest complete checkpoint.
+
+    python -m platform.train --config outputs/4090_mainline_<stamp>/best_config.json
+    python -m platform.train --space train_smoke --set max_steps=200
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from data_prep.ray_address import address_problem
+from platform import results
+from platform.errors import EXIT_USAGE, UsageError
+from platform.launch import launch, prepare_output_root
+from platform.resume import previous_status
+from platform.spaces import RunSpec, SearchSpace, check_inputs, expand_runs, load_space
+from trainables.config import ConfigError, TrialConfig
+
+__all__ = ["main", "training_defaults"]
+
+PLOT = "curves.png"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m platform.train",
+        description="Train one stage-1 configuration with checkpoints, recovery and validation.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--config", type=Path, help="a best_config.json written by platform.tune")
+    src.add_argument("--space", help="a search space (search_spaces/NAME.yaml) without sweeps")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
+    p.add_argument("--output-root", type=Path, help="default: outputs/train_<space>_<timestamp>")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
+    p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
+    p.add_argument("--dry-run", action="store_true", help="print the run and exit")
+    return p
+
+
+def space_from_config(path: Path) -> SearchSpace:
+    """A one-run space from a best_config.json: its resolved config, fixed."""
+    try:
+        record = json.loads(Path(path).read_text())
+        config = dict(record["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(
+            f"--config {path}: not a best_config.json ({type(exc).__name__}: {exc}); pass the "
+            "one platform.tune wrote in its output root"
+        ) from None
+    return SearchSpace(
+        name=f"train_{record.get('space', 'config')}",
+        description=f"training of {record.get('group', 'a configuration')} from {path}",
+        fixed=config,
+        source=str(path),
+    )
+
+
+def training_defaults(cfg: TrialConfig, explicit: set[str]) -> dict[str, Any]:
+    """What a final run turns on that sweeps keep off, for keys the user did not set:
+    restarts, a checkpoint (and, with a held-out split, a validation) about every fifth of the
+    run, warm-up and cosine decay, and an export of the best (or final) model."""
+    every = max(1, round(cfg.max_steps / 5 / cfg.log_every)) * cfg.log_every
+    out: dict[str, Any] = {
+        "max_failures": 3,
+        "checkpoint_every": every,
+        "lr_schedule": "cosine",
+        "warmup_steps": min(cfg.max_steps // 20, 500),
+    }
+    if cfg.val_manifest_path or cfg.val_speakers:
+        out["val_every"] = every
+    validating = out.get("val_every", cfg.val_every) and out.get(
+        "checkpoint_every", cfg.checkpoint_every
+    )
+    out["export_model"] = "best" if validating else "final"
+    return {k: v for k, v in out.items() if k not in explicit}
+
+
+def plan(args) -> tuple[SearchSpace, list[RunSpec]]:
+    if args.config is not None:
+        space = space_from_config(args.config)
+    elif args.space:
+        space = load_space(args.space)
+    else:
+        raise UsageError("pass --config OUTPUT_ROOT/best_config.json or --space NAME")
+    explicit = {item.partition("=")[0].strip() for item in args.set}
+    if args.space:
+        explicit |= set(space.fixed) | set(space.grid)
+    space = dataclasses.replace(space, repeats=1).with_overrides(args.set)
+    if space.swept_keys:
+        keys = ", ".join(space.swept_keys)
+        raise UsageError(
+            f"platform.train trains one configuration, but {keys} is swept; pin it with "
+            f"--set KEY=VALUE (or run the sweep with platform.tune)"
+        )
+    runs = expand_runs(space, prefix="train")
+    defaults = training_defaults(runs[0].config, explicit)
+    space = space.with_overrides([f"{k}={v}" for k, v in defaults.items()])
+    return space, expand_runs(space, prefix="train")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        space, runs = plan(args)
+        if args.dry_run:
+            cfg = runs[0].config
+            print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
+            return 0
+        check_inputs(space, runs)
+        problem = address_problem(args.address)
+        if problem:
+            raise UsageError(f"cannot reach Ray at --address {args.address}: {problem}")
+        if args.resume:
+            if args.output_root is None:
+                raise UsageError("--resume needs the --output-root of the run to continue")
+            output_root = args.output_root.expanduser().resolve()
+            done = previous_status(output_root, runs)
+        else:
+            output_root = prepare_output_root(args.output_root, space.name)
+            done = {}
+    except (UsageError, ConfigError) as exc:
+        print(f"platform.train: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if done:
+        print(f"{output_root}: the run finished already; nothing to resume")
+        return 0
+    try:
+        return launch(
+            space,
+            runs,
+            output_root,
+            report=report,
+            address=args.address,
+            done=done,
+            resume=args.resume,
+            training=True,
+            before_trials=epochs_to_steps,
+        )
+    except KeyboardInterrupt:
+        print("platform.train: interrupted before the run started", file=sys.stderr)
+        return 130
+
+
+def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
+    """``epochs``: max_steps from the training split's size, once the corpus exists."""
+    out = []
+    for run in runs:
+        cfg = run.config
+        if cfg.epochs:
+            from trainables.manifest import read_manifest_table, speaker_split
+
+            table = read_manifest_table(Path(cfg.manifest_path))
+            rows = table.num_rows
+            if cfg.val_speakers and not cfg.val_manifest_path:
+                rows -= int(speaker_split(table, cfg.val_speakers).sum())
+            per_epoch = rows // (cfg.micro_batch * cfg.train_workers * cfg.grad_accum_steps)
+            if per_epoch < 1:
+                raise UsageError(
+                    f"epochs: the manifest's {rows} training rows fill no global batch; "
+                    "lower micro_batch or use a larger manifest"
+                )
+            cfg = dataclasses.replace(cfg, max_steps=cfg.epochs * per_epoch)
+            print(f"epochs {cfg.epochs} x {per_epoch} steps = max_steps {cfg.max_steps}")
+        out.append(dataclasses.replace(run, config=cfg))
+    return out
+
+
+def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:
+    """The run's outcome, validation and checkpoints, the plot, the export."""
+    row = manifest[0]
+    run = row["run"]
+    print(
+        f"\n{run}: {row['status']}"
+        + (f" ({row['failure_reason']})" if row.get("failure_reason") else "")
+    )
+    val = results.read_dataset(output_root / results.VALIDATION_DIR, results.VALIDATION_SCHEMA)
+    if len(val):
+        last = val.sort_values(["step", "attempt"]).iloc[-1]
+        print(
+            f"validation at step {int(last['step'])}: speech->text R@1 {last['val_s2t_r1']:.3f}, "
+            f"text->speech R@1 {last['val_t2s_r1']:.3f}, loss {last['val_loss']:.3f} "
+            f"(chance R@1 {last['val_chance_r1']:.4f})"
+        )
+    ckpts = results.read_dataset(output_root / results.CHECKPOINTS_DIR, results.CHECKPOINTS_SCHEMA)
+    if len(ckpts):
+        print(
+            f"checkpoints: {len(ckpts)} saved, median {ckpts['checkpoint_save_s'].median():.2f} s "
+            f"and {ckpts['checkpoint_size_bytes'].median() / 1e6:.1f} MB each; restarts "
+            f"{row.get('restarts') or 0}"
+        )
+    plot = write_plot(output_root, run)
+    if plot:
+        print(f"plot: {plot}")
+    export = output_root / "runs" / run / "export"
+    if (export / "export.json").is_file():
+        source = json.loads((export / "export.json").read_text())["source"]
+        print(
+            f"model ({source}): {export}; load it with --set speech_pretrained_path="
+            f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
+        )
+    print(f"TensorBoard: tensorboard --logdir {output_root / results.TENSORBOARD_DIR}")
+    print(f"wall time {wall_s:.1f} s; results in {output_root}")
+    return 0 if row["status"] == "ok" else 1
+
+
+def write_plot(output_root: Path, run: str) -> Path | None:
+    """Loss and learning rate over steps, and validation recall, in runs/<run>/curves.png."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot skipped: matplotlib is not installed")
+        return None
+    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+    timing = timing[(timing["run"] == run) & (timing["rank"] == 0)].sort_values("step")
+    if timing.empty:
+        return None
+    val = results.read_dataset(output_root / results.VALIDATION_DIR, results.VALIDATION_SCHEMA)
+    val = val[val["run"] == run].sort_values("step")
+    fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
+    for attempt, df in timing.groupby("attempt"):
+        ax_loss.plot(df["step"], df["loss"], label=f"train loss (attempt {attempt + 1})")
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("contrastive loss")
+    ax_lr = ax_loss.twinx()
+    ax_lr.plot(timing["step"], timing["lr"], color="grey", linestyle=":", label="lr")
+    ax_lr.set_ylabel("learning rate")
+    ax_loss.legend(loc="upper right")
+    if len(val):
+        for key in ("val_s2t_r1", "val_t2s_r1", "val_s2t_r5", "val_t2s_r5"):
+            ax_val.plot(val["step"], val[key], marker="o", label=key[4:])
+        ax_val.plot(
+            val["step"], val["val_chance_r1"], color="grey", linestyle="--", label="chance R@1"
+        )
+        ax_val.legend()
+    ax_val.set_xlabel("step")
+    ax_val.set_ylabel("validation recall")
+    fig.suptitle(run)
+    fig.tight_layout()
+    path = output_root / "runs" / run / PLOT
+    tmp = path.with_name(f".{PLOT}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

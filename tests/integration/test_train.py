@@ -1,0 +1,119 @@
+"""``python -m platform.train`` with real processes and signals on a learnable corpus: one run
+without faults, and one whose Ray Train worker is killed with SIGKILL (the worker group restarts
+from the latest checkpoint by itself) and whose driver is then killed with SIGKILL (``--resume``
+continues from the latest complete checkpoint, skipping one cut off mid-save). The faulted run
+ends with the same loss as the clean one: same seed, same data order after each resume."""
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.cli import run_module
+from tests.conftest import prepare_serial
+from tests.integration.helpers import LiveCli
+
+pytestmark = pytest.mark.integration
+RUN = "train_z0_mb16_nw0_pf2_r1"
+STEPS = 30
+
+
+def sets(manifest: Path) -> list[str]:
+    values = [
+        f"manifest_path={manifest}",
+        f"max_steps={STEPS}",
+        "checkpoint_every=10",
+        "val_every=10",
+        "keep_checkpoints=2",
+        "heartbeat_every_s=0",
+        # Steps 21-30 take 0.5 s longer (timing only): room to kill the driver after step 25.
+        "inject_sleep_at_step=21",
+        "inject_sleep_steps=10",
+        "inject_sleep_s=0.5",
+    ]
+    return [a for v in values for a in ("--set", v)]
+
+
+@pytest.fixture(scope="module")
+def learnable_manifest(tmp_path_factory):
+    from data_prep import synth
+
+    root = tmp_path_factory.mktemp("learnable")
+    synth.make_corpus(root / "raw", speakers=6, chapters=2, utts=8, seed=0, mode="learnable")
+    return prepare_serial(root / "raw", root / "prepared")
+
+
+def last_loss(root: Path) -> tuple[int, float]:
+    t = pd.read_parquet(root / "timing.parquet")
+    t = t[t["rank"] == 0].sort_values(["step", "attempt"])
+    return int(t["step"].iloc[-1]), float(t["loss"].iloc[-1])
+
+
+def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
+    tmp_path, learnable_manifest
+):
+    clean, faulted = tmp_path / "clean", tmp_path / "faulted"
+    args = ["--space", "train_smoke", *sets(learnable_manifest)]
+    done = run_module("platform.train", *args, "--output-root", clean, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # What a finished run leaves: validation, checkpoints, TensorBoard, the plot, the export.
+    val = pd.read_parquet(clean / "validation.parquet")
+    assert sorted(val["step"]) == [10, 20, 30] and (val["val_items"] == 32).all()
+    ckpt = pd.read_parquet(clean / "checkpoints.parquet")
+    assert sorted(ckpt["step"]) == [10, 20, 30] and (ckpt["checkpoint_size_bytes"] > 0).all()
+    run_dir = clean / "runs" / RUN
+    kept = sorted(p.name for p in run_dir.glob("checkpoint_step*"))
+    assert len(kept) == 2 and "checkpoint_step0000030" in kept  # keep 2; the latest always
+    assert list((clean / "tensorboard" / RUN).glob("events.out.tfevents.*"))
+    assert (run_dir / "curves.png").stat().st_size > 10_000
+    assert "validation at step 30" in done.stdout and "best val_mean_r1" in done.stdout
+    from trainables.export import load_exported
+
+    model, info = load_exported(run_dir / "export")
+    assert info["source"].startswith("best val_mean_r1")
+    assert model.speech.config.hidden_size == 32 and model.text_proj.out_features == 64
+
+    # A worker killed with SIGKILL mid-run: Ray Train restarts the group from checkpoint 10.
+    driver = LiveCli("platform.train", *args, "--output-root", faulted)
+    driver.wait_for(f"{RUN}: step 15/{STEPS}", timeout_s=300)
+    pid = json.loads((faulted / "runs" / RUN / "workers" / "rank1.json").read_text())["pid"]
+    os.kill(pid, signal.SIGKILL)
+    at = driver.wait_for("restarted (attempt 2)", timeout_s=180)
+    assert "resumed from step 10" in driver.lines[at]
+    # Then the driver itself, once the restarted group has passed checkpoint 20.
+    driver.wait_for(f"{RUN}: step 25/{STEPS}", timeout_s=180, after=at)
+    driver.stop(signal.SIGKILL)
+    assert driver.proc.returncode == -signal.SIGKILL
+    time.sleep(2)  # the Ray cluster follows its driver (fate-sharing)
+    # A checkpoint cut off mid-save, newer than the last complete one: never resumed from.
+    run_dir = faulted / "runs" / RUN
+    latest = max(run_dir.glob("checkpoint_step*"))
+    assert latest.name == "checkpoint_step0000020"
+    cut = run_dir / "checkpoint_step0000029"
+    shutil.copytree(latest, cut)
+    (cut / "done-rank1.json").unlink()
+    resumed = run_module("platform.train", *args, "--output-root", faulted, "--resume", timeout=400)
+    out = resumed.stdout
+    assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
+    assert "skipped checkpoint_step0000029: incomplete (rank 1's part is missing" in out
+    assert "resumed from the checkpoint at step 20" in out
+    timing = pd.read_parquet(faulted / "timing.parquet")
+    rank0 = timing[timing["rank"] == 0]
+    assert sorted(rank0["attempt"].unique()) == [0, 1, 2]  # first, restart, --resume
+    # Every window measured before the kills is kept, by attempt.
+    assert set(rank0.loc[rank0["attempt"] == 0, "step"]) >= {5, 10, 15}
+    assert rank0.loc[rank0["attempt"] == 2, "step"].min() == 25
+    manifest = pd.read_csv(faulted / "run_manifest.tsv", sep="\t", keep_default_na=False)
+    assert manifest.loc[0, "status"] == "ok" and int(manifest.loc[0, "resumed_from_step"]) == 20
+    # Same seed, same data order and RNG states after both resumes, fp32 on one CPU thread
+    # per worker with gloo: the same arithmetic in the same order. The tolerance only allows
+    # for the last bits of the window's mean.
+    step_clean, loss_clean = last_loss(clean)
+    step_faulted, loss_faulted = last_loss(faulted)
+    assert step_clean == step_faulted == STEPS
+    assert loss_faulted == pytest.approx(loss_clean, rel=1e-6, abs=1e-6)
