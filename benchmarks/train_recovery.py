@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(module: str, *args: str, kill_at: int | None = None, pid_file: Path | None = None):
-    """Run a CLI, echo its output; with ``kill_at``, SIGKILL rank 1 at that window's line.
+    """Run a CLI, echo its output; with ``kill_at``, SIGKILL the rank whose worker record
+    ``pid_file`` reads at that window's line.
     Returns (exit code, kill time or None)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
@@ -51,7 +52,7 @@ def _run(module: str, *args: str, kill_at: int | None = None, pid_file: Path | N
                 pid = json.loads(pid_file.read_text())["pid"]
                 os.kill(pid, signal.SIGKILL)
                 killed.append(time.time())
-                print(f"train_recovery: killed rank 1 (pid {pid}) at step {kill_at}", flush=True)
+                print(f"train_recovery: killed a rank (pid {pid}) at step {kill_at}", flush=True)
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-root", required=True, type=Path)
     p.add_argument("--kill-at-step", type=int, default=300)
     p.add_argument("--sweep-steps", type=int, default=200)
+    p.add_argument("--kill-rank", type=int, default=1, help="the rank to kill (0 on one GPU)")
     p.add_argument("--set", action="append", default=[])
     args = p.parse_args(argv)
     sets = [a for s in [f"manifest_path={args.manifest}", *args.set] for a in ("--set", s)]
@@ -145,12 +147,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(args, train_root: Path, sets: list[str], run_dir: Path):
-    """platform.train, killing rank 1 at the window of --kill-at-step (its pid from the
-    worker record the rank writes first)."""
+    """platform.train, killing rank --kill-rank at the window of --kill-at-step (its pid from
+    the worker record the rank writes first)."""
 
     class _RankRecord:  # the run's name is known only once it started
         def read_text(self) -> str:
-            return next(run_dir.glob("*/workers/rank1.json")).read_text()
+            return next(run_dir.glob(f"*/workers/rank{args.kill_rank}.json")).read_text()
 
     return _run(
         "platform.train", "--space", args.space, "--output-root", str(train_root), *sets,

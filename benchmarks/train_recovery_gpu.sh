@@ -23,7 +23,8 @@ fi
 rm -rf "$RES"
 python -m benchmarks.train_recovery --space h200_train_z1 \
     --manifest "$CORPUS/prepared/manifest_16k_trim.tsv" --output-root "$RES" \
-    --kill-at-step "${KILL_AT_STEP:-300}" --sweep-steps "${SWEEP_STEPS:-200}" "$@" \
+    --kill-at-step "${KILL_AT_STEP:-300}" --sweep-steps "${SWEEP_STEPS:-200}" \
+    --kill-rank "${KILL_RANK:-1}" "$@" \
     2>&1 | grep -v "^\s*$" | tee "$OUT/train_recovery.log"
 cp "$RES/train_recovery.json" "$OUT/"
 cp "$RES"/train/runs/*/curves.png "$OUT/" 2>/dev/null || true
