@@ -76,7 +76,8 @@ def measure(train_root: Path, sweep_root: Path | None, kill_ts: float | None) ->
         out["resumed_from_step"] = int(first["step"] - first["steps_in_window"])
     # The upload of a checkpoint is the next window's report_ms (Ray Train copies each rank's
     # part to the run's storage inside ray.train.report).
-    after = rank0.set_index("step")["report_ms"]
+    latest = rank0.drop_duplicates("step", keep="last")  # a step redone after a restart
+    after = latest.set_index("step")["report_ms"]
     ckpt_steps = sorted(ckpt["step"])
     uploads = [
         float(after.get(s + int(rank0["steps_in_window"].median()), float("nan"))) / 1000
@@ -127,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output_root
     sweep_root = out / "sweep"
     # The sweep run: the same config with validation, checkpoints and restarts off.
-    off = ["val_every=0", "checkpoint_every=0", "max_failures=0", f"max_steps={args.sweep_steps}"]
+    off = ["val_every=0", "checkpoint_every=0", "max_failures=0", "export_model=none"]
+    off.append(f"max_steps={args.sweep_steps}")
     code, _ = _run(
         "platform.tune",
         "--space", args.space, "--output-root", str(sweep_root), *sets,

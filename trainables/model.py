@@ -231,8 +231,10 @@ class Stage1Model(nn.Module):
         cls = self.text(input_ids, attention_mask=text_mask).last_hidden_state[:, 0]
         speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
         text_emb = F.normalize(self.text_proj(cls), dim=-1)
-        # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky.
-        return speech_emb, text_emb, self.logit_scale.exp().clamp(max=self.logit_scale_max)
+        # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky, and a
+        # scale below 1 flattens every logit towards ln(batch), where nothing learns any more.
+        scale = self.logit_scale.exp().clamp(min=1.0, max=self.logit_scale_max)
+        return speech_emb, text_emb, scale
 
 
 class _GatherWithGrad(torch.autograd.Function):

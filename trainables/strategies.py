@@ -353,7 +353,7 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         with torch.no_grad():  # CLIP's temperature clamp, on the parameter itself
-            model.logit_scale.clamp_(max=max_log_scale)
+            model.logit_scale.clamp_(min=0.0, max=max_log_scale)
 
     return Engine(
         model=wrapped,
