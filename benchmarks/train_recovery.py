@@ -74,19 +74,19 @@ def measure(train_root: Path, sweep_root: Path | None, kill_ts: float | None) ->
         window_s = first["steps_in_window"] * first["iter_ms_mean"] / 1000
         out["kill_to_first_step_s"] = float(first["window_end_ts"] - window_s - kill_ts)
         out["resumed_from_step"] = int(first["step"] - first["steps_in_window"])
-    # The upload of a checkpoint is the next window's report_ms (Ray Train copies each rank's
-    # part to the run's storage inside ray.train.report).
-    latest = rank0.drop_duplicates("step", keep="last")  # a step redone after a restart
-    after = latest.set_index("step")["report_ms"]
-    ckpt_steps = sorted(ckpt["step"])
+    # A checkpoint's report (the barrier at which Ray Train registers it; every rank wrote its
+    # part into the run's storage before) shows as the report_ms of the next window of the
+    # same attempt.
+    window = int(rank0["steps_in_window"].median())
+    by_step = rank0.set_index(["attempt", "step"])["report_ms"]
     uploads = [
-        float(after.get(s + int(rank0["steps_in_window"].median()), float("nan"))) / 1000
-        for s in ckpt_steps
+        float(by_step.get((int(a), int(s) + window), float("nan"))) / 1000
+        for a, s in zip(ckpt["attempt"], ckpt["step"], strict=True)
     ]
     out["checkpoints"] = {
         "count": len(ckpt),
         "save_s_median": float(ckpt["checkpoint_save_s"].median()),
-        "upload_s_median": float(pd.Series(uploads).median()),
+        "report_s_median": float(pd.Series(uploads).median()),
         "size_gb": float(ckpt["checkpoint_size_bytes"].median() / 1e9),
     }
     last = val.iloc[-1]

@@ -108,7 +108,9 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         spec = self.runs[run]
         status = self.status.setdefault(run, {})
+        restarts = status.get("restarts", 0)
         attempt = self._attempt(run, result, status)
+        attempt_changed = status.get("restarts", 0) != restarts
         keys = {"run": run, "group": spec.group, "repeat": spec.repeat, "attempt": attempt}
         row = {name: result.get(name) for name in results.TIMING_SCHEMA.names} | keys
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
@@ -138,7 +140,10 @@ class SweepRecorder(Callback):
         self._log_tensorboard(run, result)
         self._check_stall(run, row)
         self.latest[run] = row
-        if time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
+        # Training: everything measured up to a checkpoint or a restart is on disk at once, so
+        # a killed driver loses only windows that a resume from that checkpoint measures again.
+        durable = result.get("checkpoint_step") == result.get("step") or attempt_changed
+        if durable or time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
             self.flush(run)
 
     def on_step_begin(self, iteration, trials, **info):

@@ -36,3 +36,44 @@ def gather_windows(rank: int, world: int, port: int, out: dict) -> None:
         out[rank] = rank_window_fields(gathered) if gathered else {}
     finally:
         dist.destroy_process_group()
+
+
+def train(rank: int, world: int, port: int, config: dict, run_dir: str, out: dict) -> None:
+    """The real training loop on gloo ranks without Ray: windows go to ``out[rank]``, and
+    checkpoints to ``run_dir`` (where a rerun resumes from the newest complete one)."""
+    import time
+    from pathlib import Path
+
+    from trainables.config import TrialConfig
+    from trainables.loop import WorkerContext, run_training
+
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        OMP_NUM_THREADS="1",
+    )
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    windows: list[dict] = []
+
+    def report(metrics: dict, checkpoint=None) -> None:
+        windows.append({k: v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+
+    try:
+        run_training(
+            TrialConfig.from_dict(config),
+            WorkerContext(
+                rank=rank,
+                world_size=world,
+                device=torch.device("cpu"),
+                report=report,
+                start_ts=time.time(),
+                run_dir=Path(run_dir),
+            ),
+        )
+        out[rank] = windows
+    finally:
+        dist.destroy_process_group()

@@ -10,11 +10,11 @@ A checkpoint folder (``checkpoint_step0000200``) holds:
 - rank 0: ``meta.json`` (step, data position, the run's shape, the best validation so far);
 - every rank, written last: ``done-rank<r>.json``, the files that rank wrote and their sizes.
 
-Each rank saves into a folder of its own and hands it to ``ray.train.report``, which merges the
-ranks' folders into one in the run's storage and registers the checkpoint only when every rank's
-upload finished. On top of that, a checkpoint counts as complete only when every rank's done
-file is there and every file it lists has its size: a save or upload cut off half-way is
-never resumed from, whatever wrote it (the resume scan skips it and says so).
+Every rank writes its part straight into the checkpoint's folder in the run's storage (no
+second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``), and Ray Train
+registers the checkpoint once every rank has reported. On top of that, a checkpoint counts as
+complete only when every rank's done file is there and every file it lists has its size: a save
+cut off half-way is never resumed from, whatever cut it (the resume scan skips it and says so).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ __all__ = [
     "find_resume_checkpoint",
     "is_complete",
     "load_checkpoint",
+    "prepare_folder",
     "save_checkpoint",
 ]
 
@@ -77,12 +78,39 @@ def _files(folder: Path) -> dict[str, int]:
     return out
 
 
+def _owned(name: str, rank: int) -> bool:
+    """Whether a file of the checkpoint folder is this rank's: its RNG file and done file, and
+    DeepSpeed's files named after its data-parallel rank (``*zero_pp_rank_<r>_*``); the rest
+    (model states of ZeRO 0-2, DeepSpeed's helper script, state.pt, meta.json) is rank 0's."""
+    base = Path(name).name
+    for pattern in (r"rank(\d+)\.(pt|json)$", r"pp_rank_(\d+)_"):
+        m = re.search(pattern, base)
+        if m:
+            return int(m.group(1)) == rank
+    return rank == 0
+
+
+def prepare_folder(folder: Path, *, rank: int, world_size: int) -> None:
+    """Empty ``folder`` for a new save (an earlier attempt may have left a cut-off one there):
+    rank 0 clears it while the others wait (every rank calls it)."""
+    if rank == 0 and Path(folder).exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()  # note: a collective, once per checkpoint
+    Path(folder).mkdir(parents=True, exist_ok=True)
+
+
 def save_checkpoint(engine, folder: Path, meta: dict[str, Any], *, rank: int, device) -> int:
-    """Write this rank's part of a checkpoint into ``folder`` (empty, this rank's own); returns
-    the bytes written. Every rank calls it (DeepSpeed's save is collective)."""
+    """Write this rank's part of a checkpoint into ``folder`` (shared by the ranks, emptied by
+    :func:`prepare_folder`); returns the bytes it wrote. Every rank calls it (DeepSpeed's save
+    is collective)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     if engine.kind == "deepspeed":
+        (folder / DS_TAG).mkdir(parents=True, exist_ok=True)
         engine.model.save_checkpoint(str(folder), tag=DS_TAG, save_latest=False)
     elif rank == 0:
         state = {
@@ -95,7 +123,7 @@ def save_checkpoint(engine, folder: Path, meta: dict[str, Any], *, rank: int, de
     torch.save(_rng_state(device), folder / f"rng-rank{rank}.pt")
     if rank == 0:
         (folder / META).write_text(json.dumps(meta, indent=1))
-    files = _files(folder)
+    files = {k: v for k, v in _files(folder).items() if _owned(k, rank)}
     # Written last: its presence says this rank's files are whole.
     (folder / f"done-rank{rank}.json").write_text(json.dumps({"files": files}))
     return sum(files.values())
@@ -190,16 +218,3 @@ def load_checkpoint(engine, folder: Path, *, rank: int, device) -> dict[str, Any
 def restore_rng(folder: Path, *, rank: int, device) -> None:
     state = torch.load(Path(folder) / f"rng-rank{rank}.pt", map_location="cpu", weights_only=False)
     _set_rng_state(state, device)
-
-
-def publish(part: Path, dest: Path) -> None:
-    """Copy one rank's part of a checkpoint into ``dest`` (shared by all ranks), its done file
-    last, as Ray Train's upload does; for runs without Ray (torchrun, tests)."""
-    import shutil
-
-    part, dest = Path(part), Path(dest)
-    files = sorted(_files(part), key=lambda name: name.startswith("done-rank"))
-    for name in files:
-        target = dest / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(part / name, target)

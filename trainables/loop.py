@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ from trainables.checkpoint import (
     checkpoint_name,
     find_resume_checkpoint,
     load_checkpoint,
+    prepare_folder,
     restore_rng,
     save_checkpoint,
 )
@@ -94,13 +93,16 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         if checkpoint is None:
             ray.train.report(metrics)
             return
-        # Every rank uploads its own part; Ray merges them into runs/<run>/<name>/ and registers
-        # the checkpoint once all parts are there.
+        # Every rank wrote its part into runs/<run>/<name>/ already (the run's storage): nothing
+        # to copy; Ray Train registers the checkpoint once every rank has reported.
+        from ray.train import CheckpointUploadMode
+
         folder, name = checkpoint
         ray.train.report(
             metrics,
             checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
             checkpoint_dir_name=name,
+            checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
         )
 
     run_training(
@@ -239,10 +241,12 @@ def _better(cfg: TrialConfig, value: float, best: float | None) -> bool:
 
 
 def _save(cfg, worker, engine, batches, state: RunState) -> tuple[Path, dict[str, Any]]:
-    """This rank's part of the checkpoint at ``state.step`` in a folder of its own, for
-    ``ray.train.report`` to upload; returns the folder and what rank 0 records about it."""
+    """This rank's part of the checkpoint at ``state.step``, written into its folder in the
+    run's storage (Ray Train registers it at the report); returns the folder and what rank 0
+    records about it."""
     t0 = time.perf_counter()
-    folder = Path(tempfile.mkdtemp(prefix=f"ckpt-r{worker.rank}-"))
+    folder = worker.run_dir / checkpoint_name(state.step)
+    prepare_folder(folder, rank=worker.rank, world_size=worker.world_size)
     score = (state.last_val or {}).get(cfg.best_metric)
     if score is not None and _better(cfg, score, state.best_value):
         state.best_value, state.best_step = score, state.step
@@ -423,12 +427,10 @@ def _train(
             )
             # Under Ray Train V2 a report is a barrier across workers, and it blocks while the
             # previous report is still queued, until the controller polls
-            # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it. With a
-            # checkpoint it also uploads this rank's part (checkpoint_upload_s of the next).
+            # (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S); report_ms of the next window shows it.
             t_report = time.perf_counter()
             if ckpt_dir is not None:
                 worker.report(metrics, checkpoint=(ckpt_dir, checkpoint_name(step)))
-                shutil.rmtree(ckpt_dir, ignore_errors=True)
             else:
                 worker.report(metrics)
             report_ms = (time.perf_counter() - t_report) * 1e3

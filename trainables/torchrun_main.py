@@ -25,7 +25,6 @@ import torch.distributed as dist
 import yaml
 
 from data_prep.fileio import atomic_write_text, write_json
-from trainables.checkpoint import publish
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.watchdog import pg_timeout_for
@@ -70,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
 
     def report(metrics: dict, checkpoint: tuple[Path, str] | None = None) -> None:
-        if checkpoint is not None:  # each rank copies its part, as Ray Train's upload does
-            publish(checkpoint[0], args.out / checkpoint[1])
+        # A checkpoint is written into its folder under --out already (run_dir).
         if rank == 0:
             rows.append(dict(metrics))
             print(

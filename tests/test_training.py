@@ -1,0 +1,182 @@
+"""Training building blocks without Ray: the lr schedule, retrieval metrics, checkpoint
+completeness and the resume scan, the resumable data position, the training config keys, the
+platform.train plan and its bad input, and the learnable corpus."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.cli import run_module
+from trainables.checkpoint import best_checkpoint, find_resume_checkpoint, is_complete
+from trainables.config import ConfigError, TrialConfig
+from trainables.data import build_loader
+from trainables.strategies import lr_factor
+from trainables.validation import retrieval_metrics
+
+
+def test_lr_schedule_warms_up_linearly_then_follows_the_cosine_to_its_floor():
+    cfg = TrialConfig(lr_schedule="cosine", warmup_steps=10, max_steps=110, min_lr_ratio=0.1)
+    assert [lr_factor(s, cfg) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert lr_factor(10, cfg) == pytest.approx(1.0)
+    assert lr_factor(60, cfg) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way down the cosine
+    assert lr_factor(110, cfg) == pytest.approx(0.1) and lr_factor(500, cfg) == pytest.approx(0.1)
+    constant = TrialConfig(warmup_steps=4, max_steps=20)
+    assert [lr_factor(s, constant) for s in (0, 3, 4, 19)] == pytest.approx([0.25, 1, 1, 1])
+
+
+def test_retrieval_metrics_count_ranks_both_ways_and_match_the_loss_by_hand():
+    torch.manual_seed(0)
+    speech = F.normalize(torch.randn(8, 4), dim=-1)
+    assert retrieval_metrics(speech, speech, 10.0)["val_mean_r1"] == 1.0  # each pair is best
+    text = speech.clone()
+    text[[0, 1]] = text[[1, 0]]  # utterances 0 and 1 now have each other's transcript
+    m = retrieval_metrics(speech, text, 10.0)
+    assert m["val_s2t_r1"] == pytest.approx(6 / 8) and m["val_t2s_r1"] == pytest.approx(6 / 8)
+    assert m["val_items"] == 8 and m["val_chance_r1"] == pytest.approx(1 / 8)
+    sims = 10.0 * speech @ text.T
+    labels = torch.arange(8)
+    by_hand = (F.cross_entropy(sims, labels) + F.cross_entropy(sims.T, labels)) / 2
+    assert m["val_loss"] == pytest.approx(float(by_hand), rel=1e-6)
+    assert m["val_s2t_r5"] >= m["val_s2t_r1"]
+
+
+def _checkpoint(folder, step, world=2, score=None, drop=None, cut=None):
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(
+        json.dumps({"step": step, "world_size": world, "score": score})
+    )
+    for rank in range(world):
+        (folder / f"rng-rank{rank}.pt").write_bytes(b"x" * 10)
+        files = {f"rng-rank{rank}.pt": 10}
+        if rank != drop:
+            (folder / f"done-rank{rank}.json").write_text(json.dumps({"files": files}))
+    if cut:
+        (folder / cut).write_bytes(b"x" * 3)  # shorter than its done file says
+
+
+def test_resume_takes_the_newest_complete_checkpoint_and_names_the_ones_it_skips(tmp_path):
+    _checkpoint(tmp_path / "checkpoint_step0000010", 10, score=0.5)
+    _checkpoint(tmp_path / "checkpoint_step0000020", 20, score=0.4)
+    _checkpoint(tmp_path / "checkpoint_step0000030", 30, drop=1)
+    _checkpoint(tmp_path / "checkpoint_step0000040", 40, cut="rng-rank0.pt")
+    (tmp_path / "checkpoint_step0000050").mkdir()  # a save that never got to meta.json
+    assert is_complete(tmp_path / "checkpoint_step0000020") == (True, "")
+    folder, skipped = find_resume_checkpoint(tmp_path)
+    assert folder.name == "checkpoint_step0000020"
+    assert skipped == [
+        "skipped checkpoint_step0000050: incomplete (meta.json missing or unreadable)",
+        "skipped checkpoint_step0000040: incomplete (rank 0's rng-rank0.pt is missing or cut short)",
+        "skipped checkpoint_step0000030: incomplete (rank 1's part is missing (done-rank1.json))",
+    ]
+    assert find_resume_checkpoint(tmp_path / "none") == (None, [])
+    best, score = best_checkpoint(tmp_path, "max")
+    assert best.endswith("checkpoint_step0000010") and score == 0.5
+    assert best_checkpoint(tmp_path, "min")[0].endswith("checkpoint_step0000020")
+
+
+@pytest.mark.parametrize("bucketing", [False, True])
+def test_a_resumed_loader_continues_the_same_sample_sequence(prepared_corpus, bucketing):
+    manifest, _ = prepared_corpus
+    cfg = TrialConfig(
+        dataset="manifest",
+        manifest_path=str(manifest),
+        micro_batch=2,
+        model_size="tiny",
+        length_bucketing=bucketing,
+        length_bucketing_pool=2,
+        seed=3,
+    )
+
+    def ids(batches, n):
+        return [batches.__next__()["input_ids"][:, 1].tolist() for _ in range(n)]
+
+    loader = build_loader(cfg, rank=1, world_size=2, pin_memory=False)
+    from trainables.data import EpochIterator
+
+    whole = EpochIterator(loader).start()
+    expected = ids(whole, 7)  # 3 batches per epoch: crosses two epoch boundaries
+    assert whole.position == {"epoch": 2, "offset": 1}
+    for epoch, offset, skip in ((0, 2, 2), (1, 1, 4)):
+        resumed = EpochIterator(build_loader(cfg, rank=1, world_size=2, pin_memory=False))
+        assert ids(resumed.start(epoch, offset), 7 - skip) == expected[skip:]
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"val_every": 7, "log_every": 5, "max_steps": 20}, "val_every: 7 is not a multiple"),
+        ({"checkpoint_every": 12, "log_every": 5, "max_steps": 20}, "set checkpoint_every=10"),
+        ({"val_every": 5, "log_every": 5, "max_steps": 20}, "validation needs a held-out split"),
+        ({"val_speakers": 2}, "validation reads a manifest"),
+        ({"export_model": "best"}, "export_model: best needs validation and checkpoints"),
+        ({"lr_schedule": "cosine", "warmup_steps": 30, "max_steps": 30}, "leaves no step"),
+        ({"grad_clip": -1.0}, "grad_clip: must be >= 0"),
+        ({"max_failures": -2}, "max_failures: must be >= -1"),
+        ({"best_metric": "val_r1"}, "best_metric: expected one of"),
+    ],
+)
+def test_training_keys_are_validated(values, message):
+    with pytest.raises(ConfigError, match=message):
+        TrialConfig(**values)
+
+
+def test_train_plan_turns_training_on_only_where_the_user_did_not_set_it():
+    from platform.train import build_parser, plan
+
+    args = build_parser().parse_args(
+        ["--space", "train_smoke", "--set", "max_steps=100", "--set", "checkpoint_every=50"]
+    )
+    space, runs = plan(args)
+    cfg = runs[0].config
+    assert len(runs) == 1 and runs[0].name == "train_z0_mb16_nw0_pf2_r1"
+    assert cfg.checkpoint_every == 50  # the user's
+    assert (cfg.val_every, cfg.max_failures, cfg.lr_schedule) == (20, 3, "cosine")
+    assert cfg.warmup_steps == 5 and cfg.export_model == "best"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "pass --config OUTPUT_ROOT/best_config.json or --space NAME"),
+        (["--config", "/nonexistent/best_config.json"], "not a best_config.json"),
+        (["--space", "smoke"], "micro_batch is swept; pin it with --set"),
+        (["--space", "train_smoke", "--resume"], "holds no sweep (run_manifest.tsv is missing)"),
+        (["--space", "train_smoke", "--set", "val_every=3"], "val_every: 3 is not a multiple"),
+    ],
+)
+def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    done = run_module("platform.train", *args, "--output-root", tmp_path / "out")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("platform.train: error")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_learnable_corpus_spells_each_word_with_its_own_tones(tmp_path):
+    import soundfile as sf
+
+    from data_prep import synth
+
+    made = synth.make_corpus(tmp_path / "a", speakers=2, chapters=2, utts=16, mode="learnable")
+    again = synth.make_corpus(
+        tmp_path / "b", speakers=2, chapters=2, utts=16, mode="learnable", workers=1
+    )
+    assert [u.transcript for u in made] == [u.transcript for u in again]  # any worker count
+    assert made[5].path.read_bytes() == again[5].path.read_bytes()
+    utt = made[0]
+    audio, rate = sf.read(utt.path)
+    spectrum = np.abs(np.fft.rfft(audio))
+    freqs = np.fft.rfftfreq(len(audio), 1 / rate)
+
+    def power_near(tones):  # within 8 % (speaker pitch is within 5 %)
+        return np.mean([spectrum[np.abs(freqs - f) < 0.08 * f].max() for f in tones])
+
+    words = set(utt.transcript.split())
+    own = np.concatenate([synth.word_pattern(w) for w in words])
+    others = [w for w in synth.WORDS if w not in words]
+    foreign = np.concatenate([synth.word_pattern(w) for w in others[:10]])
+    foreign = foreign[np.min(np.abs(foreign[:, None] - own[None]) / own[None], axis=1) > 0.2]
+    assert power_near(own) > 5 * power_near(foreign)
