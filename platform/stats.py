@@ -91,7 +91,10 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
     skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
     out: dict[str, dict[str, Any]] = {}
     for run, df in rank0.groupby("run", sort=False):
-        df = df.sort_values("window")
+        # A training run restarted from a checkpoint numbers its windows again per attempt:
+        # its tail is the last attempt's last windows.
+        order = ["attempt", "window"] if "attempt" in df else ["window"]
+        df = df.sort_values(order)
         tail = df.tail(max(1, int(tail_points.get(run, 1))))
         out[run] = {
             "last_step": int(df["step"].max()),

@@ -81,9 +81,11 @@ def test_workload_options_that_can_run():
 
 def test_strategy_rules():
     assert TrialConfig(strategy="deepspeed", zero_stage=3).zero_stage == 3
-    with pytest.raises(ConfigError, match="grad_accum_steps: 2 needs strategy deepspeed"):
-        TrialConfig(grad_accum_steps=2)
+    # Accumulation under both strategies (DDP: no_sync on all but the last micro-batch).
+    assert TrialConfig(grad_accum_steps=2).grad_accum_steps == 2
     assert TrialConfig(strategy="deepspeed", grad_accum_steps=2).grad_accum_steps == 2
+    with pytest.raises(ConfigError, match="grad_accum_steps: must be >= 1"):
+        TrialConfig(grad_accum_steps=0)
     with pytest.raises(ConfigError, match="precision: fp16 needs a GPU"):
         TrialConfig(precision="fp16", use_gpu=False)
     assert TrialConfig(precision="fp16", use_gpu="auto").precision == "fp16"  # decided later

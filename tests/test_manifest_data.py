@@ -257,7 +257,9 @@ def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
         return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
 
     plain, bucketed = padding(False), padding(True)
-    assert bucketed < 0.5 * plain, (plain, bucketed)
+    # About half on this 12-utterance corpus (0.52x since synth draws each chapter from its own
+    # random stream; 0.5x before): a clear cut, not a fixed ratio.
+    assert bucketed < 0.6 * plain, (plain, bucketed)
 
 
 def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corpus, tmp_path):

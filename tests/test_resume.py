@@ -4,9 +4,9 @@ import pytest
 
 from platform import results
 from platform.errors import UsageError
+from platform.launch import MANIFEST_COLUMNS, write_manifest
 from platform.resume import drop_rows, previous_status
 from platform.spaces import expand_runs, load_space
-from platform.tune import MANIFEST_COLUMNS, write_manifest
 from tests.test_results import timing_row
 
 
@@ -69,10 +69,10 @@ def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
 
 STOP_PROBE = """
 import os, signal, sys, time
-from platform.tune import _StopSignals
+from platform.launch import StopSignals
 seen = []
 signal.signal(signal.SIGINT, lambda s, f: seen.append("sigint"))  # stands in for Tune's handler
-stop = _StopSignals()
+stop = StopSignals()
 with stop:
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(0.2)
@@ -85,7 +85,7 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
     import sys
     from pathlib import Path
 
-    from platform.tune import _StopSignals
+    from platform.launch import StopSignals
 
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
@@ -95,15 +95,15 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
     # SIGTERM reached the SIGINT handler (Tune's graceful stop), was noted, and the previous
     # SIGTERM handler came back after the sweep.
     assert out.stdout.split() == ["['sigint']", "SIGTERM", "143", "True"]
-    assert _StopSignals().exit_code == 1  # nothing received
-    ctrl_c = _StopSignals()
+    assert StopSignals().exit_code == 1  # nothing received
+    ctrl_c = StopSignals()
     ctrl_c.received = "SIGINT"  # what run_sweep notes when Tune's SIGINT handler ended fit()
     assert ctrl_c.exit_code == 130
 
 
 def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
+    from platform.launch import prepare_corpus
     from platform.spaces import DataPlan
-    from platform.tune import prepare_corpus
 
     manifest = tmp_path / "data" / "prepared" / "manifest_16k_trim.tsv"
     manifest.parent.mkdir(parents=True)

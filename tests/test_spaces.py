@@ -150,7 +150,7 @@ def test_bad_override_value_names_the_set_flag(tmp_path):
 
 
 def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
-    from platform.tune import resolve_resources
+    from platform.launch import resolve_resources
 
     space = load_space("smoke").with_overrides(["use_gpu=auto"])
     runs = expand_runs(space)

@@ -45,7 +45,7 @@ def test_dry_run_shows_set_overrides():
         "--space", "smoke", "--dry-run", "--set", "micro_batch=[2,4,6]", "--set", "max_steps=12"
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("_r1") == 3 and "max_steps=12" in out.stdout
+    assert out.stdout.count("_pf2_r1") == 3 and "max_steps=12" in out.stdout
 
 
 def test_list_spaces():
@@ -179,7 +179,7 @@ def test_output_root_holding_a_sweep_is_refused(tmp_path):
 
 
 def test_job_environment_forwards_communication_settings_and_sets_the_report_poll():
-    from platform.tune import train_env_vars
+    from platform.launch import train_env_vars
 
     env = train_env_vars(
         {
