@@ -31,6 +31,7 @@ __all__ = [
     "launch",
     "needs_corpus",
     "prepare_corpus",
+    "prepare_inputs",
     "prepare_output_root",
     "resolve_resources",
     "train_env_vars",
@@ -79,6 +80,37 @@ def prepare_output_root(output_root: Path | None, space_name: str) -> Path:
             "choose a writable --output-root"
         ) from None
     return output_root
+
+
+def prepare_inputs(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    *,
+    address: str | None,
+    resume: bool,
+    output_root: Path | None,
+    what: str = "sweep",
+) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """Before Ray starts: the runs' inputs, the cluster address, and the output root (a new
+    one, or with ``resume`` the one to finish and its runs that finished ok). Raises UsageError
+    with the fix."""
+    from data_prep.ray_address import address_problem
+    from platform.resume import previous_status
+    from platform.spaces import check_inputs
+
+    check_inputs(space, runs)
+    problem = address_problem(address)
+    if problem:
+        raise UsageError(
+            f"cannot reach Ray at --address {address}: {problem}; check the address "
+            "or drop --address to start a local cluster"
+        )
+    if not resume:
+        return prepare_output_root(output_root, space.name), {}
+    if output_root is None:
+        raise UsageError(f"--resume needs the --output-root of the {what} to finish")
+    output_root = output_root.expanduser().resolve()
+    return output_root, previous_status(output_root, runs)
 
 
 def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[RunSpec]:

@@ -20,12 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_prep.ray_address import address_problem
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, prepare_output_root
-from platform.resume import previous_status
-from platform.spaces import RunSpec, SearchSpace, check_inputs, expand_runs, load_space
+from platform.launch import launch, prepare_inputs
+from platform.spaces import RunSpec, SearchSpace, expand_runs, load_space
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
@@ -118,18 +116,14 @@ def main(argv: list[str] | None = None) -> int:
             cfg = runs[0].config
             print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
             return 0
-        check_inputs(space, runs)
-        problem = address_problem(args.address)
-        if problem:
-            raise UsageError(f"cannot reach Ray at --address {args.address}: {problem}")
-        if args.resume:
-            if args.output_root is None:
-                raise UsageError("--resume needs the --output-root of the run to continue")
-            output_root = args.output_root.expanduser().resolve()
-            done = previous_status(output_root, runs)
-        else:
-            output_root = prepare_output_root(args.output_root, space.name)
-            done = {}
+        output_root, done = prepare_inputs(
+            space,
+            runs,
+            address=args.address,
+            resume=args.resume,
+            output_root=args.output_root,
+            what="run",
+        )
     except (UsageError, ConfigError) as exc:
         print(f"platform.train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

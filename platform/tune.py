@@ -15,11 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_prep.ray_address import address_problem
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, needs_corpus, prepare_output_root
-from platform.resume import previous_status
+from platform.launch import launch, needs_corpus, prepare_inputs
 from platform.spaces import (
     RunSpec,
     SearchSpace,
@@ -108,21 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             except UsageError as exc:  # a plan is still worth seeing; the real run stops here
                 print(f"note: {exc}")
             return 0
-        check_inputs(space, runs)
-        problem = address_problem(args.address)
-        if problem:
-            raise UsageError(
-                f"cannot reach Ray at --address {args.address}: {problem}; check the address "
-                "or drop --address to start a local cluster"
-            )
-        if args.resume:
-            if args.output_root is None:
-                raise UsageError("--resume needs the --output-root of the sweep to finish")
-            output_root = args.output_root.expanduser().resolve()
-            done = previous_status(output_root, runs)
-        else:
-            output_root = prepare_output_root(args.output_root, space.name)
-            done = {}
+        output_root, done = prepare_inputs(
+            space, runs, address=args.address, resume=args.resume, output_root=args.output_root
+        )
     except (UsageError, ConfigError) as exc:
         print(f"platform.tune: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

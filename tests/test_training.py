@@ -180,3 +180,26 @@ def test_the_learnable_corpus_spells_each_word_with_its_own_tones(tmp_path):
     foreign = np.concatenate([synth.word_pattern(w) for w in others[:10]])
     foreign = foreign[np.min(np.abs(foreign[:, None] - own[None]) / own[None], axis=1) > 0.2]
     assert power_near(own) > 5 * power_near(foreign)
+
+
+def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
+    from platform.spaces import SearchSpace, expand_runs
+    from platform.train import epochs_to_steps
+
+    manifest, made = prepared_corpus  # 12 utterances of 2 speakers
+    space = SearchSpace(
+        name="t",
+        fixed={
+            "dataset": "manifest",
+            "manifest_path": str(manifest),
+            "micro_batch": 2,
+            "train_workers": 1,
+            "epochs": 3,
+            "log_every": 1,
+        },
+    )
+    (run,) = epochs_to_steps(expand_runs(space, prefix="train"))
+    assert run.config.max_steps == 3 * (12 // 2)
+    held_out = SearchSpace(name="t", fixed={**space.fixed, "val_speakers": 1})
+    (run,) = epochs_to_steps(expand_runs(held_out, prefix="train"))
+    assert run.config.max_steps == 3 * (6 // 2)  # one of the two speakers is validation's

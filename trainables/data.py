@@ -23,6 +23,7 @@ __all__ = [
     "build_dataset",
     "build_loader",
     "epochs",
+    "manifest_options",
 ]
 
 
@@ -169,6 +170,22 @@ class EpochIterator:
         return {"epoch": self.epoch, "offset": self.offset}
 
 
+def manifest_options(cfg: TrialConfig) -> dict:
+    """What every ManifestDataset of a run shares (training and validation splits)."""
+    return dict(
+        vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
+        max_tokens=cfg.text_tokens,
+        policy=cfg.crop_policy,
+        min_audio_s=cfg.min_audio_s,
+        max_audio_s=cfg.max_audio_s,
+        fixed_slice_s=cfg.fixed_slice_s,
+        seed=cfg.seed,
+        read=cfg.audio_read,
+        text_path=cfg.text_pretrained_path,
+        max_missing_fraction=cfg.max_missing_files_fraction,
+    )
+
+
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
     """The run's dataset and its collate function."""
     if cfg.dataset == "manifest":
@@ -176,20 +193,11 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
 
         ds = ManifestDataset(
             Path(cfg.manifest_path),
-            vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
-            max_tokens=cfg.text_tokens,
-            policy=cfg.crop_policy,
-            min_audio_s=cfg.min_audio_s,
-            max_audio_s=cfg.max_audio_s,
-            fixed_slice_s=cfg.fixed_slice_s,
             audio_root=Path(cfg.audio_root) if cfg.audio_root else None,
-            seed=cfg.seed,
-            read=cfg.audio_read,
-            text_path=cfg.text_pretrained_path,
-            max_missing_fraction=cfg.max_missing_files_fraction,
             # Held-out speakers are validation's (trainables/validation.py), never trained on.
             val_speakers=0 if cfg.val_manifest_path else cfg.val_speakers,
             split="train",
+            **manifest_options(cfg),
         )
         return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
     # One epoch covers max_steps steps of every rank.

@@ -36,21 +36,10 @@ def build_val_dataset(cfg: TrialConfig):
     training manifest's tokenizer, so ids mean the same words."""
     if not cfg.val_every:
         return None
+    from trainables.data import manifest_options
     from trainables.manifest import ManifestDataset
-    from trainables.model import text_vocab_size
 
-    common = dict(
-        vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
-        max_tokens=cfg.text_tokens,
-        policy=cfg.crop_policy,
-        min_audio_s=cfg.min_audio_s,
-        max_audio_s=cfg.max_audio_s,
-        fixed_slice_s=cfg.fixed_slice_s,
-        seed=cfg.seed,
-        read=cfg.audio_read,
-        text_path=cfg.text_pretrained_path,
-        max_missing_fraction=cfg.max_missing_files_fraction,
-    )
+    common = manifest_options(cfg)
     if cfg.val_manifest_path:
         return ManifestDataset(
             Path(cfg.val_manifest_path), tokenizer_manifest=Path(cfg.manifest_path), **common
