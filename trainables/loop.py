@@ -188,14 +188,12 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
 
 @dataclass
 class RunState:
-    """Where training stands: the last finished step, the attempt, the best validation."""
+    """Where training stands: the last finished step, the attempt, the latest validation."""
 
     step: int = 0
     resumed_from_step: int = 0
     attempt_start_ts: float = 0.0
     resume_notes: str = ""
-    best_value: float | None = None
-    best_step: int = 0  # the checkpoint with the best value of best_metric (0: none yet)
     last_val: dict[str, Any] | None = None
 
 
@@ -225,19 +223,12 @@ def _resume(cfg: TrialConfig, worker: WorkerContext, engine, batches) -> RunStat
     meta = load_checkpoint(engine, folder, rank=worker.rank, device=worker.device)
     check_shape(meta, _shape(cfg, worker.world_size), folder)
     state.step = state.resumed_from_step = int(meta["step"])
-    state.best_value, state.best_step = meta.get("best_value"), int(meta.get("best_step") or 0)
     state.last_val = meta.get("last_val")
     # The loader's iterator is made before the RNG states come back, as it was made before the
     # checkpoint in the run that saved it: the sample sequence and dropout masks go on the same.
     batches.start(int(meta["epoch"]), int(meta["offset"]))
     restore_rng(folder, rank=worker.rank, device=worker.device)
     return state
-
-
-def _better(cfg: TrialConfig, value: float, best: float | None) -> bool:
-    if best is None:
-        return True
-    return value < best if cfg.checkpoint_score_order == "min" else value > best
 
 
 def _save(cfg, worker, engine, batches, state: RunState) -> tuple[Path, dict[str, Any]]:
@@ -247,17 +238,13 @@ def _save(cfg, worker, engine, batches, state: RunState) -> tuple[Path, dict[str
     t0 = time.perf_counter()
     folder = worker.run_dir / checkpoint_name(state.step)
     prepare_folder(folder, rank=worker.rank, world_size=worker.world_size)
-    score = (state.last_val or {}).get(cfg.best_metric)
-    if score is not None and _better(cfg, score, state.best_value):
-        state.best_value, state.best_step = score, state.step
     meta = {
-        "score": score,  # best_metric at the latest validation: how Ray Train ranks it too
+        # best_metric at the latest validation: how Ray Train ranks it, and the export picks
+        "score": (state.last_val or {}).get(cfg.best_metric),
         "step": state.step,
         **batches.position,
         **_shape(cfg, worker.world_size),
         "best_metric": cfg.best_metric,
-        "best_value": state.best_value,
-        "best_step": state.best_step,
         "last_val": state.last_val,
         "saved_ts": time.time(),
     }
