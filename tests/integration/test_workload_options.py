@@ -61,7 +61,8 @@ def test_every_rank_has_a_row_per_window_with_the_skew(sweep):
     # Run figures still come from rank 0's windows only (tail: the last 3 windows).
     for run, tail in zip(manifest["run"], manifest["tail_samples_per_sec_mean"], strict=True):
         rank0 = timing[(timing["run"] == run) & (timing["rank"] == 0)].sort_values("window")
-        assert tail == pytest.approx(rank0["samples_per_s"].tail(3).mean(), rel=1e-6)
+        # run_manifest.tsv holds 6 significant digits (.6g): up to 5e-6 relative off.
+        assert tail == pytest.approx(rank0["samples_per_s"].tail(3).mean(), rel=1e-5)
 
 
 def test_length_bucketing_cuts_padding(sweep):
