@@ -228,3 +228,26 @@ def test_load_dtype_policy():
     # precision auto resolved to fp16 (a V100) while the weights were asked in bf16
     with pytest.raises(ValueError, match="model_load_dtype: bf16 weights, but precision resolved"):
         resolve_load_dtype("bf16", "deepspeed", "fp16")
+
+
+def test_ddp_accumulation_steps_the_optimizer_once_per_grad_accum_steps(gloo_world_of_one):
+    cfg = TrialConfig(
+        model_size="tiny", proj_dim=16, use_gpu=False, lr=1e-2, grad_accum_steps=2, warmup_steps=4
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    ds = SyntheticSpeechText(4, 8000, 8, 1000, seed=0)
+    batch = collate_padded([ds[i] for i in range(4)])
+    before = [p.detach().clone() for p in engine.bare.parameters()]
+
+    def micro(last: bool) -> None:
+        with engine.accumulating(last):
+            engine.backward(contrastive_loss(*engine(batch)))
+        engine.step(last)
+
+    micro(last=False)  # gradients accumulate (no all-reduce, no optimizer step)
+    assert all(torch.equal(a, p) for a, p in zip(before, engine.bare.parameters(), strict=True))
+    assert engine.lr() == pytest.approx(1e-2 / 4)  # warm-up step 1 of 4, not yet stepped
+    micro(last=True)
+    assert not all(torch.equal(a, p) for a, p in zip(before, engine.bare.parameters(), strict=True))
+    assert engine.lr() == pytest.approx(1e-2 * 2 / 4)  # the schedule stepped once
+    assert all(p.grad is None for p in engine.bare.parameters())  # zeroed for the next step
