@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -22,7 +23,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+import data_prep
 from data_prep.audio import TrimSettings
+from data_prep.cluster import (
+    alive_nodes,
+    first_line,
+    joining,
+    node_label,
+    on_every_node,
+    runtime_env,
+)
 from data_prep.fileio import (
     atomic_path,
     atomic_write_text,
@@ -127,8 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
+    joined = joining(args.address)
     try:
-        ray.init(address=args.address, include_dashboard=False, logging_level="WARNING")
+        ray.init(
+            address=args.address,
+            logging_level="WARNING",
+            # Joining a cluster: data_prep/ travels with the job, so nodes need only its
+            # dependencies; a local cluster starts without the dashboard.
+            runtime_env=runtime_env(ship_code=True, modules=(data_prep,)) if joined else None,
+            **({} if joined else {"include_dashboard": False}),
+        )
     except ConnectionError as exc:
         print(
             f"data_prep.librispeech: error: cannot reach Ray at --address {args.address} ({exc})",
@@ -136,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
+        if len(alive_nodes()) > 1:
+            problem = check_shared_roots(args.input_root, args.output_root)
+            if problem:
+                print(f"data_prep.librispeech: error: {problem}", file=sys.stderr)
+                return 2
         counts = prepare(
             found,
             args.input_root,
@@ -151,6 +174,44 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     return 0 if counts["written"] + counts["skipped"] else 1
+
+
+def check_shared_roots(input_root: Path, output_root: Path) -> str | None:
+    """On a cluster of several nodes, every node reads the input and writes the output: one
+    task per node reads a file the driver wrote into the output root and lists the input root.
+    Returns what the first node that cannot do so lacks, with the fix (None when all can)."""
+    token = secrets.token_hex(16)
+    probe = Path(output_root) / f".node-probe-{token[:8]}"
+    atomic_write_text(probe, token)
+    try:
+        answers = on_every_node(
+            see_roots, str(Path(input_root).resolve()), str(probe.resolve()), token
+        )
+    finally:
+        probe.unlink(missing_ok=True)
+    for node, answer in answers:
+        if isinstance(answer, BaseException):
+            answer = f"the node check failed there ({first_line(answer)})"
+        if answer:
+            return (
+                f"node {node_label(node)}: {answer}; put --input-root and --output-root on "
+                "storage every node mounts (NFS, a shared volume)"
+            )
+    return None
+
+
+def see_roots(input_root: str, probe: str, token: str) -> str:
+    """On one node: '' when it lists ``input_root`` and reads ``token`` from ``probe``."""
+    try:
+        next(iter(Path(input_root).iterdir()), None)
+    except OSError as exc:
+        return f"cannot read --input-root {input_root} ({exc.strerror or exc})"
+    try:
+        if Path(probe).read_text() != token:
+            return f"sees another {Path(probe).parent} than the driver"
+    except OSError as exc:
+        return f"cannot see --output-root {Path(probe).parent} ({exc.strerror or exc})"
+    return ""
 
 
 def prepare(

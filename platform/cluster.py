@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from data_prep.cluster import joining, runtime_env
+
 __all__ = ["ClusterInfo", "LOOPBACK_HOSTS", "start_cluster"]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -15,6 +17,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 class ClusterInfo:
     dashboard_url: str | None
     metrics_url: str | None
+    joined: bool = False  # an existing cluster (--address, RAY_ADDRESS, a Ray Job)
 
 
 def start_cluster(
@@ -31,7 +34,8 @@ def start_cluster(
     import ray
 
     kwargs: dict[str, Any] = {}
-    if address is None:
+    joined = joining(address)
+    if not joined:
         if dashboard_host not in LOOPBACK_HOSTS:
             print(
                 f"warning: the Ray dashboard listens on {dashboard_host}: anyone who can reach "
@@ -47,7 +51,7 @@ def start_cluster(
     context = ray.init(
         address=address,
         logging_level="WARNING",
-        runtime_env={"env_vars": env_vars},
+        runtime_env=runtime_env(env_vars, ship_code=joined),
         **kwargs,
     )
     dashboard = getattr(context, "dashboard_url", None) or None
@@ -59,4 +63,5 @@ def start_cluster(
     return ClusterInfo(
         dashboard_url=dashboard,
         metrics_url=f"http://{ip}:{port}/metrics" if port and port > 0 else None,
+        joined=joined,
     )

@@ -15,6 +15,7 @@ __all__ = [
     "fail_tail",
     "failure_reason",
     "format_tails",
+    "remote_tail",
     "stderr_tails",
     "worker_tails",
 ]
@@ -103,24 +104,64 @@ def exit_code(
 
 def worker_tails(run_dir: Path, lines: int) -> list[dict]:
     """Per registered worker (trainables/worker_logs.py): its record plus ``tails``, holding for
-    ``stderr`` and ``stdout`` the last ``lines`` lines (a list) or why they cannot be read."""
+    ``stderr`` and ``stdout`` the last ``lines`` lines (a list) or why they cannot be read. A
+    rank on another node of the cluster has its files read there, by a task on that node."""
+    here = _driver_node_id()
     out = []
     for w in read_registrations(run_dir):
         tails: dict[str, list[str] | str] = {}
+        remote = bool(here and w.get("node_id") and w["node_id"] != here)
         for stream in ("stderr", "stdout"):
             path = w.get(stream) or ""
             if not path:
                 tails[stream] = "(not a file)"
                 continue
             try:
-                tails[stream] = tail_lines(Path(path), lines)
-            except OSError as exc:
                 tails[stream] = (
-                    f"(not readable from the driver: {exc.strerror or exc}; it is on node "
+                    remote_tail(w["node_id"], path, lines)
+                    if remote
+                    else tail_lines(Path(path), lines)
+                )
+            except OSError as exc:
+                where = "on its node" if remote else "from the driver"
+                tails[stream] = (
+                    f"(not readable {where}: {exc.strerror or exc}; it is on node "
                     f"{w.get('node_ip') or w.get('hostname')})"
                 )
         out.append({**w, "tails": tails})
     return out
+
+
+def _driver_node_id() -> str:
+    """The Ray node the driver is attached to ('' when Ray is not running here)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:
+        return ""
+
+
+def remote_tail(node_id: str, path: str, lines: int, timeout_s: float = 30.0) -> list[str]:
+    """The last ``lines`` lines of ``path`` on the node ``node_id``, read by a task pinned there
+    (its logs are that node's local files). Raises OSError when the node or file is gone."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(tail_lines).options(
+        num_cpus=0,
+        max_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
+    ref = task.remote(Path(path), lines)
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.RayTaskError as exc:
+        cause = exc.cause if isinstance(exc.cause, OSError) else None
+        raise cause or OSError(str(exc).splitlines()[0]) from None
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError) as exc:
+        ray.cancel(ref, force=True)
+        raise OSError(f"no answer from node {node_id[:12]} ({type(exc).__name__})") from None
 
 
 def stderr_tails(workers: list[dict]) -> dict[int, list[str]]:
@@ -141,7 +182,8 @@ def format_tails(run_dir: Path, workers: list[dict]) -> str:
     parts = []
     for w in workers:
         where = (
-            f"rank {w.get('rank')} (pid {w.get('pid')} on {w.get('hostname')} {w.get('node_ip')})"
+            f"rank {w.get('rank')} (pid {w.get('pid')} on {w.get('hostname')} {w.get('node_ip')}"
+            f"{' node ' + w['node_id'][:12] if w.get('node_id') else ''})"
         )
         for stream, tail in w["tails"].items():
             header = f"--- {where} {stream}: {w.get(stream) or '(not a file)'}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import logging
 import os
 import signal
@@ -28,6 +29,7 @@ from trainables.config import field_names
 
 __all__ = [
     "MANIFEST_COLUMNS",
+    "output_root_arg",
     "launch",
     "needs_corpus",
     "prepare_corpus",
@@ -55,11 +57,33 @@ MANIFEST_COLUMNS = [
     "gpu_telemetry_empty_flag",
     "host_telemetry_rows",
     "stall_alerts",
+    *results.PLACEMENT_KEYS,
     *results.TRAINING_KEYS,
     *results.EFFECTIVE_KEYS,
     *GIT_KEYS,
     *field_names(),
 ]
+
+
+def output_root_arg(text: str) -> Path:
+    """``--output-root``: a path, or a ``file://`` URI (read with pyarrow.fs). On a cluster it
+    must be storage every node mounts at that path; object stores are refused with the fix."""
+    import argparse
+    from urllib.parse import urlparse
+
+    scheme = urlparse(text).scheme
+    if not scheme or len(scheme) == 1:  # a plain path (or a Windows drive letter)
+        return Path(text)
+    if scheme == "file":
+        import pyarrow.fs
+
+        fs, path = pyarrow.fs.FileSystem.from_uri(text)
+        if isinstance(fs, pyarrow.fs.LocalFileSystem):
+            return Path(path)
+    raise argparse.ArgumentTypeError(
+        f"{text}: {scheme}:// output roots are not supported yet; mount the bucket on every node "
+        "(s3fs, gcsfuse) or use a shared filesystem path"
+    )
 
 
 def prepare_output_root(output_root: Path | None, space_name: str) -> Path:
@@ -113,9 +137,14 @@ def prepare_inputs(
     return output_root, previous_status(output_root, runs)
 
 
-def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[RunSpec]:
-    """Decide ``use_gpu: auto`` and check that every trial fits the cluster, so that no trial
-    waits forever for resources that do not exist."""
+def resolve_resources(
+    runs: list[RunSpec],
+    cluster: dict[str, float],
+    nodes: list[dict[str, float]] | None = None,
+) -> list[RunSpec]:
+    """Decide ``use_gpu: auto`` and check that every trial fits the cluster (``cluster``: its
+    totals; ``nodes``: each alive node's resources), so that no trial waits forever for
+    resources that do not exist, or for nodes a placement strategy needs."""
     cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
     out = []
     for run in runs:
@@ -134,8 +163,35 @@ def resolve_resources(runs: list[RunSpec], cluster: dict[str, float]) -> list[Ru
                 f"cluster has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
                 "or cpus_per_worker"
             )
+        if nodes is not None:
+            _check_placement(run, cfg, bool(use_gpu), nodes)
         out.append(dataclasses.replace(run, config=dataclasses.replace(cfg, use_gpu=use_gpu)))
     return out
+
+
+def _check_placement(run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, float]]) -> None:
+    """A placement that spans nodes (``nodes`` > 0, STRICT_SPREAD, STRICT_PACK) needs enough
+    nodes that can each hold their share of the workers."""
+    per_node = cfg.workers_per_node
+    want = cfg.train_workers // per_node
+    if cfg.placement_strategy == "STRICT_PACK":
+        per_node, want = cfg.train_workers, 1
+    elif not cfg.nodes and cfg.placement_strategy != "STRICT_SPREAD":
+        return
+    cpu, gpu = per_node * cfg.cpus_per_train_worker, (per_node if use_gpu else 0)
+    able = sum(1 for n in nodes if n.get("CPU", 0.0) >= cpu and n.get("GPU", 0.0) >= gpu)
+    if able < want:
+        how = (
+            f"placement_strategy {cfg.placement_strategy}"
+            if not cfg.nodes
+            else f"nodes {cfg.nodes}, placement_strategy {cfg.placement_strategy}"
+        )
+        raise UsageError(
+            f"run {run.name} places {cfg.train_workers} train workers on {want} nodes of "
+            f"{per_node} each ({how}), which needs {want} nodes with {cpu} CPUs and {gpu} GPUs "
+            f"free; the cluster has {able} such node(s) of {len(nodes)}; add nodes, or lower "
+            "train_workers, or use placement_strategy PACK"
+        )
 
 
 # --- running ---
@@ -176,8 +232,10 @@ def launch(
     # result.json; nothing reads that grid (the recorder's files are the results).
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
+    from data_prep.cluster import alive_nodes
     from platform.callbacks import RunTimeout, SweepRecorder
     from platform.cluster import start_cluster
+    from platform.nodes import check_nodes
     from trainables.trial import run_trial
 
     sweep_start = time.time()
@@ -198,10 +256,27 @@ def launch(
         )
         return EXIT_USAGE
     try:
+        multi_node = cluster.joined or len(alive_nodes()) > 1
         try:
-            runs = resolve_resources(runs, ray.cluster_resources())
+            if multi_node:
+                # Every node: the driver's versions, the shipped code, the output root.
+                facts = check_nodes(output_root)
+                print(
+                    f"cluster: {len(facts)} nodes ("
+                    + ", ".join(sorted(f["node_ip"] for f in facts))
+                    + "); each runs the driver's versions, the code shipped with the job, and "
+                    "sees the output root",
+                    flush=True,
+                )
+            runs = resolve_resources(
+                runs,
+                ray.cluster_resources(),
+                [n["Resources"] for n in ray.nodes() if n.get("Alive")],
+            )
         except UsageError as exc:
             print(f"platform.tune: error: {exc}", file=sys.stderr)
+            if not resume:
+                _remove_if_empty(output_root)
             return EXIT_USAGE
         if needs_corpus(space, runs):
             manifest = prepare_corpus(space.data, output_root)
@@ -217,14 +292,22 @@ def launch(
             except (UsageError, ValueError) as exc:
                 print(f"platform: error: {exc}", file=sys.stderr)
                 return EXIT_USAGE
-        prepare_tokenizers(runs)
+        if multi_node:
+            try:
+                check_nodes(manifests=_run_manifests(runs))
+            except UsageError as exc:
+                print(f"platform.tune: error: {exc}", file=sys.stderr)
+                if not resume:
+                    _remove_if_empty(output_root)
+                return EXIT_USAGE
+        runs = prepare_tokenizers(runs, output_root)
         for run in runs:
             results.write_json(
                 output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
             )
         if cluster.dashboard_url:
             print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
-        elif address is None:
+        elif not cluster.joined:
             print(
                 "Ray dashboard: not running (its packages are missing: pip install 'ray[default]')"
             )
@@ -297,6 +380,28 @@ def launch(
         ray.shutdown()
 
 
+def _remove_if_empty(output_root: Path) -> None:
+    """A sweep refused before it wrote anything leaves no empty output root behind."""
+    try:
+        output_root.rmdir()
+    except OSError:
+        pass
+
+
+def _run_manifests(runs: list[RunSpec]) -> list[tuple[str, str]]:
+    """(manifest, audio_root) of every manifest the runs read, training and validation."""
+    out: dict[tuple[str, str], None] = {}
+    for run in runs:
+        cfg = run.config
+        if cfg.dataset != "manifest":
+            continue
+        if cfg.manifest_path:
+            out[(cfg.manifest_path, cfg.audio_root)] = None
+        if cfg.val_manifest_path:
+            out[(cfg.val_manifest_path, "")] = None
+    return list(out)
+
+
 class StopSignals:
     """Inside the block, SIGTERM stops the sweep the way Ctrl-C does: Tune's own SIGINT handler
     ends the experiment gracefully (trials stopped, state saved), and the driver then writes
@@ -330,29 +435,44 @@ class StopSignals:
             signal.signal(sig, handler)
 
 
-def prepare_tokenizers(runs: list[RunSpec]) -> None:
-    """Build each manifest's tokenizer once, here, so every rank of every run loads the same
-    cached file instead of training its own (runs whose text checkpoint has a tokenizer use it)."""
+def prepare_tokenizers(runs: list[RunSpec], output_root: Path) -> list[RunSpec]:
+    """Build each manifest's tokenizer once, here, and put it under the output root
+    (``tokenizers/``); every rank of every run loads that file (``tokenizer_path``), on any node
+    of a cluster, instead of training its own or relying on a cache of its node. Runs whose
+    text checkpoint has a tokenizer, or that name a ``tokenizer_path`` themselves, keep theirs."""
     from trainables.manifest import read_manifest_table
     from trainables.model import text_vocab_size
     from trainables.pretrained import has_tokenizer
     from trainables.text import load_or_build_tokenizer
 
-    done = set()
+    built: dict[tuple[str, int], str] = {}
+    out = []
     for run in runs:
         cfg = run.config
-        if cfg.dataset != "manifest" or has_tokenizer(cfg.text_pretrained_path):
+        if (
+            cfg.dataset != "manifest"
+            or has_tokenizer(cfg.text_pretrained_path)
+            or cfg.tokenizer_path
+        ):
+            out.append(run)
             continue
         key = (cfg.manifest_path, text_vocab_size(cfg.model_size, cfg.text_pretrained_path))
-        if key in done:
-            continue
-        done.add(key)
-        table = read_manifest_table(Path(cfg.manifest_path))
-        load_or_build_tokenizer(
-            Path(cfg.manifest_path),
-            [str(t) for t in table.column("transcript").to_pylist()],
-            key[1],
+        if key not in built:
+            manifest = Path(cfg.manifest_path)
+            table = read_manifest_table(manifest)
+            tok = load_or_build_tokenizer(
+                manifest, [str(t) for t in table.column("transcript").to_pylist()], key[1]
+            )
+            text = tok.to_str()
+            digest = hashlib.sha1(text.encode()).hexdigest()[:12]
+            path = output_root / "tokenizers" / f"{manifest.stem}-{key[1]}-{digest}.json"
+            if not path.is_file():
+                results.atomic_write_text(path, text)
+            built[key] = str(path)
+        out.append(
+            dataclasses.replace(run, config=dataclasses.replace(cfg, tokenizer_path=built[key]))
         )
+    return out
 
 
 def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
@@ -477,5 +597,5 @@ def _telemetry_counts(run: RunSpec, st: dict[str, Any]) -> dict[str, Any]:
         ),
         "host_telemetry_rows": st.get("host_telemetry_rows", 0),
         "stall_alerts": st.get("stall_alerts", 0),
-        **{k: st[k] for k in results.TRAINING_KEYS if k in st},
+        **{k: st[k] for k in (*results.PLACEMENT_KEYS, *results.TRAINING_KEYS) if k in st},
     }

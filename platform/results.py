@@ -47,6 +47,9 @@ EFFECTIVE_KEYS = (
 )
 
 # What a training run's manifest row adds (platform.train; empty for sweep runs).
+# Where each rank of a run ran ("0=10.0.0.5 1=10.0.0.6"), and on how many nodes.
+PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
+
 TRAINING_KEYS = (
     "restarts",
     "resumed_from_step",
@@ -64,6 +67,9 @@ TIMING_SCHEMA = pa.schema(
         ("repeat", pa.int32()),
         ("attempt", pa.int32()),
         ("rank", pa.int32()),
+        # Where the rank ran: Ray's node IP and node id (raylets of one machine share a hostname).
+        ("node", pa.string()),
+        ("node_id", pa.string()),
         ("window", pa.int32()),
         ("step", pa.int64()),
         ("max_steps", pa.int64()),
@@ -107,6 +113,7 @@ GPU_TELEMETRY_SCHEMA = pa.schema(
         *_RUN_KEYS,
         ("rank", pa.int32()),
         ("node", pa.string()),
+        ("node_id", pa.string()),
         ("gpu_index", pa.int32()),
         ("gpu_uuid", pa.string()),
         ("ts", pa.float64()),
@@ -128,6 +135,7 @@ HOST_TELEMETRY_SCHEMA = pa.schema(
         *_RUN_KEYS,
         ("rank", pa.int32()),
         ("node", pa.string()),
+        ("node_id", pa.string()),
         ("ts", pa.float64()),
         ("mem_total_mib", pa.float64()),
         ("mem_available_mib", pa.float64()),

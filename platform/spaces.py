@@ -40,7 +40,13 @@ TOP_LEVEL_KEYS = (
 )
 DATA_KEYS = ("synth", "target_sr", "trim")
 SYNTH_KEYS = ("speakers", "chapters", "utts", "seed", "mode")
-RESOURCE_KEYS = ("train_workers", "use_gpu", "cpus_per_worker")
+RESOURCE_KEYS = (
+    "train_workers",
+    "use_gpu",
+    "cpus_per_worker",
+    "nodes",
+    "placement_strategy",
+)
 SWEEP_KEYS = ("repeats", "max_concurrent_trials", "stop_on_error")
 
 # Short name tokens of swept keys. The first four always appear (the runbooks' names); the rest

@@ -22,7 +22,7 @@ from typing import Any
 
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, prepare_inputs
+from platform.launch import launch, output_root_arg, prepare_inputs
 from platform.spaces import RunSpec, SearchSpace, expand_runs, load_space
 from trainables.config import ConfigError, TrialConfig
 
@@ -40,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--config", type=Path, help="a best_config.json written by platform.tune")
     src.add_argument("--space", help="a search space (search_spaces/NAME.yaml) without sweeps")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
-    p.add_argument("--output-root", type=Path, help="default: outputs/train_<space>_<timestamp>")
+    p.add_argument(
+        "--output-root", type=output_root_arg, help="default: outputs/train_<space>_<timestamp>"
+    )
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
     p.add_argument("--dry-run", action="store_true", help="print the run and exit")

@@ -17,7 +17,7 @@ from typing import Any
 
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, needs_corpus, prepare_inputs
+from platform.launch import launch, needs_corpus, output_root_arg, prepare_inputs
 from platform.spaces import (
     RunSpec,
     SearchSpace,
@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
     )
     p.add_argument("--space", help="search space name: search_spaces/NAME.yaml")
-    p.add_argument("--output-root", type=Path, help="default: outputs/<space>_<timestamp>")
+    p.add_argument(
+        "--output-root", type=output_root_arg, help="default: outputs/<space>_<timestamp>"
+    )
     p.add_argument(
         "--set",
         action="append",

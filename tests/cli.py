@@ -8,11 +8,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_module(module: str, *args, timeout: int = 120) -> subprocess.CompletedProcess:
+def run_module(
+    module: str, *args, timeout: int = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )

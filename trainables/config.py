@@ -36,6 +36,7 @@ BestMetric = Literal[
     "val_mean_r1", "val_s2t_r1", "val_t2s_r1", "val_s2t_r5", "val_t2s_r5", "val_loss"
 ]
 ExportModel = Literal["none", "final", "best"]
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 
 
 # Smallest allowed value of each integer field that has one.
@@ -67,6 +68,7 @@ _MINIMUMS = {
     "checkpoint_every": 0,
     "keep_checkpoints": 1,
     "max_failures": -1,
+    "nodes": 0,
 }
 
 # Longest token sequence each text encoder size has position embeddings for.
@@ -132,6 +134,18 @@ class TrialConfig:
     cpus_per_worker: int = _doc(
         "CPUs reserved per Ray Train worker; 0 means num_workers + 1.", default=0
     )
+    placement_strategy: PlacementStrategy = _doc(
+        "How Ray places the train workers (ScalingConfig.placement_strategy): `PACK` fills as "
+        "few nodes as it can, `SPREAD` spreads them where it can, `STRICT_SPREAD` puts every "
+        "worker on a node of its own, `STRICT_PACK` all on one node.",
+        default="PACK",
+    )
+    nodes: int = _doc(
+        "Nodes the train workers must span (train_workers / nodes on each); 0: any. The driver "
+        "refuses a cluster without that many nodes able to hold their share, and the manifest "
+        "says where each rank ran.",
+        default=0,
+    )
     # --- batch and loader ---
     micro_batch: int = _doc("Samples per worker per step.", default=8)
     num_workers: int = _doc("DataLoader worker processes per train worker.", default=0)
@@ -146,6 +160,12 @@ class TrialConfig:
     manifest_path: str = _doc(
         "data_prep manifest (.tsv; its .parquet copy is read when present). Spaces with a `data` "
         "section get it filled by the driver.",
+        default="",
+    )
+    tokenizer_path: str = _doc(
+        "The manifest's WordPiece tokenizer (tokenizers JSON). The driver builds it once and "
+        "sets this to a copy under the output root, so every node of a cluster loads the same "
+        "file; empty: built from the transcripts and cached beside the manifest.",
         default="",
     )
     audio_root: str = _doc(
@@ -391,6 +411,7 @@ class TrialConfig:
             )
         if self.precision == "fp16" and self.use_gpu is False:
             raise ConfigError("precision: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")
+        self._check_placement()
         if self.log_every > self.max_steps:
             raise ConfigError(
                 f"log_every: {self.log_every} is larger than max_steps {self.max_steps}, so no "
@@ -454,6 +475,26 @@ class TrialConfig:
             raise ConfigError(f"lr: must be > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+
+    def _check_placement(self) -> None:
+        if not self.nodes:
+            return
+        if self.train_workers % self.nodes:
+            raise ConfigError(
+                f"nodes: {self.train_workers} train workers cannot be split evenly over "
+                f"{self.nodes} nodes; set train_workers to a multiple of nodes"
+            )
+        if self.placement_strategy == "STRICT_SPREAD" and self.nodes != self.train_workers:
+            raise ConfigError(
+                f"nodes: STRICT_SPREAD puts each of the {self.train_workers} train workers on a "
+                f"node of its own, so nodes must be {self.train_workers}; set nodes="
+                f"{self.train_workers} or placement_strategy=PACK"
+            )
+        if self.placement_strategy == "STRICT_PACK" and self.nodes > 1:
+            raise ConfigError(
+                f"nodes: STRICT_PACK keeps every train worker on one node, not {self.nodes}; "
+                "use placement_strategy=PACK"
+            )
 
     def _check_training(self) -> None:
         for name in ("val_every", "checkpoint_every"):
@@ -529,6 +570,13 @@ class TrialConfig:
     def cpus_per_train_worker(self) -> int:
         """CPUs a train worker reserves: its own process plus one per DataLoader worker."""
         return self.cpus_per_worker or self.num_workers + 1
+
+    @property
+    def workers_per_node(self) -> int:
+        """Train workers each node holds: train_workers / nodes, one under STRICT_SPREAD."""
+        if self.placement_strategy == "STRICT_SPREAD":
+            return 1
+        return self.train_workers // self.nodes if self.nodes else self.train_workers
 
     @property
     def checkpoint_score_order(self) -> str:

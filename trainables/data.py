@@ -182,6 +182,7 @@ def manifest_options(cfg: TrialConfig) -> dict:
         seed=cfg.seed,
         read=cfg.audio_read,
         text_path=cfg.text_pretrained_path,
+        tokenizer_path=cfg.tokenizer_path,
         max_missing_fraction=cfg.max_missing_files_fraction,
     )
 

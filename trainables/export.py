@@ -53,6 +53,7 @@ def _tokenizer(cfg: TrialConfig):
         Path(cfg.manifest_path),
         [str(t) for t in table.column("transcript").to_pylist()],
         text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
+        cfg.tokenizer_path,
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,

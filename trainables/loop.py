@@ -69,6 +69,9 @@ class WorkerContext:
     start_ts: float  # when the run started (startup_s is measured from here)
     local_rank: int = 0
     run_dir: Path | None = None  # stack dumps, checkpoints (Ray Train's storage), the export
+    # Where this rank runs: Ray's node IP and node id (outside Ray: the hostname and "").
+    node: str = ""
+    node_id: str = ""
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -83,7 +86,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     cfg = TrialConfig.from_dict(loop_config["config"])
     run_dir = Path(loop_config["run"]["storage_path"]) / loop_config["run"]["name"]
     # First, before anything can fail: where this rank's log files are (fail_tail_lines).
-    register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
+    record = register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
     gauges = RayGauges(loop_config["run"]["name"]) if cfg.telemetry else None
 
     def report(metrics: dict[str, Any], checkpoint: tuple[Path, str] | None = None) -> None:
@@ -115,6 +118,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             start_ts=loop_config["run"]["trial_start_ts"],
             local_rank=ctx.get_local_rank(),
             run_dir=run_dir,
+            node=record["node_ip"],
+            node_id=record["node_id"],
         ),
     )
 
@@ -138,19 +143,29 @@ def rank_window_fields(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rank_windows": windows[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
 
 
-def node_trainer_pids(world_size: int) -> list[int]:
-    """The pids of the trainer processes on this node (all ranks sharing its hostname)."""
+def gather_placement(worker: WorkerContext) -> list[tuple[str, str, int]]:
+    """(node id, node IP, pid) of every rank, in rank order: once, at start-up. Ranks on one
+    node are told apart from other nodes by Ray's node id, never by the hostname (raylets of
+    one machine, and containers on some clusters, share one)."""
     import os
     import socket
 
-    me = (socket.gethostname(), os.getpid())
-    if world_size == 1:
-        return [me[1]]
+    me = (worker.node_id or socket.gethostname(), worker.node or socket.gethostname(), os.getpid())
+    if worker.world_size == 1:
+        return [me]
     import torch.distributed as dist
 
-    everyone: list[Any] = [None] * world_size
-    dist.all_gather_object(everyone, me)  # once, at start-up
-    return [pid for host, pid in everyone if host == me[0]]
+    everyone: list[Any] = [None] * worker.world_size
+    dist.all_gather_object(everyone, me)
+    return [tuple(e) for e in everyone]
+
+
+def placement_fields(placement: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """The manifest's record of where each rank ran."""
+    return {
+        "rank_nodes": " ".join(f"{rank}={ip}" for rank, (_, ip, _) in enumerate(placement)),
+        "nodes_used": len({node for node, _, _ in placement}),
+    }
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -164,15 +179,23 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
     batches = epochs(loader)
     val_data = build_val_dataset(cfg)
-    pids = node_trainer_pids(world_size) if cfg.telemetry else []
+    placement = gather_placement(worker)
+    mine = placement[rank][0]
     telemetry, telemetry_note = start_telemetry(
-        cfg, rank=rank, local_rank=worker.local_rank, device=device, trainer_pids=pids
+        cfg,
+        rank=rank,
+        local_rank=worker.local_rank,
+        device=device,
+        trainer_pids=[pid for node, _, pid in placement if node == mine],
+        node=placement[rank][1],
+        node_id=worker.node_id,
     )
     env_facts = collect_env(device) if rank == 0 else None
     notes = {
         "telemetry_effective": telemetry_note,
         # Manifest rows skipped because their audio file is missing (max_missing_files_fraction).
         "missing_files": getattr(loader.dataset, "missing_files", 0),
+        **placement_fields(placement),
     }
     state = _resume(cfg, worker, engine, batches)
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, rank).start()
@@ -262,7 +285,11 @@ def _gathered_extras(
     if checkpoint:
         share["checkpoint"] = checkpoint
     if cfg.timing_ranks == "all" and world_size > 1:
-        share["window"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        share["window"] = {
+            k: v
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) or k in ("node", "node_id")
+        }
     if cfg.telemetry:
         share["telemetry"] = telemetry.drain() if telemetry is not None else {}
     if not share:
@@ -372,6 +399,8 @@ def _train(
                 lr=engine.lr(),
                 epoch=batches.epoch,
                 rank=rank,
+                node=worker.node,
+                node_id=worker.node_id,
                 world_size=world_size,
                 global_batch=global_batch,
                 startup_s=first_step_ts - worker.start_ts,

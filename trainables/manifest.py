@@ -150,6 +150,7 @@ class ManifestDataset(Dataset):
         seed: int = 0,
         read: Literal["seek", "full"] = "seek",
         text_path: str = "",
+        tokenizer_path: str = "",
         max_missing_fraction: float | None = None,
         tokenizer_manifest: Path | None = None,
         val_speakers: int = 0,
@@ -187,6 +188,7 @@ class ManifestDataset(Dataset):
             [str(t) for t in tok_table.column("transcript").to_pylist()],
             vocab_size,
             text_path,
+            tokenizer_path,
         )
         encoded = tokenizer.encode_batch(transcripts)
         lengths = np.array([min(len(e.ids), max_tokens) for e in encoded], dtype=np.int64)

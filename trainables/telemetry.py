@@ -186,13 +186,20 @@ class Telemetry:
 
 
 def start_telemetry(
-    cfg, *, rank: int, local_rank: int, device, trainer_pids: list[int]
+    cfg,
+    *,
+    rank: int,
+    local_rank: int,
+    device,
+    trainer_pids: list[int],
+    node: str = "",
+    node_id: str = "",
 ) -> tuple[Telemetry | None, str]:
     """Start this worker's samplers: its GPU (NVML) and, on each node's first local rank, the
     host. Returns the sampler (None when off) and what is being sampled, for the manifest."""
     if not cfg.telemetry:
         return None, "off"
-    node = socket.gethostname()
+    node = node or socket.gethostname()
     sources: dict[str, tuple[Callable[[], dict[str, Any]], float]] = {}
     note = []
     if device.type == "cuda":
@@ -209,7 +216,9 @@ def start_telemetry(
     if local_rank == 0:
         sources["host"] = (HostSampler(trainer_pids).sample, cfg.host_telemetry_interval_s)
     note.append("host")
-    telemetry = Telemetry(sources, {"rank": rank, "node": node}) if sources else None
+    telemetry = (
+        Telemetry(sources, {"rank": rank, "node": node, "node_id": node_id}) if sources else None
+    )
     return (telemetry.start() if telemetry else None), "+".join(note)
 
 

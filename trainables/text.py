@@ -42,13 +42,18 @@ def build_tokenizer(transcripts: list[str], vocab_size: int):
     return tok
 
 
-def load_or_build_tokenizer(manifest_path: Path, transcripts: list[str], vocab_size: int):
-    """The cached tokenizer of this manifest content and vocabulary size, else a new one (cached
-    atomically when the folder is writable, so concurrent ranks cannot leave a torn file)."""
+def load_or_build_tokenizer(
+    manifest_path: Path, transcripts: list[str], vocab_size: int, tokenizer_path: str = ""
+):
+    """``tokenizer_path`` when given (the file the driver built for the sweep), else the cached
+    tokenizer of this manifest content and vocabulary size, else a new one (cached atomically
+    when the folder is writable, so concurrent ranks cannot leave a torn file)."""
     from tokenizers import Tokenizer
 
     from data_prep.fileio import atomic_write_text
 
+    if tokenizer_path:
+        return Tokenizer.from_file(str(tokenizer_path))
     digest = hashlib.sha1(Path(manifest_path).read_bytes()).hexdigest()[:12]
     cache = Path(manifest_path).with_name(
         f"{Path(manifest_path).stem}.tokenizer-{vocab_size}-{digest}.json"
@@ -64,7 +69,11 @@ def load_or_build_tokenizer(manifest_path: Path, transcripts: list[str], vocab_s
 
 
 def text_tokenizer(
-    manifest_path: Path, transcripts: list[str], vocab_size: int, text_path: str = ""
+    manifest_path: Path,
+    transcripts: list[str],
+    vocab_size: int,
+    text_path: str = "",
+    tokenizer_path: str = "",
 ):
     """(tokenizer, padding id) for a run: the checkpoint's tokenizer when ``text_path`` has one
     (its ids are the ones the checkpoint's embeddings were trained on), else the manifest's."""
@@ -72,5 +81,5 @@ def text_tokenizer(
 
     if text_path and has_tokenizer(text_path):
         return load_tokenizer(text_path)
-    tok = load_or_build_tokenizer(manifest_path, transcripts, vocab_size)
+    tok = load_or_build_tokenizer(manifest_path, transcripts, vocab_size, tokenizer_path)
     return tok, tok.token_to_id("[PAD]")

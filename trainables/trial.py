@@ -36,7 +36,10 @@ def build_trainer(run: dict[str, Any]):
             "run": {k: v for k, v in run.items() if k != "config"},
         },
         scaling_config=ScalingConfig(
-            num_workers=cfg.train_workers, use_gpu=cfg.use_gpu, resources_per_worker=resources
+            num_workers=cfg.train_workers,
+            use_gpu=cfg.use_gpu,
+            resources_per_worker=resources,
+            placement_strategy=cfg.placement_strategy,
         ),
         torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(

@@ -38,14 +38,19 @@ def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]
         import ray
 
         node_ip = ray.util.get_node_ip_address()
+        node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # outside Ray (torchrun): the hostname says where the logs are
-        node_ip = ""
+        node_ip = node_id = ""
     record = {
         "rank": rank,
         "local_rank": local_rank,
         "pid": os.getpid(),
         "hostname": socket.gethostname(),
         "node_ip": node_ip,
+        "node_id": node_id,
+        # Where this rank imported the workload from: on a cluster joined with --address, the
+        # copy the driver shipped (runtime_env py_modules), not a path of the driver's machine.
+        "code_path": str(Path(__file__).resolve().parent),
         "stdout": _fd_target(1),
         "stderr": _fd_target(2),
         "started_ts": time.time(),

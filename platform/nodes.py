@@ -1,0 +1,81 @@
+"""Checks of every node of a cluster before the first trial: one small task per node
+(trainables/node_check.py) reports its versions, where it imports the workload from, whether it
+sees the output root, and whether it reads the runs' manifests and a sample of their audio.
+Whatever a node cannot do is one line naming the node and the fix (exit 2), before any trial.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from data_prep.cluster import first_line, node_label, on_every_node
+from platform.errors import UsageError
+
+__all__ = ["check_nodes"]
+
+PROBE_PREFIX = ".node-probe-"
+
+
+def check_nodes(
+    output_root: Path | None = None,
+    manifests: list[tuple[str, str]] | None = None,
+    *,
+    timeout_s: float = 180.0,
+) -> list[dict[str, Any]]:
+    """Run the node check on every alive node; raise UsageError for the first problem. With
+    ``output_root``, each node must see a file the driver writes there; ``manifests``:
+    (manifest_path, audio_root) pairs every node must read. Returns each node's facts."""
+    from data_prep.fileio import atomic_write_text
+    from trainables.node_check import audio_sample, node_facts, versions
+
+    probe = token = None
+    if output_root is not None:
+        token = secrets.token_hex(16)
+        probe = Path(output_root) / f"{PROBE_PREFIX}{token[:8]}"
+        atomic_write_text(probe, token)
+    samples = [(m, audio_sample(Path(m), root)) for m, root in manifests or ()]
+    try:
+        answers = on_every_node(
+            node_facts, str(probe) if probe else None, token, samples, timeout_s=timeout_s
+        )
+    finally:
+        if probe is not None:
+            probe.unlink(missing_ok=True)
+    mine = versions()
+    for node, fact in answers:
+        where = node_label(node)
+        if isinstance(fact, TimeoutError):
+            raise UsageError(
+                f"node {where} did not run the node check ({fact}); check that the node is "
+                "healthy (ray status) and can reach the head"
+            )
+        if isinstance(fact, BaseException):
+            raise UsageError(
+                f"node {where} cannot run the workload's code: {first_line(fact)}; the driver "
+                "ships trainables/ and data_prep/ with the job (runtime_env py_modules): install "
+                "the project's dependencies (pip install -e .) on every node"
+            )
+        differ = [
+            f"{k} {fact['versions'].get(k)} (driver {v})"
+            for k, v in mine.items()
+            if fact["versions"].get(k) != v
+        ]
+        if differ:
+            raise UsageError(
+                f"node {where} runs {', '.join(differ)}; install the driver's versions on every "
+                "node (one image for the cluster), or run the driver on the head node"
+            )
+        if fact.get("output_root"):
+            raise UsageError(
+                f"node {where} cannot see the output root {output_root}: {fact['output_root']}; "
+                "use a path on storage every node mounts (NFS, a shared volume) as --output-root"
+            )
+        for manifest, problem in fact["manifests"].items():
+            if problem:
+                raise UsageError(
+                    f"node {where} cannot read the data of {manifest}: {problem}; put the corpus "
+                    "on storage every node mounts (or copy it to the same path on each node)"
+                )
+    return [fact for _, fact in answers]

@@ -1,0 +1,166 @@
+"""Multi-node pieces that need no cluster: placement keys and their checks against a cluster's
+nodes, the job's runtime_env (code shipping, Ray Job merging), the node check's file probes,
+where each rank ran, and the tokenizer that travels through the output root."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from platform.errors import UsageError
+from platform.launch import prepare_tokenizers, resolve_resources
+from platform.spaces import RunSpec, expand_runs, load_space
+from trainables.config import ConfigError, TrialConfig
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"train_workers": 3, "nodes": 2}, "cannot be split evenly over 2 nodes"),
+        (
+            {"train_workers": 4, "nodes": 2, "placement_strategy": "STRICT_SPREAD"},
+            "nodes must be 4",
+        ),
+        ({"train_workers": 4, "nodes": 2, "placement_strategy": "STRICT_PACK"}, "STRICT_PACK"),
+        ({"placement_strategy": "SPREAD_OUT"}, "one of 'PACK', 'SPREAD'"),
+        ({"nodes": -1}, ">= 0"),
+    ],
+)
+def test_placement_keys_are_validated(values, fragment):
+    with pytest.raises(ConfigError) as info:
+        TrialConfig.from_dict(values)
+    assert str(info.value).startswith(("nodes:", "placement_strategy:")) and fragment in str(
+        info.value
+    )
+
+
+def test_workers_per_node():
+    assert TrialConfig(train_workers=4, nodes=2).workers_per_node == 2
+    assert TrialConfig(train_workers=4).workers_per_node == 4
+    assert TrialConfig(train_workers=3, placement_strategy="STRICT_SPREAD").workers_per_node == 1
+
+
+def _run(**values) -> RunSpec:
+    return RunSpec(
+        name="r", group="g", repeat=1, swept={}, config=TrialConfig(use_gpu=False, **values)
+    )
+
+
+def test_a_placement_the_nodes_cannot_hold_is_refused_before_any_trial():
+    nodes = [{"CPU": 0.0}, {"CPU": 2.0}, {"CPU": 2.0}]
+    totals = {"CPU": 4.0}
+    spread = _run(train_workers=3, cpus_per_worker=1, placement_strategy="STRICT_SPREAD")
+    with pytest.raises(UsageError) as info:
+        resolve_resources([spread], totals, nodes)
+    assert "places 3 train workers on 3 nodes of 1 each" in str(info.value)
+    assert "the cluster has 2 such node(s) of 3" in str(info.value)
+    # Two per node on two nodes fits; on nodes of one free CPU it does not.
+    pair = _run(train_workers=4, cpus_per_worker=1, nodes=2)
+    assert resolve_resources([pair], {"CPU": 4.0}, [{"CPU": 2.0}, {"CPU": 2.0}])
+    with pytest.raises(UsageError, match="needs 2 nodes with 2 CPUs"):
+        resolve_resources([pair], {"CPU": 4.0}, [{"CPU": 1.0}] * 4)
+    # GPUs count per node too.
+    gpus = TrialConfig(use_gpu=True, train_workers=4, nodes=2, cpus_per_worker=1)
+    gpu_run = RunSpec(name="r", group="g", repeat=1, swept={}, config=gpus)
+    two_by_two = [{"CPU": 8.0, "GPU": 2.0}, {"CPU": 8.0, "GPU": 2.0}]
+    assert resolve_resources([gpu_run], {"CPU": 16.0, "GPU": 4.0}, two_by_two)
+    with pytest.raises(UsageError, match="2 GPUs free"):
+        resolve_resources([gpu_run], {"CPU": 16.0, "GPU": 4.0}, [{"CPU": 8.0, "GPU": 1.0}] * 4)
+    # PACK without nodes: only the totals matter.
+    assert resolve_resources([_run(train_workers=2, cpus_per_worker=1)], totals, nodes)
+
+
+def test_the_multinode_spaces_expand():
+    smoke = expand_runs(load_space("multinode_smoke"))
+    assert [r.config.strategy for r in smoke] == ["ddp", "deepspeed"]
+    assert {(r.config.train_workers, r.config.nodes, r.config.micro_batch) for r in smoke} == {
+        (4, 2, 128)
+    }
+    cpu = expand_runs(load_space("cpu_multinode"))
+    assert cpu[0].config.placement_strategy == "STRICT_SPREAD" and cpu[0].config.nodes == 2
+
+
+def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(monkeypatch):
+    import data_prep
+    import trainables
+    from data_prep.cluster import joining, runtime_env
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    assert not joining(None) and joining("10.0.0.5:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert joining(None)
+
+    local = runtime_env({"A": "1"}, ship_code=False)
+    assert local == {"env_vars": {"A": "1"}}
+    shipped = runtime_env({"A": "1"}, ship_code=True)
+    assert shipped["py_modules"] == [trainables, data_prep]
+    assert "__pycache__" in shipped["excludes"]
+    # A driver submitted with `ray job submit --working-dir .`: the job ships the code, and
+    # Ray refuses keys set twice, so ours gives way.
+    job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip", "env_vars": {"A": "job"}}}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    in_job = runtime_env({"A": "1", "B": "2"}, ship_code=True)
+    assert in_job == {"env_vars": {"B": "2"}}
+
+
+def test_node_check_probes(tmp_path, prepared_corpus):
+    from trainables.node_check import _read_manifest, _read_token, audio_sample, versions
+
+    probe = tmp_path / "probe"
+    probe.write_text("abc")
+    assert _read_token(probe, "abc") == ""
+    assert "another sweep's token" in _read_token(probe, "xyz")
+    assert "cannot read" in _read_token(tmp_path / "missing", "abc")
+
+    manifest, _ = prepared_corpus
+    sample = audio_sample(manifest, "", sample=4)
+    assert len(sample) == 4 and all(Path(p).is_file() for p in sample)
+    assert _read_manifest(manifest, sample) == ""
+    assert "cannot read manifest" in _read_manifest(tmp_path / "none.tsv", [])
+    gone = tmp_path / "gone.flac"
+    assert f"cannot read audio file {gone}" in _read_manifest(manifest, [*sample, str(gone)])
+    assert set(versions()) == {"python", "ray", "torch"}
+
+
+def test_placement_fields_say_where_each_rank_ran():
+    from trainables.loop import placement_fields
+
+    same_host = [("n1", "10.0.0.5", 11), ("n2", "10.0.0.6", 12), ("n2", "10.0.0.6", 13)]
+    assert placement_fields(same_host) == {
+        "rank_nodes": "0=10.0.0.5 1=10.0.0.6 2=10.0.0.6",
+        "nodes_used": 2,
+    }
+
+
+def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus):
+    from trainables.text import load_or_build_tokenizer
+
+    manifest, _ = prepared_corpus
+    runs = [
+        _run(dataset="manifest", manifest_path=str(manifest)),
+        _run(dataset="manifest", manifest_path=str(manifest), micro_batch=4),
+        _run(dataset="synthetic"),
+    ]
+    out = prepare_tokenizers(runs, tmp_path)
+    paths = [r.config.tokenizer_path for r in out]
+    assert paths[0] == paths[1] and paths[2] == ""
+    saved = Path(paths[0])
+    assert saved.parent == tmp_path / "tokenizers" and saved.is_file()
+    # Every rank loads that file, whatever sits beside the manifest on its node.
+    tok = load_or_build_tokenizer(Path("/nonexistent/m.tsv"), [], 1000, str(saved))
+    assert tok.to_str() == saved.read_text()
+    # A run that names a tokenizer keeps it.
+    own = _run(dataset="manifest", manifest_path=str(manifest), tokenizer_path=str(saved))
+    assert prepare_tokenizers([own], tmp_path / "other")[0].config.tokenizer_path == str(saved)
+
+
+def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_stores():
+    import argparse
+
+    from platform.launch import output_root_arg
+
+    assert output_root_arg("outputs/x") == Path("outputs/x")
+    assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")
+    with pytest.raises(argparse.ArgumentTypeError, match="mount the bucket on every node"):
+        output_root_arg("s3://bucket/sweeps")
