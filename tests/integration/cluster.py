@@ -44,11 +44,23 @@ class LocalCluster:
     """``with LocalCluster(tmp, workers=2) as c: c.address`` (GCS) and ``c.dashboard``."""
 
     def __init__(
-        self, folder: Path, *, workers: int = 2, hide: tuple[Path, ...] = (), worker_cpus: int = 1
+        self,
+        folder: Path,
+        *,
+        workers: int = 2,
+        hide: tuple[Path, ...] = (),
+        worker_cpus: int = 1,
+        worker_gpus: list[str] | None = None,
+        isolate: bool = True,
     ):
+        """``worker_gpus``: each worker raylet's CUDA_VISIBLE_DEVICES (``["0", "1"]``: one GPU
+        each); ``isolate``: run the worker raylets in mount namespaces (off where unshare is not
+        permitted; the workers then see this checkout)."""
         self.folder = Path(folder)
         self.workers = workers
         self.worker_cpus = worker_cpus
+        self.worker_gpus = worker_gpus
+        self.isolate = isolate
         self.hide = tuple(Path(p) for p in hide)  # also hidden from the worker nodes
         self.port = free_port()
         self.dashboard_port = free_port()
@@ -121,11 +133,18 @@ class LocalCluster:
                     *self._ports(),
                 ]
             )
-            script = " && ".join(["mkdir -p /tmp/ray", *mounts, f"cd {private_tmp}", start])
-            self._spawn(
-                ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                self.folder / f"node{i + 1}.log",
+            gpus = self.worker_gpus[i] if self.worker_gpus else ""
+            start = start.replace(
+                "--num-gpus=0", f"--num-gpus={len(gpus.split(',')) if gpus else 0}"
             )
+            if gpus:
+                start = start.replace("exec ", f"exec env CUDA_VISIBLE_DEVICES={gpus} ", 1)
+            if self.isolate:
+                script = " && ".join(["mkdir -p /tmp/ray", *mounts, f"cd {private_tmp}", start])
+                argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
+            else:
+                argv = ["sh", "-c", f"cd {private_tmp} && {start}"]
+            self._spawn(argv, self.folder / f"node{i + 1}.log")
         self._wait(lambda: self.alive_nodes() == self.workers + 1, "every node to join", 90)
 
     def _spawn(self, argv: list[str], log: Path) -> None:
