@@ -13,15 +13,28 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from tests.cli import ROOT
+
+
+def ray_cli() -> list[str]:
+    """The ``ray`` command (its console script, or the same through this Python where a bundle
+    installed Ray without scripts)."""
+    script = shutil.which("ray")
+    return (
+        [script]
+        if script
+        else [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+    )
 
 
 def free_port() -> int:
@@ -104,7 +117,7 @@ class LocalCluster:
         # (A short path: Ray's socket paths under it must stay within 107 characters.)
         head_tmp = self.head_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         head = [
-            "ray", "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={head_tmp}",
+            *ray_cli(), "start", "--head", "--block", "--disable-usage-stats", f"--temp-dir={head_tmp}",
             "--node-ip-address=127.0.0.1", f"--port={self.port}",
             f"--ray-client-server-port={free_port()}",
             "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
@@ -126,7 +139,7 @@ class LocalCluster:
             mounts += [f"mount --bind {empty} {p}" for p in self.hide]
             start = " ".join(
                 [
-                    "exec ray start --block --disable-usage-stats",
+                    "exec " + shlex.join(ray_cli()) + " start --block --disable-usage-stats",
                     f"--address=127.0.0.1:{self.port} --node-ip-address={ip}",
                     f"--num-cpus={self.worker_cpus} --num-gpus=0",
                     "--resources='" + json.dumps({f"node{i + 1}": 1}) + "'",
@@ -182,7 +195,7 @@ class LocalCluster:
 
     def alive_nodes(self) -> int:
         out = subprocess.run(
-            ["ray", "status", f"--address={self.address}"],
+            [*ray_cli(), "status", f"--address={self.address}"],
             env=self.env,
             capture_output=True,
             text=True,
