@@ -78,6 +78,9 @@ def sweep(label: str, root: Path, sets: list[str], env: dict, address: str | Non
                 "samples_per_s": _num(r["tail_samples_per_sec_mean"]),
                 "iter_p50_ms": _num(r["tail_mean_iter_p50_ms"]),
                 "startup_s": _num(r["startup_s"]),
+                "telemetry": r.get("telemetry_effective", ""),
+                "gpu_rows": r.get("gpu_telemetry_rows", ""),
+                "gpu_nodes": _gpu_nodes(root, r["run"]),
             }
         )
     return {"label": label, "exit_code": code, "wall_s": wall, "runs": rows}
@@ -90,6 +93,18 @@ def markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(table.columns) + " |", "|" + " --- |" * len(table.columns)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(False)]
     return "\n".join(lines)
+
+
+def _gpu_nodes(root: Path, run: str) -> str:
+    """The nodes the run's GPU telemetry rows name (IP and the start of Ray's node id)."""
+    path = root / "gpu_telemetry.parquet"
+    if not path.exists():
+        return ""
+    gpu = pd.read_parquet(path, columns=["run", "node", "node_id"])
+    gpu = gpu[gpu["run"] == run]
+    return " ".join(
+        sorted({f"{n}/{i[:8]}" for n, i in zip(gpu["node"], gpu["node_id"], strict=True)})
+    )
 
 
 def _num(value) -> float:
