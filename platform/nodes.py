@@ -13,7 +13,7 @@ from typing import Any
 from data_prep.cluster import first_line, node_label, on_every_node
 from platform.errors import UsageError
 
-__all__ = ["check_nodes"]
+__all__ = ["check_nodes", "node_problem"]
 
 PROBE_PREFIX = ".node-probe-"
 
@@ -45,37 +45,48 @@ def check_nodes(
             probe.unlink(missing_ok=True)
     mine = versions()
     for node, fact in answers:
-        where = node_label(node)
-        if isinstance(fact, TimeoutError):
-            raise UsageError(
-                f"node {where} did not run the node check ({fact}); check that the node is "
-                "healthy (ray status) and can reach the head"
-            )
-        if isinstance(fact, BaseException):
-            raise UsageError(
-                f"node {where} cannot run the workload's code: {first_line(fact)}; the driver "
-                "ships trainables/ and data_prep/ with the job (runtime_env py_modules): install "
-                "the project's dependencies (pip install -e .) on every node"
-            )
-        differ = [
-            f"{k} {fact['versions'].get(k)} (driver {v})"
-            for k, v in mine.items()
-            if fact["versions"].get(k) != v
-        ]
-        if differ:
-            raise UsageError(
-                f"node {where} runs {', '.join(differ)}; install the driver's versions on every "
-                "node (one image for the cluster), or run the driver on the head node"
-            )
-        if fact.get("output_root"):
-            raise UsageError(
-                f"node {where} cannot see the output root {output_root}: {fact['output_root']}; "
-                "use a path on storage every node mounts (NFS, a shared volume) as --output-root"
-            )
-        for manifest, problem in fact["manifests"].items():
-            if problem:
-                raise UsageError(
-                    f"node {where} cannot read the data of {manifest}: {problem}; put the corpus "
-                    "on storage every node mounts (or copy it to the same path on each node)"
-                )
+        problem = node_problem(node, fact, mine, output_root)
+        if problem:
+            raise UsageError(problem)
     return [fact for _, fact in answers]
+
+
+def node_problem(
+    node: dict[str, Any], fact: Any, mine: dict[str, str], output_root: Path | None = None
+) -> str | None:
+    """What one node's answer to the node check says is wrong (one line with the fix), or
+    None. ``fact`` is ``node_facts``' dict, or the exception the task ended with."""
+    where = node_label(node)
+    if isinstance(fact, TimeoutError):
+        return (
+            f"node {where} did not run the node check ({fact}); check that the node is "
+            "healthy (ray status) and can reach the head"
+        )
+    if isinstance(fact, BaseException):
+        return (
+            f"node {where} cannot run the workload's code: {first_line(fact)}; the driver "
+            "ships trainables/ and data_prep/ with the job (runtime_env py_modules): install "
+            "the project's dependencies (pip install -e .) on every node"
+        )
+    differ = [
+        f"{k} {fact['versions'].get(k)} (driver {v})"
+        for k, v in mine.items()
+        if fact["versions"].get(k) != v
+    ]
+    if differ:
+        return (
+            f"node {where} runs {', '.join(differ)}; install the driver's versions on every "
+            "node (one image for the cluster), or run the driver on the head node"
+        )
+    if fact.get("output_root"):
+        return (
+            f"node {where} cannot see the output root {output_root}: {fact['output_root']}; "
+            "use a path on storage every node mounts (NFS, a shared volume) as --output-root"
+        )
+    for manifest, problem in fact.get("manifests", {}).items():
+        if problem:
+            return (
+                f"node {where} cannot read the data of {manifest}: {problem}; put the corpus "
+                "on storage every node mounts (or copy it to the same path on each node)"
+            )
+    return None

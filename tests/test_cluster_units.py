@@ -164,3 +164,26 @@ def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_st
     assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")
     with pytest.raises(argparse.ArgumentTypeError, match="mount the bucket on every node"):
         output_root_arg("s3://bucket/sweeps")
+
+
+def test_what_a_node_check_answer_says():
+    from platform.nodes import node_problem
+
+    node = {"NodeManagerAddress": "10.0.0.6", "NodeID": "abcdef0123456789"}
+    mine = {"python": "3.11.7", "ray": "2.60.0", "torch": "2.13.0"}
+    good = {"versions": dict(mine), "output_root": "", "manifests": {"/d/m.tsv": ""}}
+    assert node_problem(node, good, mine) is None
+    old_torch = dict(good, versions=dict(mine, torch="2.11.0"))
+    line = node_problem(node, old_torch, mine)
+    assert line.startswith("node 10.0.0.6 (node abcdef012345) runs torch 2.11.0 (driver 2.13.0)")
+    unseen = dict(good, output_root="cannot read /o/.node-probe-1 (No such file or directory)")
+    assert "cannot see the output root /o" in node_problem(node, unseen, mine, Path("/o"))
+    unread = dict(good, manifests={"/d/m.tsv": "cannot read manifest /d/m.tsv (Permission denied)"})
+    assert "cannot read the data of /d/m.tsv" in node_problem(node, unread, mine)
+    no_code = ModuleNotFoundError("No module named 'trainables'")
+    assert "cannot run the workload's code: No module named 'trainables'" in node_problem(
+        node, no_code, mine
+    )
+    assert "did not run the node check" in node_problem(node, TimeoutError("180 s"), mine)
+    for fact in (old_torch, unseen, unread, no_code):
+        assert "\n" not in node_problem(node, fact, mine, Path("/o"))
