@@ -107,6 +107,7 @@ def worker_tails(run_dir: Path, lines: int) -> list[dict]:
     ``stderr`` and ``stdout`` the last ``lines`` lines (a list) or why they cannot be read. A
     rank on another node of the cluster has its files read there, by a task on that node."""
     here = _driver_node_id()
+    silent: dict[str, str] = {}  # node id -> why it did not answer (asked once, not per file)
     out = []
     for w in read_registrations(run_dir):
         tails: dict[str, list[str] | str] = {}
@@ -117,12 +118,16 @@ def worker_tails(run_dir: Path, lines: int) -> list[dict]:
                 tails[stream] = "(not a file)"
                 continue
             try:
+                if remote and w["node_id"] in silent:
+                    raise OSError(silent[w["node_id"]])
                 tails[stream] = (
                     remote_tail(w["node_id"], path, lines)
                     if remote
                     else tail_lines(Path(path), lines)
                 )
             except OSError as exc:
+                if remote and str(exc).startswith("no answer from node"):
+                    silent[w["node_id"]] = str(exc)
                 where = "on its node" if remote else "from the driver"
                 tails[stream] = (
                     f"(not readable {where}: {exc.strerror or exc}; it is on node "
@@ -142,7 +147,7 @@ def _driver_node_id() -> str:
         return ""
 
 
-def remote_tail(node_id: str, path: str, lines: int, timeout_s: float = 30.0) -> list[str]:
+def remote_tail(node_id: str, path: str, lines: int, timeout_s: float = 20.0) -> list[str]:
     """The last ``lines`` lines of ``path`` on the node ``node_id``, read by a task pinned there
     (its logs are that node's local files). Raises OSError when the node or file is gone."""
     import ray
