@@ -17,7 +17,7 @@ from tests.integration.helpers import LiveCli, smoke_manifest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ("max_steps=40", "log_every=5")
+SETS = ("max_steps=30", "log_every=5")
 FIRST, SECOND = "sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"
 
 
@@ -45,18 +45,18 @@ def windows(df: pd.DataFrame, run: str) -> list[int]:
 def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
     root = tmp_path / "out"
     corpus = smoke_manifest(tmp_path / "corpus")
-    full = list(range(8))  # 40 steps / 5
+    full = list(range(6))  # 30 steps / 5
 
     # 1. kill -9 of rank 1's Ray Train worker: that run fails, the sweep goes on; Ctrl-C in the
     #    next run stops the sweep within 15 s with exit 130.
     sweep = Sweep(root, corpus)
-    sweep.wait_for(f"[1/2] {FIRST}: step 10/40")
+    sweep.wait_for(f"[1/2] {FIRST}: step 10/30")
     worker = json.loads((root / "runs" / FIRST / "workers" / "rank1.json").read_text())
     os.kill(worker["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
     sweep.wait_for(f"[1/2] {FIRST}: failed")
     detected_s = time.monotonic() - killed_at
-    sweep.wait_for(f"[2/2] {SECOND}: step 10/40")
+    sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
     took = sweep.stop(signal.SIGINT)
     out = sweep.out
     assert sweep.proc.returncode == 130 and took < 15, (took, out[-4000:])
@@ -78,7 +78,7 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
     # 2. --resume reruns both: the first to the end; a SIGKILL of the driver in the second. No
     #    handler runs, yet every file on disk reads back and the finished run is complete.
     sweep = Sweep(root, corpus, "--resume")
-    sweep.wait_for(f"[2/2] {SECOND}: step 10/40")
+    sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
     sweep.proc.kill()
     sweep.finish(timeout_s=30)
     assert sweep.proc.returncode == -signal.SIGKILL

@@ -3,17 +3,24 @@ CPU and two worker raylets of one CPU each, started as separate ``ray start`` pr
 worker node in a mount namespace that hides this checkout and the head's log folder. The CLIs
 join it with ``--address`` (or run on it as a Ray Job) as a user's would.
 
-One sweep carries the fault checks too (a run past run_timeout_s, a run whose rank 1 raises on
-a worker node, stop_on_error), so that the suite pays for one sweep, not two.
+Each sweep carries checks that need a sweep anyway, so that the suite pays for few: the
+``--address`` sweep drills the failure paths (``cpu_faults``: run_timeout_s, a rank 1 that
+raises on a worker node, stop_on_error, a missing audio file) with the workload options
+(local checkpoints loaded in the workers, torch.compile, every rank's windows); the Ray Job
+runs every strategy (``cpu_strategies``: DDP and ZeRO 0-3 across the two nodes), whose stages
+must train the same model.
 """
 
 import json
+import math
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from safetensors.torch import load_file, save_file
 
+from tests.checkpoints import save_tiny_checkpoints
 from tests.cli import ROOT, run_module
 from tests.integration.cluster import LocalCluster, can_unshare
 from tests.integration.helpers import smoke_manifest
@@ -21,6 +28,7 @@ from tests.integration.helpers import smoke_manifest
 pytestmark = pytest.mark.integration
 
 WORKER_IPS = {"127.0.0.2", "127.0.0.3"}
+DROPPED = "feature_projection.projection.weight"
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +43,17 @@ def cluster(tmp_path_factory):
     with LocalCluster(folder, workers=2, hide=(private,), worker_cpus=2) as c:
         c.private = private
         yield c
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Tiny local speech and text checkpoints; one weight left out of the speech one (the run
+    manifest must say the worker loaded this folder and initialised that weight itself)."""
+    tmp = tmp_path_factory.mktemp("ckpt")
+    speech, text = save_tiny_checkpoints(tmp, ["one two three four five six seven"])
+    weights = load_file(speech / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if k != DROPPED}, speech / "model.safetensors")
+    return speech, text
 
 
 @pytest.fixture(scope="module")
@@ -62,65 +81,81 @@ def tune(cluster, space: str, root: Path, *sets: str, timeout: int = 500):
     )
 
 
-def test_a_sweep_across_two_nodes_with_faults(tmp_path, cluster, corpus):
+def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
+    tmp_path, cluster, corpus, checkpoints
+):
     root = tmp_path / "out"
-    # Run 1 goes past run_timeout_s, run 2 raises inside step 7 on rank 1, and with
-    # stop_on_error run 3 never starts. Each run's 2 ranks are on 2 nodes (STRICT_SPREAD).
+    speech, text = checkpoints
+    # Run 1 is stopped by run_timeout_s at its first report, run 2 raises inside step 7 on
+    # rank 1, and with stop_on_error run 3 never starts. Each run's 2 ranks are on 2 nodes.
     out = tune(
         cluster,
-        "smoke",
+        "cpu_faults",
         root,
         f"manifest_path={corpus}",
         "max_missing_files_fraction=0.05",
         "placement_strategy=STRICT_SPREAD",
         "nodes=2",
-        "timing_ranks=all",
-        "host_telemetry_interval_s=1.0",
-        "micro_batch=4",
-        "inject_error_at_step=[0, 7, 3]",
-        "inject_error_rank=1",
-        "max_steps=1000",
-        # Long enough for run 2 to start (20-30 s on this cluster), report step 5 and raise.
-        "run_timeout_s=45",
-        "stop_on_error=true",
+        "host_telemetry_interval_s=0.5",
+        "torch_compile=true",
+        "compile_backend=aot_eager",
+        f"speech_pretrained_path={speech}",
+        f"text_pretrained_path={text}",
     )
-    text = out.stdout[-4000:] + out.stderr[-4000:]
-    assert out.returncode == 1, text
+    text_out = out.stdout[-4000:] + out.stderr[-4000:]
+    assert out.returncode == 1, text_out
     assert "cluster: 3 nodes" in out.stdout and "sees the output root" in out.stdout
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["timeout", "failed", "pending"], text
+    assert list(manifest["status"]) == ["timeout", "failed", "pending"], text_out
     assert list(manifest["exit_code"].astype(str)) == ["124", "1", ""]
     # The missing file: skipped and counted by each run that read the manifest, said once each.
     assert list(manifest["missing_files"].astype(str)) == ["1", "1", ""]
     assert out.stdout.count("skipped 1 manifest rows whose audio file is missing") == 2
     assert not (root / "data").exists()  # the given manifest was used, no corpus made
-    assert "run_timeout_s 45 reached at step" in manifest["failure_reason"].iloc[0]
-    assert 0 < int(manifest["last_step"].iloc[0]) < 1000
+    assert manifest["failure_reason"].iloc[0].startswith("run_timeout_s 1 reached at step ")
+    assert 5 <= int(manifest["last_step"].iloc[0]) < 1000
+    ran = manifest.iloc[:2]
 
     # Placement: the ranks of a run ran on the two worker nodes (the head has no CPU), and the
     # timing rows and the manifest say which.
-    first = manifest.iloc[0]
     timing = pd.read_parquet(root / "timing.parquet")
-    ran = timing[timing["run"] == first["run"]]
-    by_rank = ran.groupby("rank")["node"].unique()
-    assert set(by_rank.index) == {0, 1}
-    assert {n for nodes in by_rank for n in nodes} == WORKER_IPS
-    assert len(set(ran["node_id"])) == 2  # Ray's node ids, not a hostname (one here)
-    assert str(first["nodes_used"]) == "2" and set(first["rank_nodes"].split()) == {
-        f"{r}={by_rank[r][0]}" for r in (0, 1)
-    }
-    assert float(first["startup_s"]) > 0
+    for run in ran["run"]:
+        rows = timing[timing["run"] == run]
+        by_rank = rows.groupby("rank")["node"].unique()
+        assert set(by_rank.index) == {0, 1}
+        assert {n for nodes in by_rank for n in nodes} == WORKER_IPS
+        assert len(set(rows["node_id"])) == 2  # Ray's node ids, not a hostname (one here)
+        row = manifest.set_index("run").loc[run]
+        assert str(row["nodes_used"]) == "2"
+        assert set(row["rank_nodes"].split()) == {f"{r}={by_rank[r][0]}" for r in (0, 1)}
+        assert float(row["startup_s"]) > 0
     # One host sampler per node.
     host = pd.read_parquet(root / "host_telemetry.parquet")
-    assert set(host.loc[host["run"] == first["run"], "node"]) == WORKER_IPS
+    assert set(host["node"]) == WORKER_IPS
     # Every rank imported the code the driver shipped (the worker nodes cannot see ROOT).
-    for rank_file in (root / "runs" / first["run"] / "workers").glob("rank*.json"):
+    for rank_file in (root / "runs").glob("*/workers/rank*.json"):
         record = json.loads(rank_file.read_text())
         assert "runtime_resources/py_modules_files" in record["code_path"], record
         assert not record["code_path"].startswith(str(ROOT))
-    # The tokenizer travelled through the output root, the same file for every run.
-    config = json.loads((root / "runs" / first["run"] / "config.json").read_text())["config"]
-    assert config["tokenizer_path"].startswith(str(root / "tokenizers"))
+
+    # Workload options: local checkpoints loaded inside the workers, torch.compile, every
+    # rank's windows with the skew (the run figures still from rank 0's).
+    assert set(ran["compile_effective"]) == {"aot_eager/default"}
+    assert set(ran["model_load_dtype_effective"]) == {"fp32"}
+    for note in ran["fallbacks"]:
+        assert "speech: 1 weight(s) not in" in note and DROPPED in note
+    # The text checkpoint brought a tokenizer, so the driver built none for the corpus.
+    assert not (root / "tokenizers").exists()
+    assert not list(corpus.parent.glob("*.tokenizer-*.json"))
+    for run, rows in timing.groupby("run"):
+        per_rank = rows.groupby("rank")["window"].apply(sorted)
+        assert per_rank[0] == per_rank[1] and per_rank[0][0] == 0, run
+        assert (rows["samples_per_s"] > 0).all() and (rows["rank_skew"] >= 1).all()
+        assert (rows.groupby("window")["rank_skew"].nunique() == 1).all()
+        rank0 = rows[rows["rank"] == 0].sort_values("window")
+        tail = manifest.set_index("run").loc[run, "tail_samples_per_sec_mean"]
+        # run_manifest.tsv holds 6 significant digits (.6g): up to 5e-6 relative off.
+        assert float(tail) == pytest.approx(rank0["samples_per_s"].tail(3).mean(), rel=1e-5)
 
     # The run whose rank 1 raised on a worker node: its reason, and its log tails, read on that
     # node (the files are not on the driver's filesystem).
@@ -137,12 +172,14 @@ def test_a_sweep_across_two_nodes_with_faults(tmp_path, cluster, corpus):
     assert "RuntimeError: injected error at step 7 on rank 1" in rank1_tail
     assert f"{failed['run']}: the last 40 lines of each worker's logs" in out.stdout
     assert "stopped on error (stop_on_error): 1 run(s) not started" in out.stdout
+    assert not (root / "runs" / manifest["run"].iloc[0] / "fail_tail.txt").exists()
 
 
-def test_a_sweep_submitted_as_a_ray_job(tmp_path, cluster):
+def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
     root = tmp_path / "job-out"
     # The driver runs on the head, in the job's copy of the working directory; the corpus is
-    # generated and prepared with Ray Data on the worker nodes (the head has no CPU).
+    # generated and prepared with Ray Data on the worker nodes (the head has no CPU). Each run
+    # puts its 2 ranks on the 2 worker nodes: DDP and DeepSpeed ZeRO 0-3 across nodes.
     out = subprocess.run(
         [
             "ray",
@@ -156,25 +193,56 @@ def test_a_sweep_submitted_as_a_ray_job(tmp_path, cluster):
             "-m",
             "platform.tune",
             "--space",
-            "cpu_multinode",
+            "cpu_strategies",
             "--output-root",
             str(root),
             "--set",
             "max_steps=10",
+            "--set",
+            "placement_strategy=STRICT_SPREAD",
+            "--set",
+            "nodes=2",
         ],  # fmt: skip
         cwd=ROOT,
         env=cluster.env,
         capture_output=True,
         text=True,
-        timeout=500,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "succeeded" in out.stdout + out.stderr
-    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["ok"] and str(manifest["nodes_used"].iloc[0]) == "2"
+    # The results landed in the output root.
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
     assert (root / "best_config.json").is_file() and (root / "summary.md").is_file()
     assert (root / "data" / "prepared" / "manifest_16k_trim.tsv").is_file()
-    assert sorted(pd.read_parquet(root / "timing.parquet")["step"].unique()) == [5, 10]
+    assert list(manifest["status"]) == ["ok"] * 5
+    assert (manifest["nodes_used"] == 2).all()
+    # Every strategy got what it asked for, and the ZeRO stages train the same model.
+    assert list(zip(manifest["strategy_effective"], manifest["zero_stage"], strict=True)) == [
+        ("ddp", 0),
+        ("deepspeed", 0),
+        ("deepspeed", 1),
+        ("deepspeed", 2),
+        ("deepspeed", 3),
+    ]
+    assert set(manifest["precision"]) == {"auto"} and set(manifest["precision_effective"]) == {
+        "fp32"
+    }
+    assert (manifest["last_step"] == 10).all() and (manifest["tail_samples_per_sec_mean"] > 0).all()
+    timing = pd.read_parquet(root / "timing.parquet")
+    loss = timing.pivot(index="window", columns="run", values="loss")
+    assert loss.map(math.isfinite).all().all()
+    ds = [c for c in loss.columns if "_ds_" in c]
+    for run in ds[1:]:
+        assert (loss[run] - loss[ds[0]]).abs().max() < 1e-4, run
+    ddp = next(c for c in loss.columns if "_ddp_" in c)
+    assert abs(loss.loc[0, ddp] - loss.loc[0, ds[0]]) < 1e-3
+    # The tokenizer the driver built travelled through the output root, one file for all runs.
+    paths = {
+        json.loads(p.read_text())["config"]["tokenizer_path"]
+        for p in root.glob("runs/*/config.json")
+    }
+    assert len(paths) == 1 and Path(paths.pop()).parent == root / "tokenizers"
 
 
 def test_data_prep_spreads_over_the_nodes_and_bad_cluster_input_is_refused(
