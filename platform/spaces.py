@@ -63,6 +63,10 @@ _TOKENS = {
     "train_workers": "w",
     "model_size": "",
     "audio_s": "a",
+    "run_timeout_s": "rt",
+    "stall_timeout_s": "stall",
+    "inject_sleep_at_step": "sleep",
+    "inject_error_at_step": "err",
 }
 
 

@@ -190,7 +190,7 @@ class LocalCluster:
                 raise RuntimeError(
                     f"a raylet exited while waiting for {what}: {dead}\n{self.logs()}"
                 )
-            time.sleep(1)
+            time.sleep(0.5)
         raise RuntimeError(f"timed out waiting for {what}\n{self.logs()}")
 
     def alive_nodes(self) -> int:

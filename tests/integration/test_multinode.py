@@ -4,9 +4,9 @@ worker node in a mount namespace that hides this checkout and the head's log fol
 join it with ``--address`` (or run on it as a Ray Job) as a user's would.
 
 Each sweep carries checks that need a sweep anyway, so that the suite pays for few: the
-``--address`` sweep drills the failure paths (``cpu_faults``: run_timeout_s, a rank 1 that
-raises on a worker node, stop_on_error, a missing audio file) with the workload options
-(local checkpoints loaded in the workers, torch.compile, every rank's windows); the Ray Job
+``--address`` sweep drills the failure paths (``cpu_faults``: a rank 1 that hangs, one that
+raises on a worker node, a missing audio file) with the workload options
+(local checkpoints loaded in the workers, every rank's windows); the Ray Job
 runs every strategy (``cpu_strategies``: DDP and ZeRO 0-3 across the two nodes), whose stages
 must train the same model.
 """
@@ -86,8 +86,8 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
 ):
     root = tmp_path / "out"
     speech, text = checkpoints
-    # Run 1 is stopped by run_timeout_s at its first report, run 2 raises inside step 7 on
-    # rank 1, and with stop_on_error run 3 never starts. Each run's 2 ranks are on 2 nodes.
+    # Run 1's rank 1 hangs in step 12, run 2's rank 1 raises inside step 7. Each run's 2 ranks
+    # are on the 2 worker nodes.
     out = tune(
         cluster,
         "cpu_faults",
@@ -97,8 +97,6 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
         "placement_strategy=STRICT_SPREAD",
         "nodes=2",
         "host_telemetry_interval_s=0.5",
-        "torch_compile=true",
-        "compile_backend=aot_eager",
         f"speech_pretrained_path={speech}",
         f"text_pretrained_path={text}",
     )
@@ -106,19 +104,32 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     assert out.returncode == 1, text_out
     assert "cluster: 3 nodes" in out.stdout and "sees the output root" in out.stdout
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
-    assert list(manifest["status"]) == ["timeout", "failed", "pending"], text_out
-    assert list(manifest["exit_code"].astype(str)) == ["124", "1", ""]
+    assert list(manifest["status"]) == ["stalled", "failed"], text_out
+    assert list(manifest["exit_code"].astype(str)) == ["124", "1"]
     # The missing file: skipped and counted by each run that read the manifest, said once each.
-    assert list(manifest["missing_files"].astype(str)) == ["1", "1", ""]
+    assert list(manifest["missing_files"].astype(str)) == ["1", "1"]
     assert out.stdout.count("skipped 1 manifest rows whose audio file is missing") == 2
     assert not (root / "data").exists()  # the given manifest was used, no corpus made
-    assert manifest["failure_reason"].iloc[0].startswith("run_timeout_s 1 reached at step ")
-    assert 5 <= int(manifest["last_step"].iloc[0]) < 1000
     ran = manifest.iloc[:2]
+
+    # The hung rank: detected and explained, not waited out. Both ranks' stack dumps, written
+    # on their nodes, are in the output root.
+    hung = manifest.iloc[0]
+    assert "stacks-rank1.txt" in hung["failure_reason"]
+    assert float(hung["duration_sec"]) < 150  # not the 10-minute sleep, not gloo's 30 minutes
+    run_dir = root / "runs" / hung["run"]
+    stuck = (run_dir / "stacks-rank1.txt").read_text()
+    assert stuck.startswith("no progress for ") and "after step 11" in stuck
+    assert "trainables/loop.py" in stuck and "_train" in stuck  # where it sleeps
+    waiting = (run_dir / "stacks-rank0.txt").read_text()
+    # Rank 0 went on to step 13 and waits inside one of DDP's collectives for rank 1.
+    assert "after step 12" in waiting and "torch/nn/parallel/distributed.py" in waiting
 
     # Placement: the ranks of a run ran on the two worker nodes (the head has no CPU), and the
     # timing rows and the manifest say which.
     timing = pd.read_parquet(root / "timing.parquet")
+    # What was measured before the hang is kept, every rank's window.
+    assert sorted(timing.loc[timing["run"] == hung["run"], "step"]) == [5, 5, 10, 10]
     for run in ran["run"]:
         rows = timing[timing["run"] == run]
         by_rank = rows.groupby("rank")["node"].unique()
@@ -138,9 +149,8 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
         assert "runtime_resources/py_modules_files" in record["code_path"], record
         assert not record["code_path"].startswith(str(ROOT))
 
-    # Workload options: local checkpoints loaded inside the workers, torch.compile, every
-    # rank's windows with the skew (the run figures still from rank 0's).
-    assert set(ran["compile_effective"]) == {"aot_eager/default"}
+    # Workload options: local checkpoints loaded inside the workers, every rank's windows with
+    # the skew (the run figures still from rank 0's).
     assert set(ran["model_load_dtype_effective"]) == {"fp32"}
     for note in ran["fallbacks"]:
         assert "speech: 1 weight(s) not in" in note and DROPPED in note
@@ -171,8 +181,6 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     rank1_tail = tail.split("--- rank 1 ", 1)[1]
     assert "RuntimeError: injected error at step 7 on rank 1" in rank1_tail
     assert f"{failed['run']}: the last 40 lines of each worker's logs" in out.stdout
-    assert "stopped on error (stop_on_error): 1 run(s) not started" in out.stdout
-    assert not (root / "runs" / manifest["run"].iloc[0] / "fail_tail.txt").exists()
 
 
 def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
@@ -197,7 +205,7 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
             "--output-root",
             str(root),
             "--set",
-            "max_steps=10",
+            "max_steps=5",
             "--set",
             "placement_strategy=STRICT_SPREAD",
             "--set",
@@ -228,7 +236,7 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
     assert set(manifest["precision"]) == {"auto"} and set(manifest["precision_effective"]) == {
         "fp32"
     }
-    assert (manifest["last_step"] == 10).all() and (manifest["tail_samples_per_sec_mean"] > 0).all()
+    assert (manifest["last_step"] == 5).all() and (manifest["tail_samples_per_sec_mean"] > 0).all()
     timing = pd.read_parquet(root / "timing.parquet")
     loss = timing.pivot(index="window", columns="run", values="loss")
     assert loss.map(math.isfinite).all().all()
