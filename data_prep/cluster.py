@@ -14,6 +14,7 @@ __all__ = [
     "SHIP_EXCLUDES",
     "alive_nodes",
     "first_line",
+    "init_address",
     "joining",
     "node_label",
     "on_every_node",
@@ -28,6 +29,14 @@ def joining(address: str | None) -> bool:
     """Whether ``ray.init`` joins an existing cluster: ``--address``, or ``RAY_ADDRESS`` (set by
     the user, or by Ray for a driver submitted as a Ray Job)."""
     return address is not None or bool(os.environ.get("RAY_ADDRESS"))
+
+
+def init_address(address: str | None) -> str | None:
+    """What to pass to ``ray.init``: the cluster to join, or ``"local"`` for a new local cluster.
+    A bare ``ray.init()`` would join a cluster that ``ray start`` left on this machine (found
+    in /tmp/ray/ray_current_cluster), without the code shipping or node checks of a join, and
+    hangs for minutes when that cluster is gone; "no --address" means a local cluster."""
+    return address if joining(address) else "local"
 
 
 def runtime_env(

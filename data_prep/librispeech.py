@@ -28,6 +28,7 @@ from data_prep.audio import TrimSettings
 from data_prep.cluster import (
     alive_nodes,
     first_line,
+    init_address,
     joining,
     node_label,
     on_every_node,
@@ -140,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     joined = joining(args.address)
     try:
         ray.init(
-            address=args.address,
+            address=init_address(args.address),
             logging_level="WARNING",
             # Joining a cluster: data_prep/ travels with the job, so nodes need only its
             # dependencies; a local cluster starts without the dashboard.

@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.cluster import joining, runtime_env
+from data_prep.cluster import init_address, joining, runtime_env
 
 __all__ = ["ClusterInfo", "LOOPBACK_HOSTS", "start_cluster"]
 
@@ -49,7 +49,7 @@ def start_cluster(
         if metrics_port:
             kwargs["_metrics_export_port"] = metrics_port
     context = ray.init(
-        address=address,
+        address=init_address(address),
         logging_level="WARNING",
         runtime_env=runtime_env(env_vars, ship_code=joined),
         **kwargs,

@@ -187,3 +187,16 @@ def test_what_a_node_check_answer_says():
     assert "did not run the node check" in node_problem(node, TimeoutError("180 s"), mine)
     for fact in (old_torch, unseen, unread, no_code):
         assert "\n" not in node_problem(node, fact, mine, Path("/o"))
+
+
+def test_no_address_means_a_new_local_cluster_not_one_ray_start_left_running(monkeypatch):
+    from data_prep.cluster import init_address
+
+    # A bare ray.init() would join the cluster /tmp/ray/ray_current_cluster names (measured:
+    # a sweep without --address ran on a `ray start --head --num-cpus=1` cluster and was
+    # refused for its CPUs), and hangs for minutes when that cluster is gone.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert init_address(None) == "local"
+    assert init_address("10.0.0.5:6379") == "10.0.0.5:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # a Ray Job's driver: Ray's own address
+    assert init_address(None) is None
