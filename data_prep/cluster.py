@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -18,6 +21,9 @@ __all__ = [
     "joining",
     "node_label",
     "on_every_node",
+    "pinned",
+    "probe_file",
+    "read_token",
     "runtime_env",
 ]
 
@@ -79,6 +85,19 @@ def node_label(node: dict[str, Any]) -> str:
     return f"{node.get('NodeManagerAddress', '?')} (node {str(node.get('NodeID', ''))[:12]})"
 
 
+def pinned(fn: Callable[..., Any], node_id: str):
+    """``fn`` as a Ray task that runs on node ``node_id`` only, reserves no CPU and is not
+    retried (what a check or a log read on one node needs)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return ray.remote(fn).options(
+        num_cpus=0,
+        max_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
+
+
 def on_every_node(
     fn: Callable[..., Any], *args: Any, timeout_s: float = 180.0
 ) -> list[tuple[dict[str, Any], Any]]:
@@ -86,18 +105,9 @@ def on_every_node(
     returns (node, result) pairs where a failed or silent node's result is the exception
     (``TimeoutError`` when it did not answer within ``timeout_s``)."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = alive_nodes()
-    task = ray.remote(fn)
-    refs = [
-        task.options(
-            num_cpus=0,
-            max_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False),
-        ).remote(*args)
-        for n in nodes
-    ]
+    refs = [pinned(fn, n["NodeID"]).remote(*args) for n in nodes]
     deadline = _now() + timeout_s
     out = []
     for node, ref in zip(nodes, refs, strict=True):
@@ -111,6 +121,31 @@ def on_every_node(
         except ray.exceptions.RayError as exc:
             out.append((node, exc))
     return out
+
+
+@contextmanager
+def probe_file(folder: Path) -> Iterator[tuple[str, str]]:
+    """A file holding a fresh token, written into ``folder`` (atomically) for the block and
+    removed after it: (its path, the token). A node that reads the token back (``read_token``)
+    sees the driver's ``folder``, not a folder of its own at the same path."""
+    from data_prep.fileio import atomic_write_text
+
+    token = secrets.token_hex(16)
+    path = Path(folder) / f".node-probe-{token[:8]}"
+    atomic_write_text(path, token)
+    try:
+        yield str(path), token
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def read_token(path: str, token: str) -> str:
+    """On a node: '' when ``path`` holds ``token``; else what is wrong, in a few words."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        return f"cannot read {path} ({exc.strerror or exc})"
+    return "" if text == token else f"{path} holds another sweep's token (a different filesystem)"
 
 
 def _now() -> float:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,8 @@ from data_prep.cluster import (
     joining,
     node_label,
     on_every_node,
+    probe_file,
+    read_token,
     runtime_env,
 )
 from data_prep.fileio import (
@@ -181,15 +182,8 @@ def check_shared_roots(input_root: Path, output_root: Path) -> str | None:
     """On a cluster of several nodes, every node reads the input and writes the output: one
     task per node reads a file the driver wrote into the output root and lists the input root.
     Returns what the first node that cannot do so lacks, with the fix (None when all can)."""
-    token = secrets.token_hex(16)
-    probe = Path(output_root) / f".node-probe-{token[:8]}"
-    atomic_write_text(probe, token)
-    try:
-        answers = on_every_node(
-            see_roots, str(Path(input_root).resolve()), str(probe.resolve()), token
-        )
-    finally:
-        probe.unlink(missing_ok=True)
+    with probe_file(output_root) as (probe, token):
+        answers = on_every_node(see_roots, str(Path(input_root).resolve()), probe, token)
     for node, answer in answers:
         if isinstance(answer, BaseException):
             answer = f"the node check failed there ({first_line(answer)})"
@@ -207,12 +201,8 @@ def see_roots(input_root: str, probe: str, token: str) -> str:
         next(iter(Path(input_root).iterdir()), None)
     except OSError as exc:
         return f"cannot read --input-root {input_root} ({exc.strerror or exc})"
-    try:
-        if Path(probe).read_text() != token:
-            return f"sees another {Path(probe).parent} than the driver"
-    except OSError as exc:
-        return f"cannot see --output-root {Path(probe).parent} ({exc.strerror or exc})"
-    return ""
+    problem = read_token(probe, token)
+    return f"cannot see --output-root {Path(probe).parent}: {problem}" if problem else ""
 
 
 def prepare(

@@ -151,14 +151,10 @@ def remote_tail(node_id: str, path: str, lines: int, timeout_s: float = 20.0) ->
     """The last ``lines`` lines of ``path`` on the node ``node_id``, read by a task pinned there
     (its logs are that node's local files). Raises OSError when the node or file is gone."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    task = ray.remote(tail_lines).options(
-        num_cpus=0,
-        max_retries=0,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    )
-    ref = task.remote(Path(path), lines)
+    from data_prep.cluster import pinned
+
+    ref = pinned(tail_lines, node_id).remote(Path(path), lines)
     try:
         return ray.get(ref, timeout=timeout_s)
     except ray.exceptions.RayTaskError as exc:

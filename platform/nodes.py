@@ -6,16 +6,14 @@ Whatever a node cannot do is one line naming the node and the fix (exit 2), befo
 
 from __future__ import annotations
 
-import secrets
+import contextlib
 from pathlib import Path
 from typing import Any
 
-from data_prep.cluster import first_line, node_label, on_every_node
+from data_prep.cluster import first_line, node_label, on_every_node, probe_file
 from platform.errors import UsageError
 
 __all__ = ["check_nodes", "node_problem"]
-
-PROBE_PREFIX = ".node-probe-"
 
 
 def check_nodes(
@@ -27,22 +25,12 @@ def check_nodes(
     """Run the node check on every alive node; raise UsageError for the first problem. With
     ``output_root``, each node must see a file the driver writes there; ``manifests``:
     (manifest_path, audio_root) pairs every node must read. Returns each node's facts."""
-    from data_prep.fileio import atomic_write_text
     from trainables.node_check import audio_sample, node_facts, versions
 
-    probe = token = None
-    if output_root is not None:
-        token = secrets.token_hex(16)
-        probe = Path(output_root) / f"{PROBE_PREFIX}{token[:8]}"
-        atomic_write_text(probe, token)
     samples = [(m, audio_sample(Path(m), root)) for m, root in manifests or ()]
-    try:
-        answers = on_every_node(
-            node_facts, str(probe) if probe else None, token, samples, timeout_s=timeout_s
-        )
-    finally:
-        if probe is not None:
-            probe.unlink(missing_ok=True)
+    with contextlib.ExitStack() as stack:
+        probe, token = stack.enter_context(probe_file(output_root)) if output_root else (None, None)
+        answers = on_every_node(node_facts, probe, token, samples, timeout_s=timeout_s)
     mine = versions()
     for node, fact in answers:
         problem = node_problem(node, fact, mine, output_root)

@@ -105,13 +105,14 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
 
 
 def test_node_check_probes(tmp_path, prepared_corpus):
-    from trainables.node_check import _read_manifest, _read_token, audio_sample, versions
+    from data_prep.cluster import read_token as _read_token
+    from trainables.node_check import _read_manifest, audio_sample, versions
 
-    probe = tmp_path / "probe"
-    probe.write_text("abc")
+    probe = str(tmp_path / "probe")
+    Path(probe).write_text("abc")
     assert _read_token(probe, "abc") == ""
     assert "another sweep's token" in _read_token(probe, "xyz")
-    assert "cannot read" in _read_token(tmp_path / "missing", "abc")
+    assert "cannot read" in _read_token(str(tmp_path / "missing"), "abc")
 
     manifest, _ = prepared_corpus
     sample = audio_sample(manifest, "", sample=4)

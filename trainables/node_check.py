@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from data_prep.cluster import read_token
+
 __all__ = ["audio_sample", "node_facts", "versions"]
 
 
@@ -44,20 +46,11 @@ def node_facts(
         "code_path": str(Path(__file__).resolve().parent),
     }
     if probe is not None:
-        facts["output_root"] = _read_token(Path(probe), token or "")
+        facts["output_root"] = read_token(probe, token or "")
     facts["manifests"] = {
         path: _read_manifest(Path(path), audio) for path, audio in manifests or ()
     }
     return facts
-
-
-def _read_token(path: Path, token: str) -> str:
-    """'' when the file holds ``token``; else what is wrong, in a few words."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        return f"cannot read {path} ({exc.strerror or exc})"
-    return "" if text == token else f"{path} holds another sweep's token (a different filesystem)"
 
 
 def _read_manifest(path: Path, audio: list[str]) -> str:
