@@ -86,7 +86,7 @@ def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) 
     found = _bottlenecks(output_root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
     groups = stats.group_summary(per_run)
-    ranked = stats.rank(groups)
+    ranked = _vs_baseline(output_root, manifest, stats.rank(groups))
     for name, df in (
         ("per_run_metrics.csv", per_run),
         ("group_summary.csv", groups),
@@ -131,6 +131,20 @@ def _json(path: Path) -> dict[str, Any]:
 
 def _run_record(output_root: Path, run: str) -> dict[str, Any]:
     return _json(output_root / "runs" / run / "config.json")
+
+
+def _vs_baseline(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
+    """``vs_baseline``: each group's robust tail samples/s over the baseline group's (the
+    space's ``baseline``; empty without one, or when the baseline has no ok run)."""
+    ranked = ranked.assign(baseline=False, vs_baseline=math.nan)
+    for group in ranked["group"]:
+        runs = manifest.loc[manifest["group"] == group, "run"]
+        if len(runs) and _run_record(output_root, str(runs.iloc[0])).get("baseline"):
+            ranked.loc[ranked["group"] == group, "baseline"] = True
+    base = ranked.loc[ranked["baseline"] & (ranked["runs_ok"] > 0), "tail_samples_per_sec_robust"]
+    if len(base) == 1 and base.iloc[0] > 0:
+        ranked["vs_baseline"] = ranked["tail_samples_per_sec_robust"] / base.iloc[0]
+    return ranked
 
 
 def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame):
@@ -240,15 +254,16 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         "",
         f"{summary['runs']} runs ({counts}) in {summary['groups']} groups.",
         "",
-        "| rank | group | ok/runs | samples/s (robust) | +-std | 95 % interval | iter p50 ms | unstable runs |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| rank | group | ok/runs | samples/s (robust) | +-std | 95 % interval | iter p50 ms | unstable runs | x baseline |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in ranked.to_dict("records"):
+        mark = " (baseline)" if g.get("baseline") else ""
         lines.append(
-            f"| {g['rank']} | {g['group']} | {g['runs_ok']}/{g['runs']} | "
+            f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']} | "
             f"{_fmt(g['tail_samples_per_sec_robust'])} | {_fmt(g['tail_samples_per_sec_std'])} | "
             f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
-            f"{_fmt(g['unstable_run_ratio'], 2)} |"
+            f"{_fmt(g['unstable_run_ratio'], 2)} | {_fmt(g.get('vs_baseline'), 3)} |"
         )
     lines.append("")
     if summary["best_group"]:

@@ -115,7 +115,9 @@ class SweepRecorder(Callback):
         row = {name: result.get(name) for name in results.TIMING_SCHEMA.names} | keys
         effective = {k: result[k] for k in results.EFFECTIVE_KEYS if k in result}
         status.setdefault("effective", {}).update(effective)
-        status.update({k: result[k] for k in results.PLACEMENT_KEYS if k in result})
+        status.update(
+            {k: result[k] for k in (*results.PLACEMENT_KEYS, *results.STARTUP_KEYS) if k in result}
+        )
         if effective.get("missing_files") and not status.get("missing_noted"):
             status["missing_noted"] = True
             self.echo(

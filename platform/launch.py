@@ -58,6 +58,7 @@ MANIFEST_COLUMNS = [
     "host_telemetry_rows",
     "stall_alerts",
     *results.PLACEMENT_KEYS,
+    *results.STARTUP_KEYS,
     *results.TRAINING_KEYS,
     *results.EFFECTIVE_KEYS,
     *GIT_KEYS,
@@ -550,6 +551,7 @@ def _run_record(run: RunSpec, space: str) -> dict[str, Any]:
         "group": run.group,
         "repeat": run.repeat,
         "swept": run.swept,
+        "baseline": run.baseline,
         "config": run.config.to_dict(),
     }
 
@@ -597,5 +599,9 @@ def _telemetry_counts(run: RunSpec, st: dict[str, Any]) -> dict[str, Any]:
         ),
         "host_telemetry_rows": st.get("host_telemetry_rows", 0),
         "stall_alerts": st.get("stall_alerts", 0),
-        **{k: st[k] for k in (*results.PLACEMENT_KEYS, *results.TRAINING_KEYS) if k in st},
+        **{
+            k: st[k]
+            for k in (*results.PLACEMENT_KEYS, *results.STARTUP_KEYS, *results.TRAINING_KEYS)
+            if k in st
+        },
     }

@@ -50,6 +50,10 @@ EFFECTIVE_KEYS = (
 # Where each rank of a run ran ("0=10.0.0.5 1=10.0.0.6"), and on how many nodes.
 PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
 
+# Where a run's start-up went ("ray_workers=4.1 loader_start=0.3 imports=3.9 ...", seconds per
+# part, trainables/loop.py: StartupClock), and the compile warm-up ahead of the timed windows.
+STARTUP_KEYS = ("startup_breakdown", "compile_s")
+
 TRAINING_KEYS = (
     "restarts",
     "resumed_from_step",

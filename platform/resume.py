@@ -52,7 +52,11 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
             "duration_sec": float(row["duration_sec"]) if row.get("duration_sec") else None,
             "effective": effective,
             **{k: int(float(row[k])) for k in _COUNTS if row.get(k)},
-            **{k: row[k] for k in results.PLACEMENT_KEYS if row.get(k)},
+            **{
+                k: row[k]
+                for k in (*results.PLACEMENT_KEYS, *results.STARTUP_KEYS)
+                if row.get(k) not in (None, "")
+            },
         }
     return done
 

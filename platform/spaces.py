@@ -37,6 +37,7 @@ TOP_LEVEL_KEYS = (
     "fixed",
     "cases",
     "data",
+    "baseline",
 )
 DATA_KEYS = ("synth", "target_sr", "trim")
 SYNTH_KEYS = ("speakers", "chapters", "utts", "seed", "mode")
@@ -67,6 +68,11 @@ _TOKENS = {
     "stall_timeout_s": "stall",
     "inject_sleep_at_step": "sleep",
     "inject_error_at_step": "err",
+    "crop_buckets_s": "cb",
+    "compile_mode": "cm",
+    "compile_scope": "cs",
+    "optimizer": "opt",
+    "ddp_gradient_as_bucket_view": "gbv",
 }
 
 
@@ -102,6 +108,8 @@ class SearchSpace:
     cases: list[dict[str, Any]] = field(default_factory=list)
     data: DataPlan | None = None
     source: str = ""
+    # Swept values that pick the group the others are compared with (the analysis' vs_baseline).
+    baseline: dict[str, Any] = field(default_factory=dict)
 
     @property
     def swept_keys(self) -> list[str]:
@@ -116,6 +124,7 @@ class SearchSpace:
                 "grid": dict(self.grid),
                 "fixed": dict(self.fixed),
                 "cases": [dict(c) for c in self.cases],
+                "baseline": dict(self.baseline),
             }
         )
         for item in overrides:
@@ -139,10 +148,17 @@ class SearchSpace:
             space.fixed.pop(key, None)
             for case in space.cases:
                 case.pop(key, None)
+            space.baseline.pop(key, None)  # no longer swept: it cannot tell groups apart
             if isinstance(value, list):
                 space.grid[key] = _grid_values(key, value, where)
             else:
                 space.fixed[key] = value
+        # Cases whose keys were all set are gone; the same case twice is one case.
+        cases: list[dict[str, Any]] = []
+        for case in space.cases:
+            if case and case not in cases:
+                cases.append(case)
+        space.cases = cases
         space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
         return space
 
@@ -156,6 +172,7 @@ class RunSpec:
     repeat: int
     config: TrialConfig
     swept: dict[str, Any]
+    baseline: bool = False  # the space's baseline group
 
 
 def list_spaces(spaces_dir: Path = SPACES_DIR) -> dict[str, str]:
@@ -204,7 +221,13 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         if key in grid or key in resources:
             raise UsageError(f"{path}: {key!r} is set twice (grid, fixed or resources); keep one")
         fixed[key] = value
+    baseline = data.get("baseline") or {}
+    if not isinstance(baseline, dict):
+        raise UsageError(f"{path}: 'baseline' must be a mapping of swept keys to their values")
+    for key in baseline:
+        _known(key, f"{where} (baseline)")
     return SearchSpace(
+        baseline=dict(baseline),
         cases=_cases(data.get("cases"), grid, fixed, path),
         data=_data_plan(data.get("data"), path),
         name=name,
@@ -305,11 +328,36 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
                 f"both get the name {group}; make the swept values distinct"
             )
         groups[group] = (point, cfg)
+    base = _baseline_group(space, groups)
     return [
-        RunSpec(name=f"{group}_r{r}", group=group, repeat=r, config=cfg, swept=point)
+        RunSpec(
+            name=f"{group}_r{r}",
+            group=group,
+            repeat=r,
+            config=cfg,
+            swept=point,
+            baseline=group == base,
+        )
         for r in range(1, space.repeats + 1)
         for group, (point, cfg) in groups.items()
     ]
+
+
+def _baseline_group(space: SearchSpace, groups: dict[str, tuple[dict, TrialConfig]]) -> str | None:
+    """The one group whose config has every ``baseline`` value (None without a baseline)."""
+    if not space.baseline:
+        return None
+    want = {k: coerce_value(k, v) for k, v in space.baseline.items()}
+    found = [
+        g for g, (_, cfg) in groups.items() if all(getattr(cfg, k) == v for k, v in want.items())
+    ]
+    if len(found) != 1:
+        raise UsageError(
+            f"{space.source}: baseline {_fmt_point(space.baseline)} matches {len(found)} groups "
+            f"({', '.join(found[:3]) or 'none'}); it must pick exactly one, add the swept keys "
+            "that tell it apart"
+        )
+    return found[0]
 
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
@@ -401,9 +449,21 @@ def group_name(prefix: str, cfg: TrialConfig, swept: list[str]) -> str:
 def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
+    if value == "":
+        return "off"
+    if isinstance(value, str) and "," in value:  # a comma list (crop_buckets_s): 1x1p5x2
+        return "x".join(_fmt(float(v)) if _is_number(v) else _fmt(v) for v in value.split(","))
     if isinstance(value, float):
         value = f"{value:g}".replace(".", "p").replace("-", "m")
     return re.sub(r"[^A-Za-z0-9]+", "", str(value))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _fmt_point(point: dict[str, Any]) -> str:

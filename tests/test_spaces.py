@@ -247,3 +247,24 @@ def test_runbook_leak_phaseb_and_straggler_spaces():
         (1, 160, 6),
     }
     assert all(r.config.cuda_sync_timing and r.config.timing_ranks == "all" for r in diag)
+
+
+def test_a_baseline_picks_exactly_one_group(tmp_path):
+    (tmp_path / "b.yaml").write_text(
+        "resources: {train_workers: 1, use_gpu: false}\n"
+        "baseline: {micro_batch: 160, crop_buckets_s: ''}\n"
+        "cases:\n"
+        "  - {micro_batch: 160, crop_buckets_s: ''}\n"
+        "  - {micro_batch: 160, crop_buckets_s: [1, 2]}\n"
+        "  - {micro_batch: 256, crop_buckets_s: '1,1.5'}\n"
+        "fixed: {dataset: manifest, max_steps: 10, log_every: 5}\n"
+    )
+    space = load_space("b", tmp_path)
+    runs = expand_runs(space)
+    assert [r.baseline for r in runs] == [True, False, False]
+    assert runs[1].config.crop_buckets_s == "1,2" and "cb1x2" in runs[1].name
+    # Every key of the cases set: the cases collapse into one group, and no baseline is left.
+    one = expand_runs(space.with_overrides(["micro_batch=8", "crop_buckets_s=1,2"]))
+    assert len(one) == 1 and not one[0].baseline
+    with pytest.raises(UsageError, match="matches 2 groups"):
+        expand_runs(space.with_overrides(["micro_batch=[8, 16]"]))  # no longer names one group

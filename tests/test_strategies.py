@@ -251,3 +251,51 @@ def test_ddp_accumulation_steps_the_optimizer_once_per_grad_accum_steps(gloo_wor
     assert not all(torch.equal(a, p) for a, p in zip(before, engine.bare.parameters(), strict=True))
     assert engine.lr() == pytest.approx(1e-2 * 2 / 4)  # the schedule stepped once
     assert all(p.grad is None for p in engine.bare.parameters())  # zeroed for the next step
+
+
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_world_of_one, scope):
+    """compile_warmup: each static shape compiles in a pass that leaves the model as it was;
+    steps of those shapes then run without compiling again."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    cfg = TrialConfig(
+        model_size="tiny",
+        proj_dim=16,
+        use_gpu=False,
+        torch_compile=True,
+        compile_backend="aot_eager",
+        compile_scope=scope,
+        dataset="manifest",
+        crop_buckets_s="1,1.5",
+        text_tokens=8,
+        micro_batch=4,
+    )
+    engine = build_engine(cfg, torch.device("cpu"))
+    before = {k: v.clone() for k, v in engine.bare.state_dict().items()}
+    rng = torch.get_rng_state()
+    compile_s = engine.warm_up(cfg)
+    assert compile_s > 0 and engine.effective["fallbacks"] == ""
+    assert all(torch.equal(before[k], v) for k, v in engine.bare.state_dict().items())
+    assert all(p.grad is None for p in engine.bare.parameters())
+    assert torch.equal(rng, torch.get_rng_state())  # dropout masks of the real steps unchanged
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 2  # one per shape at least
+    for samples in (16_000, 24_000, 16_000):
+        ds = SyntheticSpeechText(
+            num_items=4, audio_samples=samples, text_tokens=8, vocab_size=1000, seed=0
+        )
+        batch = collate_padded([ds[i] for i in range(4)])
+        speech, text, scale = engine(batch)
+        engine.backward(contrastive_loss(speech.float(), text.float(), scale.float()))
+        engine.step()
+    assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled inside the steps
+    assert engine.effective["compile_effective"].startswith("aot_eager/default")
+    if scope == "layers":
+        from trainables.strategies import compile_regions
+
+        regions = compile_regions(engine.bare)
+        assert len(regions) == 5 and all(r._compiled_call_impl is not None for r in regions)

@@ -18,7 +18,7 @@ __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coer
 
 Strategy = Literal["ddp", "deepspeed"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
-Optimizer = Literal["adamw_torch", "deepspeed_fused_adam"]
+Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
 Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
 CommHook = Literal["none", "bf16", "fp16"]
 MatmulPrecision = Literal["highest", "high", "medium"]
@@ -30,6 +30,7 @@ ContrastiveScope = Literal["global", "local"]
 LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 CompileBackend = Literal["inductor", "aot_eager"]
+CompileScope = Literal["model", "layers"]
 TimingRanks = Literal["rank0", "all"]
 LrSchedule = Literal["constant", "cosine"]
 BestMetric = Literal[
@@ -123,8 +124,9 @@ class TrialConfig:
         default="auto",
     )
     optimizer: Optimizer = _doc(
-        "`adamw_torch`: torch AdamW (fused on GPU, nothing compiled); `deepspeed_fused_adam`: "
-        "DeepSpeed's FusedAdam (compiles a CUDA extension; needs ninja).",
+        "`adamw_torch`: torch AdamW (fused on GPU, nothing compiled); `adamw_torch_foreach`: "
+        "torch AdamW's multi-tensor (foreach) path; `deepspeed_fused_adam`: DeepSpeed's "
+        "FusedAdam (compiles a CUDA extension; needs ninja).",
         default="adamw_torch",
     )
     train_workers: int = _doc("Ray Train workers per trial (one per GPU).", default=2)
@@ -194,6 +196,16 @@ class TrialConfig:
         "Global batches per pool sorted by length (larger: less padding, less randomness).",
         default=50,
     )
+    crop_buckets_s: str = _doc(
+        "Shape policy for compiled steps: crop lengths in seconds, a comma list (`1.0,1.5,2.0,"
+        "2.5,3.0`; a YAML list works too), each within min_audio_s-max_audio_s. A limit_longest "
+        "window length is drawn as usual and rounded to the nearest bucket (shorter utterances "
+        "take the longest bucket they fill; one shorter than every bucket is zero-padded to the "
+        "shortest), every global batch holds crops of one bucket, and transcripts are padded to "
+        "text_tokens: one static shape per bucket, compiled before the timed windows. Needs "
+        "dataset manifest with limit_longest; replaces length_bucketing. Empty: off.",
+        default="",
+    )
     audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
     text_tokens: int = _doc(
         "Token ids per synthetic transcript; with a manifest, the most kept per transcript.",
@@ -226,7 +238,25 @@ class TrialConfig:
         "compile error falls back to eager, recorded in the run manifest.",
         default=False,
     )
-    compile_mode: CompileMode = _doc("torch.compile mode.", default="default")
+    compile_mode: CompileMode = _doc(
+        "torch.compile mode; `reduce-overhead` adds CUDA graphs (one per shape, recorded in the "
+        "compile warm-up; GPU only: the CPU falls back to eager launches, recorded).",
+        default="default",
+    )
+    compile_scope: CompileScope = _doc(
+        "What torch_compile compiles: `model` (the whole DDP-wrapped model, or DeepSpeed's "
+        "engine.compile) or `layers` (regional compilation: each encoder layer and the wav2vec2 "
+        "feature encoder on its own; the 12 identical layers of an encoder share one compiled "
+        "code, so a shape compiles in a fraction of the time, and DDP's hooks stay eager).",
+        default="model",
+    )
+    compile_warmup: bool = _doc(
+        "With torch_compile and known shapes (crop_buckets_s, or a synthetic dataset), compile "
+        "every shape in a forward and backward pass before the first timed step (no optimizer "
+        "step, gradients cleared), under DDP; its time is the run's compile_s, never part of a "
+        "window. Other runs (and DeepSpeed) compile at the first step of each new shape.",
+        default=True,
+    )
     compile_dynamic: bool | Literal["auto"] = _doc(
         "torch.compile dynamic: `auto` recompiles with dynamic shapes once a shape changes "
         "(crop lengths vary with limit_longest); true/false force it.",
@@ -438,6 +468,7 @@ class TrialConfig:
                 "length_bucketing: groups crops of different lengths, so it needs dataset "
                 "manifest with crop_policy limit_longest; set length_bucketing=false"
             )
+        self._check_buckets()
         self._check_load_dtype()
         self._check_training()
         for name in ("gpu_telemetry_interval_s", "host_telemetry_interval_s"):
@@ -475,6 +506,34 @@ class TrialConfig:
             raise ConfigError(f"lr: must be > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
+
+    def _check_buckets(self) -> None:
+        if not self.crop_buckets_s:
+            return
+        try:
+            buckets = [float(b) for b in self.crop_buckets_s.split(",")]
+        except ValueError:
+            raise ConfigError(
+                f"crop_buckets_s: {self.crop_buckets_s!r} is not a comma list of seconds; write "
+                "e.g. 1.0,1.5,2.0,2.5,3.0"
+            ) from None
+        if self.dataset != "manifest" or self.crop_policy != "limit_longest":
+            raise ConfigError(
+                "crop_buckets_s: buckets limit_longest crops of a manifest; set dataset=manifest "
+                "and crop_policy=limit_longest, or crop_buckets_s=''"
+            )
+        if self.length_bucketing:
+            raise ConfigError(
+                "crop_buckets_s: already puts one crop length in each step; set "
+                "length_bucketing=false"
+            )
+        outside = [b for b in buckets if not self.min_audio_s <= b <= self.max_audio_s]
+        if outside or len(set(buckets)) != len(buckets):
+            raise ConfigError(
+                f"crop_buckets_s: buckets must be distinct and within min_audio_s-max_audio_s "
+                f"({self.min_audio_s:g}-{self.max_audio_s:g} s), got {self.crop_buckets_s}"
+            )
+        self.crop_buckets_s = ",".join(f"{b:g}" for b in sorted(buckets))
 
     def _check_placement(self) -> None:
         if not self.nodes:
@@ -584,6 +643,23 @@ class TrialConfig:
         return "min" if self.best_metric == "val_loss" else "max"
 
     @property
+    def crop_buckets(self) -> tuple[float, ...]:
+        """crop_buckets_s as seconds, ascending (empty: off)."""
+        return (
+            tuple(float(b) for b in self.crop_buckets_s.split(",")) if self.crop_buckets_s else ()
+        )
+
+    @property
+    def static_shapes(self) -> list[tuple[int, int]] | None:
+        """(audio samples, text tokens) of every batch shape the run can see, when they are
+        known before it starts (crop_buckets_s, synthetic data); None otherwise."""
+        if self.crop_buckets:
+            return [(int(round(b * 16_000)), self.text_tokens) for b in self.crop_buckets]
+        if self.dataset == "synthetic":
+            return [(self.audio_samples, self.text_tokens)]
+        return None
+
+    @property
     def audio_samples(self) -> int:
         return int(round(self.audio_s * 16_000))
 
@@ -604,6 +680,9 @@ def check_known_key(key: str, *, where: str) -> None:
         raise ConfigError(f"unknown key {key!r} in {where}; {hint}")
 
 
+# str keys that hold a comma list; a YAML list is accepted and joined.
+_LIST_KEYS = ("crop_buckets_s",)
+
 _HINTS: dict[str, Any] | None = None
 
 
@@ -619,6 +698,10 @@ def coerce_value(name: str, value: Any, hint: Any = None) -> Any:
     if hint is None:
         check_known_key(name, where="config")
         hint = _hints()[name]
+    if name in _LIST_KEYS and isinstance(value, (list, tuple)):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"{name}: expected a list of numbers, got {value!r}")
+        value = ",".join(f"{float(v):g}" for v in value)
     options = typing.get_args(hint) if _is_union(hint) else (hint,)
     for option in options:
         ok, converted = _match(value, option)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from trainables.config import TrialConfig
 from trainables.manifest import collate_padded
@@ -17,8 +17,10 @@ from trainables.model import text_vocab_size
 
 __all__ = [
     "EpochIterator",
+    "EpochsBatchSampler",
     "LengthBucketBatchSampler",
     "ResumableDistributedSampler",
+    "ShapeBucketBatchSampler",
     "SyntheticSpeechText",
     "build_dataset",
     "build_loader",
@@ -117,31 +119,121 @@ class ResumableDistributedSampler(DistributedSampler):
         return itertools.islice(super().__iter__(), self.skip, None)
 
 
+class ShapeBucketBatchSampler(Sampler[list[int]]):
+    """``crop_buckets_s``: this rank's micro-batches, every global batch holding crops of one
+    length (one of a few shapes, no padding between them), so a compiled step sees a handful of
+    static shapes.
+
+    Every rank draws the same epoch permutation (seed, epoch) and groups it by crop length; each
+    group is cut into global batches (its remainder is left out of this epoch; the permutation
+    differs next epoch), the global batches of all groups are shuffled together, and rank r takes
+    slice r of each.
+    """
+
+    def __init__(
+        self, lengths: np.ndarray, *, micro_batch: int, world_size: int, rank: int, seed: int
+    ):
+        self.lengths = np.asarray(lengths)
+        self.micro_batch, self.world_size, self.rank, self.seed = (
+            micro_batch,
+            world_size,
+            rank,
+            seed,
+        )
+        self.epoch = 0
+        self.skip = 0
+        global_batch = micro_batch * world_size
+        _, counts = np.unique(self.lengths, return_counts=True)
+        self._len = int(sum(c // global_batch for c in counts))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        global_batch = self.micro_batch * self.world_size
+        order = rng.permutation(len(self.lengths))
+        batches = []
+        for length in np.unique(self.lengths):
+            members = order[self.lengths[order] == length]
+            full = len(members) // global_batch * global_batch
+            batches += [members[i : i + global_batch] for i in range(0, full, global_batch)]
+        for n, index in enumerate(rng.permutation(len(batches))):
+            if n < self.skip:
+                continue
+            mine = batches[index][self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
+            yield [int(i) for i in mine]
+
+
+class EpochsBatchSampler(Sampler[list[int]]):
+    """One pass over every epoch: the per-epoch batch sampler ``inner``, epoch after epoch,
+    without end. The DataLoader's iterator therefore never ends, and its workers keep
+    prefetching across an epoch boundary (a new iterator per epoch would start with an empty
+    queue: the first steps of every epoch would wait for data). ``epoch`` and ``skip`` (batches
+    of that epoch already trained on) say where the next iterator starts."""
+
+    def __init__(self, inner: Sampler, *, per_batch: int = 1):
+        self.inner = inner
+        # ``inner.skip`` counts batches (a batch sampler) or samples (a sampler under BatchSampler)
+        self.per_batch = per_batch
+        self.epoch = 0
+        self.skip = 0
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self.inner)
+
+    def _target(self):
+        return getattr(self.inner, "sampler", self.inner)
+
+    def __iter__(self):
+        epoch, skip = self.epoch, self.skip
+        target = self._target()
+        while True:
+            target.set_epoch(epoch)
+            target.skip = skip * self.per_batch
+            yield from self.inner
+            epoch, skip = epoch + 1, 0
+
+
 class EpochIterator:
     """Batches forever: a corpus smaller than the run is read again, reshuffled per epoch. Its
-    position (``epoch`` and ``offset``, the batches taken in this epoch) goes into checkpoints,
-    and ``start(epoch, offset)`` continues from one."""
+    position (``epoch`` and ``offset``, the batches taken in that epoch) goes into checkpoints,
+    and ``start(epoch, offset)`` continues from one. The loader's batch sampler is an
+    :class:`EpochsBatchSampler`, so one iterator runs across epochs and the position is counted
+    here from the batches taken."""
 
     def __init__(self, loader: DataLoader):
         self.loader = loader
         self.epoch = self.offset = 0
+        self._start = (0, 0)
+        self._taken = 0
         self._it = None
 
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.loader.batch_sampler)
+
     def start(self, epoch: int = 0, offset: int = 0) -> EpochIterator:
-        """Begin (or resume) at ``offset`` batches into ``epoch``; the loader's iterator is made
-        here, before a resumed run restores its RNG states."""
+        """Begin (or resume) at ``offset`` batches into ``epoch``; the loader's iterator (and its
+        workers' prefetching) starts here, before a resumed run restores its RNG states."""
+        if self.batches_per_epoch == 0:
+            size = getattr(self.loader.batch_sampler.inner, "micro_batch", None) or getattr(
+                self.loader.batch_sampler.inner, "batch_size", "?"
+            )
+            raise ValueError(
+                f"the dataset gives no full batch of {size} per worker; use a larger corpus "
+                "or a smaller micro_batch"
+            )
         self.epoch, self.offset = epoch, offset
-        for sampler in (self.loader.sampler, self.loader.batch_sampler):
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
-            if hasattr(sampler, "skip"):
-                sampler.skip = offset * (1 if sampler is self.loader.batch_sampler else self._bs)
+        self._start, self._taken = (epoch, offset), 0
+        sampler = self.loader.batch_sampler
+        sampler.epoch, sampler.skip = epoch, offset
         self._it = iter(self.loader)
         return self
-
-    @property
-    def _bs(self) -> int:
-        return self.loader.batch_size or 1
 
     def __iter__(self):
         return self
@@ -149,20 +241,12 @@ class EpochIterator:
     def __next__(self) -> dict[str, torch.Tensor]:
         if self._it is None:
             self.start()
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            if self.offset == 0:
-                size = self.loader.batch_size or getattr(
-                    self.loader.batch_sampler, "micro_batch", "?"
-                )
-                raise ValueError(
-                    f"the dataset gives no full batch of {size} per worker; use a larger corpus "
-                    "or a smaller micro_batch"
-                ) from None
-            self.start(self.epoch + 1, 0)
-            return next(self)
-        self.offset += 1
+        batch = next(self._it)
+        self._taken += 1
+        # Position after this batch: its epoch, and the batches taken in it (1..per epoch).
+        per_epoch = self.batches_per_epoch
+        done = self._start[0] * per_epoch + self._start[1] + self._taken
+        self.epoch, self.offset = (done - 1) // per_epoch, (done - 1) % per_epoch + 1
         return batch
 
     @property
@@ -184,6 +268,7 @@ def manifest_options(cfg: TrialConfig) -> dict:
         text_path=cfg.text_pretrained_path,
         tokenizer_path=cfg.tokenizer_path,
         max_missing_fraction=cfg.max_missing_files_fraction,
+        buckets=cfg.crop_buckets,
     )
 
 
@@ -200,7 +285,9 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
             split="train",
             **manifest_options(cfg),
         )
-        return ds, functools.partial(collate_padded, pad_id=ds.pad_id)
+        # crop_buckets_s: one text shape too (transcripts padded to text_tokens).
+        text_to = cfg.text_tokens if cfg.crop_buckets else None
+        return ds, functools.partial(collate_padded, pad_id=ds.pad_id, text_to=text_to)
     # One epoch covers max_steps steps of every rank.
     ds = SyntheticSpeechText(
         num_items=cfg.max_steps * cfg.micro_batch * world_size,
@@ -218,8 +305,9 @@ def epochs(loader: DataLoader) -> EpochIterator:
 
 
 def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
-    """DataLoader with a DistributedSampler (or the length-bucketing batch sampler); persistent
-    workers, so a new epoch does not restart them inside a timed window."""
+    """DataLoader over every epoch (:class:`EpochsBatchSampler`) of a DistributedSampler, the
+    length-bucketing sampler or the shape-bucket sampler (crop_buckets_s); persistent workers
+    that keep prefetching across epoch boundaries."""
     dataset, collate = build_dataset(cfg, world_size=world_size)
     workers = dict(
         # Its own generator: making an iterator draws the workers' base seed from it, not from
@@ -231,8 +319,17 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
         pin_memory=pin_memory,
         collate_fn=collate,
     )
-    if cfg.length_bucketing:
-        batches = LengthBucketBatchSampler(
+    if cfg.crop_buckets:
+        inner: Sampler = ShapeBucketBatchSampler(
+            dataset.crop_lengths(),
+            micro_batch=cfg.micro_batch,
+            world_size=world_size,
+            rank=rank,
+            seed=cfg.seed,
+        )
+        batches = EpochsBatchSampler(inner)
+    elif cfg.length_bucketing:
+        inner = LengthBucketBatchSampler(
             dataset.crop_lengths(),
             micro_batch=cfg.micro_batch,
             world_size=world_size,
@@ -240,10 +337,11 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
             seed=cfg.seed,
             pool_batches=cfg.length_bucketing_pool,
         )
-        return DataLoader(dataset, batch_sampler=batches, **workers)
-    sampler = ResumableDistributedSampler(
-        dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
-    )
-    return DataLoader(
-        dataset, batch_size=cfg.micro_batch, sampler=sampler, drop_last=True, **workers
-    )
+        batches = EpochsBatchSampler(inner)
+    else:
+        sampler = ResumableDistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
+        )
+        inner = BatchSampler(sampler, cfg.micro_batch, drop_last=True)
+        batches = EpochsBatchSampler(inner, per_batch=cfg.micro_batch)
+    return DataLoader(dataset, batch_sampler=batches, **workers)

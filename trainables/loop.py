@@ -21,6 +21,7 @@ from trainables.checkpoint import (
     find_resume_checkpoint,
     load_checkpoint,
     prepare_folder,
+    read_meta,
     restore_rng,
     save_checkpoint,
 )
@@ -72,10 +73,13 @@ class WorkerContext:
     # Where this rank runs: Ray's node IP and node id (outside Ray: the hostname and "").
     node: str = ""
     node_id: str = ""
+    entry_ts: float = 0.0  # when this worker entered the loop function (0: at run_training)
+    cache_dir: Path | None = None  # shared by the runs of an output root (FLOPs per model shape)
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point: one call per worker."""
+    entry_ts = time.time()
     import ray.train
     import ray.train.torch
 
@@ -120,6 +124,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             run_dir=run_dir,
             node=record["node_ip"],
             node_id=record["node_id"],
+            entry_ts=entry_ts,
+            cache_dir=run_dir.parent.parent / "cache",
         ),
     )
 
@@ -168,17 +174,73 @@ def placement_fields(placement: list[tuple[str, str, int]]) -> dict[str, Any]:
     }
 
 
+class StartupClock:
+    """Where start-up time goes: laps of named parts, from the trial's start to the end of the
+    first step. ``breakdown()`` is the manifest's ``startup_breakdown`` (seconds per part)."""
+
+    def __init__(self, start_ts: float, entry_ts: float, process_ts: float = 0.0):
+        self.parts: dict[str, float] = {}
+        if start_ts and start_ts < process_ts < entry_ts:
+            # Tune's trial actor and Ray Train's controller until this worker's process
+            # started, then the worker process itself (Python, Ray, torch, the process group).
+            self.parts["ray_controller"] = process_ts - start_ts
+            self.parts["ray_worker"] = entry_ts - process_ts
+        else:  # a process started before the trial (Ray's pool of idle workers), or no Ray
+            self.parts["ray_workers"] = max(0.0, entry_ts - start_ts) if start_ts else 0.0
+        self._last = entry_ts
+
+    def lap(self, name: str) -> float:
+        now = time.time()
+        took = now - self._last
+        self.parts[name] = self.parts.get(name, 0.0) + took
+        self._last = now
+        return took
+
+    def add(self, name: str, seconds: float) -> None:
+        """A part timed elsewhere, inside the last lap (moved out of that lap's part)."""
+        self.parts[name] = self.parts.get(name, 0.0) + seconds
+
+    def breakdown(self) -> str:
+        return " ".join(f"{k}={v:.2f}" for k, v in self.parts.items() if v >= 0.005)
+
+
+def _process_start() -> float:
+    """When this process started (its creation time), or 0 when it cannot be told."""
+    try:
+        import psutil
+
+        return float(psutil.Process().create_time())
+    except Exception:  # noqa: BLE001 - the breakdown then has one part less
+        return 0.0
+
+
+def _import_model_code() -> None:
+    """The transformers model modules (a few seconds per process): timed as their own part."""
+    import transformers.models.bert.modeling_bert  # noqa: F401
+    import transformers.models.wav2vec2.modeling_wav2vec2  # noqa: F401
+
+
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     """The stage-1 loop, the same under Ray Train and under torchrun."""
     rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
+    clock = StartupClock(worker.start_ts, worker.entry_ts or time.time(), _process_start())
 
     if on_gpu:
         torch.cuda.set_device(device)  # DeepSpeed places its state on the current device
-    engine = build_engine(cfg, device)
+    # The loader first: its workers start (and prefetch) while the model is built.
     loader = build_loader(cfg, rank=rank, world_size=world_size, pin_memory=on_gpu)
     batches = epochs(loader)
+    state, resume_from, meta = _resume_position(cfg, worker)
+    batches.start(int(meta["epoch"]), int(meta["offset"])) if meta else batches.start()
+    clock.lap("loader_start")
+    _import_model_code()
+    clock.lap("imports")
+    engine = build_engine(cfg, device, clock=clock, flops_cache=worker.cache_dir)
     val_data = build_val_dataset(cfg)
+    if resume_from is not None:
+        _resume(cfg, worker, engine, state, resume_from)
+        clock.lap("resume")
     placement = gather_placement(worker)
     mine = placement[rank][0]
     telemetry, telemetry_note = start_telemetry(
@@ -197,10 +259,25 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         "missing_files": getattr(loader.dataset, "missing_files", 0),
         **placement_fields(placement),
     }
-    state = _resume(cfg, worker, engine, batches)
+    clock.lap("val_placement_telemetry")
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, rank).start()
     try:
-        _train(cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog, state, val_data)
+        # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
+        notes["compile_s"] = engine.warm_up(cfg)
+        clock.lap("compile")
+        _train(
+            cfg,
+            worker,
+            engine,
+            batches,
+            telemetry,
+            notes,
+            env_facts,
+            watchdog,
+            state,
+            val_data,
+            clock,
+        )
         if cfg.export_model != "none" and worker.run_dir is not None:
             _export(cfg, worker, engine, state)
     finally:
@@ -231,27 +308,33 @@ def _shape(cfg: TrialConfig, world_size: int) -> dict[str, Any]:
     }
 
 
-def _resume(cfg: TrialConfig, worker: WorkerContext, engine, batches) -> RunState:
-    """Continue from the newest complete checkpoint in the run's folder, if any: a worker-group
-    restart (Ray Train's FailureConfig) or ``--resume`` after the driver died. Incomplete ones
-    (a save or upload cut off) are skipped and named."""
+def _resume_position(
+    cfg: TrialConfig, worker: WorkerContext
+) -> tuple[RunState, Path | None, dict[str, Any] | None]:
+    """The newest complete checkpoint in the run's folder, if any (a worker-group restart, Ray
+    Train's FailureConfig, or ``--resume`` after the driver died), and its meta: the loader
+    starts at its data position before the model is built. Incomplete ones (a save or upload
+    cut off) are skipped and named."""
     state = RunState(attempt_start_ts=time.time())
     folder, skipped = (None, [])
     if cfg.checkpoint_every and worker.run_dir is not None:
         folder, skipped = find_resume_checkpoint(worker.run_dir)
     state.resume_notes = "; ".join(skipped)
     if folder is None:
-        batches.start()
-        return state
-    meta = load_checkpoint(engine, folder, rank=worker.rank, device=worker.device)
+        return state, None, None
+    meta = read_meta(folder)
     check_shape(meta, _shape(cfg, worker.world_size), folder)
+    return state, folder, meta
+
+
+def _resume(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState, folder: Path) -> None:
+    """Load the checkpoint's model, optimizer and schedule; its RNG states come back last. The
+    loader's iterator was made before that, as it was made before the checkpoint in the run
+    that saved it: the sample sequence and dropout masks go on the same."""
+    meta = load_checkpoint(engine, folder, rank=worker.rank, device=worker.device)
     state.step = state.resumed_from_step = int(meta["step"])
     state.last_val = meta.get("last_val")
-    # The loader's iterator is made before the RNG states come back, as it was made before the
-    # checkpoint in the run that saved it: the sample sequence and dropout masks go on the same.
-    batches.start(int(meta["epoch"]), int(meta["offset"]))
     restore_rng(folder, rank=worker.rank, device=worker.device)
-    return state
 
 
 def _save(cfg, worker, engine, batches, state: RunState) -> tuple[Path, dict[str, Any]]:
@@ -311,7 +394,7 @@ def _gathered_extras(
 
 
 def _train(
-    cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog, state, val_data
+    cfg, worker, engine, batches, telemetry, notes, env_facts, watchdog, state, val_data, clock
 ) -> None:
     rank, world_size, device = worker.rank, worker.world_size, worker.device
     on_gpu = device.type == "cuda"
@@ -376,6 +459,10 @@ def _train(
         prev_end = t2
         if first_step_ts is None:
             first_step_ts = time.time()
+            clock.add("first_batch", data_s)
+            clock.lap("first_step")
+            clock.parts["first_step"] -= data_s
+            notes["startup_breakdown"] = clock.breakdown()
 
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             metrics = timer.summary(global_batch)

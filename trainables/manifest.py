@@ -111,19 +111,32 @@ def crop_window(
     max_s: float,
     fixed_s: float,
     rate: int = SAMPLE_RATE,
+    buckets: tuple[float, ...] = (),
 ) -> tuple[int, int, int]:
     """(start, samples to read, samples to return) for one utterance.
 
     ``limit_longest``: a window of uniform length in [min_s, max_s] at a uniform position;
     utterances shorter than the window are kept whole. ``fixed_slice``: exactly ``fixed_s``;
-    shorter utterances are read whole and zero-padded to it.
+    shorter utterances are read whole and zero-padded to it. With ``buckets`` (limit_longest),
+    the drawn window length is rounded to the nearest bucket; an utterance shorter than that
+    takes the longest bucket it fills, and one shorter than every bucket is read whole and
+    zero-padded to the shortest: every crop is one of the buckets' lengths.
     """
     if policy == "fixed_slice":
         want = int(round(fixed_s * rate))
         if num_samples <= want:
             return 0, num_samples, want
         return int(rng.integers(0, num_samples - want + 1)), want, want
-    want = int(round(rng.uniform(min_s, max_s) * rate))
+    drawn = rng.uniform(min_s, max_s)
+    if buckets:
+        sizes = [int(round(b * rate)) for b in buckets]
+        want = sizes[int(np.argmin([abs(b - drawn) for b in buckets]))]
+        fits = [n for n in sizes if n <= min(want, num_samples)]
+        if not fits:
+            return 0, num_samples, sizes[0]
+        want = fits[-1]
+        return int(rng.integers(0, num_samples - want + 1)), want, want
+    want = int(round(drawn * rate))
     if num_samples <= want:
         return 0, num_samples, num_samples
     return int(rng.integers(0, num_samples - want + 1)), want, want
@@ -155,6 +168,7 @@ class ManifestDataset(Dataset):
         tokenizer_manifest: Path | None = None,
         val_speakers: int = 0,
         split: Literal["train", "val"] = "train",
+        buckets: tuple[float, ...] = (),
     ):
         """``tokenizer_manifest``: the manifest whose tokenizer encodes the transcripts (the
         training manifest, for a validation split); ``val_speakers``: the last N speakers (in
@@ -205,7 +219,7 @@ class ManifestDataset(Dataset):
             max_audio_s,
             fixed_slice_s,
         )
-        self.seed, self.read = seed, read
+        self.seed, self.read, self.buckets = seed, read, tuple(buckets)
 
     def __len__(self) -> int:
         return len(self.num_samples)
@@ -222,6 +236,7 @@ class ManifestDataset(Dataset):
                     min_s=self.min_s,
                     max_s=self.max_s,
                     fixed_s=self.fixed_s,
+                    buckets=self.buckets,
                 )[2]
                 for i, n in enumerate(self.num_samples)
             ],
@@ -239,6 +254,7 @@ class ManifestDataset(Dataset):
             min_s=self.min_s,
             max_s=self.max_s,
             fixed_s=self.fixed_s,
+            buckets=self.buckets,
         )
         path = self.paths[index].decode()
         if self.read == "seek":
@@ -258,13 +274,18 @@ class ManifestDataset(Dataset):
         }
 
 
-def collate_padded(items: list[dict], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad audio (zeros) and token ids (``pad_id``) to the longest in the batch; masks come from
-    each item's valid length (items carry a length, not a mask as long as their audio)."""
+def collate_padded(
+    items: list[dict], pad_id: int = 0, text_to: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Pad audio (zeros) and token ids (``pad_id``) to the longest in the batch (token ids to
+    ``text_to`` when given: one text shape for every batch); masks come from each item's valid
+    length (items carry a length, not a mask as long as their audio)."""
     from torch.nn.utils.rnn import pad_sequence
 
     audio = pad_sequence([it["audio"] for it in items], batch_first=True)
     ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad_id)
+    if text_to is not None and ids.shape[1] < text_to:
+        ids = torch.nn.functional.pad(ids, (0, text_to - ids.shape[1]), value=pad_id)
     audio_len = torch.tensor([it["audio_len"] for it in items])
     text_len = torch.tensor([len(it["input_ids"]) for it in items])
     return {

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import math
 import shutil
+import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -130,11 +132,15 @@ class Engine:
     _compile_errors: tuple[type[BaseException], ...] = ()
     _to_eager: Any = None
     _calls: int = 0
+    _cudagraphs: bool = False  # compile_mode reduce-overhead on a GPU: mark each new step
 
     def __call__(self, batch: dict[str, torch.Tensor]):
         if self._dtype is not None:
             batch = {k: v.to(self._dtype) if v.is_floating_point() else v for k, v in batch.items()}
         self._calls += 1
+        if self._cudagraphs and self._to_eager is not None:
+            # A new iteration: the CUDA graphs may overwrite the previous step's outputs.
+            torch.compiler.cudagraph_mark_step_begin()
         if self._to_eager is None:
             with self._autocast():
                 return self.model(**batch)
@@ -157,6 +163,45 @@ class Engine:
         self._to_eager = None
         self.effective["compile_effective"] = "eager (fallback)"
         self.effective["fallbacks"] = "; ".join(filter(None, [self.effective["fallbacks"], note]))
+
+    def warm_up(self, cfg: TrialConfig) -> float:
+        """compile_warmup: compile (and with reduce-overhead, record the CUDA graphs of) every
+        static shape of the run before its first timed step, in a forward and backward pass of
+        a made-up batch of each shape; no optimizer step, gradients cleared, RNG states put
+        back (dropout masks of the real steps are unchanged). Returns the seconds it took
+        (compile_s; 0 when nothing was compiled ahead). DDP only: DeepSpeed counts its
+        micro-steps and would take the pass as one."""
+        shapes = cfg.static_shapes
+        if not (
+            cfg.compile_warmup and shapes and self._to_eager is not None and self.kind == "ddp"
+        ):
+            return 0.0
+        from trainables.model import contrastive_loss
+
+        device = next(self.bare.parameters()).device
+        passes = 3 if self._cudagraphs else 1  # cudagraph trees: warm-up runs, then recording
+        t0 = time.perf_counter()
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            for audio_n, text_n in shapes:
+                for _ in range(passes):
+                    batch = _shape_batch(cfg.micro_batch, audio_n, text_n, device)
+                    try:
+                        speech, text, scale = self(batch)
+                        if self._to_eager is None:  # fell back to eager: nothing to warm up
+                            break
+                        loss = contrastive_loss(
+                            speech.float(), text.float(), scale.float(), scope=cfg.contrastive_scope
+                        )
+                        self.backward(loss)  # the backward graph compiles at its first call
+                    except self._compile_errors as exc:
+                        self._fall_back(exc)
+                    self.bare.zero_grad(set_to_none=True)
+                    if self._to_eager is None:
+                        break
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
 
     def accumulating(self, last: bool):
         """Around the forward and backward of one micro-batch: all but the last micro-batch of
@@ -199,6 +244,17 @@ def probe_batch(
     }
 
 
+def _shape_batch(rows: int, audio_n: int, text_n: int, device) -> dict[str, torch.Tensor]:
+    """A made-up batch of one static shape (the compile warm-up): what the loader gives."""
+    g = torch.Generator().manual_seed(0)
+    return {
+        "audio": (0.1 * torch.randn(rows, audio_n, generator=g)).to(device),
+        "audio_mask": torch.ones(rows, audio_n, dtype=torch.long, device=device),
+        "input_ids": torch.randint(5, 900, (rows, text_n), generator=g).to(device),
+        "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
+    }
+
+
 def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
     if cfg.optimizer == "deepspeed_fused_adam":
         if shutil.which("ninja") is None:
@@ -208,18 +264,60 @@ def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
         from deepspeed.ops.adam import FusedAdam
 
         return FusedAdam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, adam_w_mode=True)
-    # torch's fused AdamW: no CUDA extension is compiled at start-up.
+    # torch's fused AdamW (no CUDA extension is compiled at start-up), or its foreach path.
+    if cfg.optimizer == "adamw_torch_foreach":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
     return torch.optim.AdamW(
         params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True if on_gpu else None
     )
 
 
 def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:
+    dynamic = None if cfg.compile_dynamic == "auto" else cfg.compile_dynamic
+    if cfg.compile_dynamic == "auto" and cfg.crop_buckets:
+        dynamic = False  # a few known shapes: each compiled once, statically
     return {
         "backend": cfg.compile_backend,
         "mode": None if cfg.compile_mode == "default" else cfg.compile_mode,
-        "dynamic": None if cfg.compile_dynamic == "auto" else cfg.compile_dynamic,
+        "dynamic": dynamic,
     }
+
+
+def compile_regions(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """compile_scope layers: the modules compiled one by one (regional compilation): every
+    transformer layer of both encoders and the wav2vec2 convolutional feature encoder. The
+    layers of one encoder are instances of one class with one code object, so dynamo compiles
+    their forward once per shape and reuses it for all of them."""
+    speech, text = model.speech, model.text
+    regions: list[torch.nn.Module] = [speech.feature_extractor]
+    regions += list(speech.encoder.layers)
+    regions += list(text.encoder.layer)
+    return regions
+
+
+def _compile_layers(model: torch.nn.Module, kwargs: dict[str, Any]):
+    """Compile each region in place (nn.Module.compile); returns the function that undoes it."""
+    regions = compile_regions(model)
+    for region in regions:
+        region.compile(**kwargs)
+
+    def to_eager() -> None:
+        for region in regions:
+            region._compiled_call_impl = None
+
+    return to_eager
+
+
+def _allow_recompiles(cfg: TrialConfig) -> None:
+    """Dynamo gives up recompiling a frame after 8 shapes and runs it eagerly from then on; a
+    run with more static shapes than that keeps every one compiled."""
+    import torch._dynamo.config as dynamo_config
+
+    shapes = len(cfg.static_shapes or ())
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 2 * shapes + 8))
+            break
 
 
 def _compile_errors() -> tuple[type[BaseException], ...]:
@@ -230,7 +328,70 @@ def _compile_errors() -> tuple[type[BaseException], ...]:
     return (torch._dynamo.exc.TorchDynamoException,)
 
 
-def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
+def _lap(clock, name: str) -> None:
+    if clock is not None:
+        clock.lap(name)
+
+
+def _flops(cfg, model, device, load_dtype: str, attention: dict, cache: Path | None) -> float:
+    """FLOPs per sample of the run's model shape: from ``cache`` when a run of the same shape
+    counted them, else counted; rank 0 only, sent to the others (no rank counts twice)."""
+    import hashlib
+    import json
+
+    import transformers
+
+    probe = probe_batch(cfg, device, dtype=_DTYPES[load_dtype])
+    key = json.dumps(
+        [
+            cfg.model_size,
+            cfg.proj_dim,
+            cfg.speech_pretrained_path,
+            cfg.text_pretrained_path,
+            load_dtype,
+            attention.get("speech_attention_effective"),
+            attention.get("text_attention_effective"),
+            list(probe["audio"].shape),
+            list(probe["input_ids"].shape),
+            torch.__version__,
+            transformers.__version__,
+        ]
+    )
+    path = None
+    if cache is not None:
+        path = Path(cache) / f"flops-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    rank = torch.distributed.get_rank() if distributed else 0
+    value = [math.nan]
+    if rank == 0:
+        try:
+            value[0] = float(json.loads(path.read_text())["flops_per_sample"]) if path else None
+        except (OSError, ValueError, KeyError):
+            value[0] = None
+        if value[0] is None:
+            # Its forward draws dropout masks: the RNG goes on as if it had not run.
+            devices = [device] if device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                value[0] = flops_per_sample(model, probe)
+            if path is not None:
+                from data_prep.fileio import write_json
+
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    write_json(path, {"key": key, "flops_per_sample": value[0]})
+                except OSError:
+                    pass  # a read-only output root: count again next time
+    if distributed and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(value, src=0)
+    return float(value[0])
+
+
+def build_engine(
+    cfg: TrialConfig, device: torch.device, *, clock=None, flops_cache: Path | None = None
+) -> Engine:
+    """The run's model, optimizer and wrapper. ``clock`` (a loop.StartupClock) times the
+    parts; ``flops_cache``: a folder where FLOPs per sample are kept per model shape, so each
+    shape is counted once, not in every run (rank 0 counts or reads, the others are sent it)."""
     torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
     torch.backends.cudnn.allow_tf32 = cfg.tf32
     torch.set_float32_matmul_precision(cfg.matmul_precision)
@@ -238,23 +399,30 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
     load_dtype = resolve_load_dtype(cfg.model_load_dtype, cfg.strategy, precision)
     on_gpu = device.type == "cuda"
     torch.manual_seed(cfg.seed)  # identical init on every rank
-    model, attention = build_model_with_attention(
-        cfg.model_size,
-        cfg.proj_dim,
-        speech=cfg.speech_attention,
-        text=cfg.text_attention,
-        device=device,
-        precision=precision,
-        speech_path=cfg.speech_pretrained_path,
-        text_path=cfg.text_pretrained_path,
-        dtype=_DTYPES[load_dtype],
-    )
+    # Weights made from configs are built (and initialised) on the device itself: no CPU
+    # init followed by a copy. Checkpoints load on the CPU, then move.
+    on_device = not (cfg.speech_pretrained_path or cfg.text_pretrained_path)
+    with torch.device(device) if on_device else contextlib.nullcontext():
+        model, attention = build_model_with_attention(
+            cfg.model_size,
+            cfg.proj_dim,
+            speech=cfg.speech_attention,
+            text=cfg.text_attention,
+            device=device,
+            precision=precision,
+            speech_path=cfg.speech_pretrained_path,
+            text_path=cfg.text_pretrained_path,
+            dtype=_DTYPES[load_dtype],
+        )
+    _lap(clock, "model_build")
     model = model.to(device)
+    _lap(clock, "to_device")
     # The forward clamps the temperature too (the only clamp under DeepSpeed, whose master
     # weights live in its optimizer).
     model.logit_scale_max = cfg.logit_scale_max
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
-    flops = flops_per_sample(model, probe_batch(cfg, device, dtype=_DTYPES[load_dtype]))
+    flops = _flops(cfg, model, device, load_dtype, attention, flops_cache)
+    _lap(clock, "flops")
     peak = peak_tflops(device, precision)
     optimizer = _optimizer(cfg, model.parameters(), on_gpu)
     effective = {
@@ -272,8 +440,12 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
             "ignore", message="Dynamo detected a call to a `functools.lru_cache`"
         )
         kwargs = _compile_kwargs(cfg)
+        _allow_recompiles(cfg)
         effective["compile_effective"] = f"{cfg.compile_backend}/{cfg.compile_mode}"
+        if cfg.compile_scope == "layers":
+            effective["compile_effective"] += "/layers"
         compiled["_compile_errors"] = _compile_errors()
+        compiled["_cudagraphs"] = cfg.compile_mode == "reduce-overhead" and on_gpu
     if cfg.strategy == "deepspeed":
         import deepspeed
 
@@ -285,7 +457,15 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
             lr_scheduler=lambda opt: _scheduler(opt, cfg),
             dist_init_required=False,  # Ray Train already set up the process group
         )
-        if cfg.torch_compile:
+        if cfg.torch_compile and cfg.compile_scope == "layers":
+            undo = _compile_layers(engine.module, kwargs)
+
+            def to_eager():
+                undo()
+                return engine
+
+            compiled["_to_eager"] = to_eager
+        elif cfg.torch_compile:
             backend = kwargs.pop("backend")
             engine.compile(backend=backend, compile_kwargs=kwargs)
 
@@ -296,6 +476,7 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
                 return engine
 
             compiled["_to_eager"] = to_eager
+        _lap(clock, "wrap")
         # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
         dtype = None if precision == "fp32" else _DTYPES[precision]
         return Engine(
@@ -327,11 +508,20 @@ def build_engine(cfg: TrialConfig, device: torch.device) -> Engine:
         hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
         ddp.register_comm_hook(None, hook[cfg.ddp_comm_hook])
     wrapped: torch.nn.Module = ddp
-    if cfg.torch_compile:
+    if cfg.torch_compile and cfg.compile_scope == "layers":
+        undo = _compile_layers(model, kwargs)
+
+        def layers_to_eager():
+            undo()
+            return ddp
+
+        compiled["_to_eager"] = layers_to_eager
+    elif cfg.torch_compile:
         # The DDP module, not the inner one: dynamo's DDPOptimizer then splits the graph at
         # bucket boundaries, so gradient all-reduce still overlaps the backward pass.
         wrapped = torch.compile(ddp, **kwargs)
         compiled["_to_eager"] = lambda: ddp
+    _lap(clock, "wrap")
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
     scheduler = _scheduler(optimizer, cfg)
     dtype = _DTYPES[precision]

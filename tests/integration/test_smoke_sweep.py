@@ -78,6 +78,11 @@ def test_manifest_lists_both_runs_ok_with_figures_that_match_the_parquet(sweep):
             tail["samples_per_s"].mean(), rel=1e-4
         )
         assert row["tail_mean_iter_p50_ms"] == pytest.approx(tail["iter_ms_p50"].mean(), rel=1e-4)
+        # Where the start-up went: the parts add up to startup_s (trial start to first step).
+        parts = {k: float(v) for k, v in (p.split("=") for p in row["startup_breakdown"].split())}
+        assert {"imports", "model_build", "wrap", "first_step"} <= set(parts), parts
+        assert sum(parts.values()) == pytest.approx(row["startup_s"], abs=0.2)
+        assert row["compile_s"] == 0  # nothing compiled
 
 
 def test_the_space_corpus_was_generated_and_prepared_before_the_runs(sweep):
@@ -144,6 +149,14 @@ def test_the_analysis_files_agree_with_the_timing_rows(sweep):
     ranked = pd.read_csv(root / "ranked_groups.csv")
     best = json.loads((root / "best_config.json").read_text())
     assert ranked.loc[0, "group"] == best["group"] and list(ranked["rank"]) == [1, 2]
+    # The space's baseline (micro_batch 4): every group's samples/s over the baseline's.
+    base = ranked[ranked["baseline"]]
+    assert list(base["group"]) == ["sweep_z0_mb4_nw0_pf2"] and base["vs_baseline"].item() == 1.0
+    other = ranked[~ranked["baseline"]].iloc[0]
+    assert other["vs_baseline"] == pytest.approx(
+        other["tail_samples_per_sec_robust"] / base["tail_samples_per_sec_robust"].item()
+    )
+    assert "| x baseline |" in (root / "summary.md").read_text()
     assert best["command"] == f"python -m platform.train --config {root / 'best_config.json'}"
     assert f"train with it: {best['command']}" in out.stdout
     # The printed command trains the winner: its plan is the winner's config, training on.
