@@ -1,8 +1,13 @@
 """The workload learns: on the learnable corpus, tiny models trained by the real loop (one gloo
-rank, no Ray) reach a validation recall@1 of at least 5x chance on held-out speakers, with the
-training loss falling. The same check with the audio shuffled against its transcripts stays at
-chance: the test can tell a model that learns from one that does not."""
+rank, no Ray) bring the validation contrastive loss on held-out speakers well below chance
+(ln of the split's size) and their recall@1 above chance, with the training loss falling. The
+same check with the audio shuffled against its transcripts stays at chance: the test can tell a
+model that learns from one that does not. The validation loss is the criterion because it is a
+smooth figure: recall@1 over 160 held-out items counts a handful of hits, and varied from 3.5x
+to 5x chance across seeds and dropout draws of the same learning run (shuffled: 1x, val loss
+at ln 160 to 3 decimals)."""
 
+import math
 import os
 import time
 
@@ -71,14 +76,16 @@ def learned(windows: list[dict]) -> bool:
     val = windows[-1]
     losses = [w["loss"] for w in windows]
     falling = sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5
-    return falling and val["val_mean_r1"] >= 5 * val["val_chance_r1"]
+    # 4.24-4.3 when it learns, 5.075 (= ln 160) at chance
+    return falling and val["val_loss"] < math.log(val["val_items"]) - 0.4
 
 
-def test_recall_reaches_5x_chance_and_not_with_shuffled_audio(learnable, tmp_path):
+def test_the_model_learns_and_not_with_shuffled_audio(learnable, tmp_path):
     windows = train(learnable)
     val = windows[-1]
     assert val["val_items"] == 160 and val["val_step"] == STEPS
     assert learned(windows), [(w["step"], round(w["loss"], 3)) for w in windows] + [val]
+    assert val["val_mean_r1"] >= 2 * val["val_chance_r1"], val
     # The same corpus with every utterance given another one's transcript.
     df = pd.read_csv(learnable, sep="\t", keep_default_na=False)
     df["path"] = [str((learnable.parent / p).resolve()) for p in df["path"]]

@@ -446,6 +446,9 @@ def build_engine(
             effective["compile_effective"] += "/layers"
         compiled["_compile_errors"] = _compile_errors()
         compiled["_cudagraphs"] = cfg.compile_mode == "reduce-overhead" and on_gpu
+        if cfg.compile_mode == "reduce-overhead" and not on_gpu:
+            note = "compile: reduce-overhead: no CUDA graphs off a GPU"
+            effective["fallbacks"] = "; ".join(filter(None, [effective["fallbacks"], note]))
     if cfg.strategy == "deepspeed":
         import deepspeed
 
