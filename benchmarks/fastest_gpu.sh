@@ -6,22 +6,12 @@
 # one GPU (scaling). Corpus: 1,600 utterances of 2-8 s (1,600 / global batch = a few steps per
 # epoch, so a run crosses many epoch boundaries), made once per machine under /tmp.
 set -u -o pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-C=/tmp/corpus
-M=$C/p/manifest_16k_trim.tsv
+source "$(dirname "$0")/gpu_common.sh"
 SPACE=${FASTEST_SPACE:-h200_fastest}
 R=/tmp/fastest_$SPACE
 GPUS=$(nvidia-smi -L | wc -l)
-quiet() { grep -v -e PlacementGroupCleaner -e "Failed to query Ray Train Controller"; }
 nvidia-smi -L | tee "$OUT/gpus.txt"
-if [ ! -f "$M" ]; then
-  python -m data_prep.synth --output-root $C/raw --speakers 8 --chapters 4 --utts 50 \
-    --min-s 2 --max-s 8 2>&1 | tail -2 | tee "$OUT/prep.log"
-  python -m data_prep.librispeech --input-root $C/raw --output-root $C/p --trim \
-    --manifest-path $M 2>&1 | tail -3 | tee -a "$OUT/prep.log"
-fi
+make_corpus
 SCALING=""
 TORCHRUN=--torchrun
 [ "${FASTEST_TORCHRUN:-1}" = 0 ] && TORCHRUN=""

@@ -6,19 +6,8 @@
 # Logs and result files go to $OUT. The corpus (1,600 utterances of 2-8 s) is made once per
 # machine under /tmp and reused while the machine stays warm.
 set -u -o pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-C=/tmp/corpus
-M=$C/p/manifest_16k_trim.tsv
-quiet() { grep -v -e PlacementGroupCleaner -e "Failed to query Ray Train Controller"; }
-
-if [ "${1:-options}" != compile ] && [ ! -f "$M" ]; then
-  python -m data_prep.synth --output-root $C/raw --speakers 8 --chapters 4 --utts 50 \
-    --min-s 2 --max-s 8 2>&1 | tail -2 | tee "$OUT/prep.log"
-  python -m data_prep.librispeech --input-root $C/raw --output-root $C/p --trim \
-    --manifest-path $M 2>&1 | tail -3 | tee -a "$OUT/prep.log"
-fi
+source "$(dirname "$0")/gpu_common.sh"
+[ "${1:-options}" != compile ] && make_corpus
 
 case "${1:-options}" in
 options)

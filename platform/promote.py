@@ -51,9 +51,12 @@ def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
             ) from None
         cases.append(swept)
     note = f"retest of the top {len(cases)} groups of {ranked_root.name}"
+    # The space's baseline stays only when it is one of the promoted groups.
+    kept = [c for c in cases if all(c.get(k) == v for k, v in space.baseline.items())]
     return dataclasses.replace(
         space,
         grid={},
         cases=cases,
+        baseline=dict(space.baseline) if space.baseline and len(kept) == 1 else {},
         description=f"{space.description} ({note})" if space.description else note,
     )

@@ -51,3 +51,20 @@ def test_bad_promotions_exit_2_with_one_line(tmp_path):
         out = tune("--space", "smoke", "--from-ranked", earlier, *args, "--dry-run")
         assert out.returncode == 2 and fragment in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_baseline_stays_only_when_it_is_promoted(tmp_path):
+    import dataclasses
+
+    from platform.promote import from_ranked
+    from platform.spaces import expand_runs, load_space
+
+    earlier = make_root(tmp_path)  # ranking: fast (micro_batch 16), slow (micro_batch 8)
+    analyze(earlier)
+    smoke = load_space("smoke")  # baseline: micro_batch 4, not among the promoted groups
+    assert from_ranked(smoke, earlier, top=2).baseline == {}
+    eight = dataclasses.replace(smoke, baseline={"micro_batch": 8})
+    promoted = from_ranked(eight, earlier, top=2)
+    assert promoted.baseline == {"micro_batch": 8}
+    assert [r.config.micro_batch for r in expand_runs(promoted) if r.baseline] == [8]
+    assert from_ranked(eight, earlier, top=1).baseline == {}  # only the fast group promoted

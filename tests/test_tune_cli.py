@@ -79,7 +79,7 @@ def bad_key_space():
 CASES = {
     "unknown space": (
         ["--space", "nope"],
-        "unknown space 'nope'; known spaces: 4090_mainline, 4090_phaseb, 4x4090_mainline",
+        "unknown space 'nope'; known spaces: 4090_fastest, 4090_mainline, 4090_phaseb",
     ),
     "unknown --set key": (
         ["--space", "smoke", "--set", "micro_bach=4"],
