@@ -407,7 +407,7 @@ def _train(
     first_step_ts: float | None = None
     report_ms = 0.0
     audio_valid = audio_total = 0
-    val_collate = _collate_for(val_data)
+    val_collate = _collate_for(val_data, cfg)
     # score of best_metric for Ray Train's CheckpointConfig: the latest validation's value
     worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
     loop_start = prev_end = time.perf_counter()
@@ -545,14 +545,16 @@ def _train(
             window += 1
 
 
-def _collate_for(dataset):
+def _collate_for(dataset, cfg: TrialConfig):
     if dataset is None:
         return None
     import functools
 
     from trainables.manifest import collate_padded
 
-    return functools.partial(collate_padded, pad_id=dataset.pad_id)
+    # crop_buckets_s: validation batches keep the text shape too (fewer shapes to compile).
+    text_to = cfg.text_tokens if cfg.crop_buckets else None
+    return functools.partial(collate_padded, pad_id=dataset.pad_id, text_to=text_to)
 
 
 def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) -> None:
