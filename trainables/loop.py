@@ -201,7 +201,7 @@ class StartupClock:
         self.parts[name] = self.parts.get(name, 0.0) + seconds
 
     def breakdown(self) -> str:
-        return " ".join(f"{k}={v:.2f}" for k, v in self.parts.items() if v >= 0.005)
+        return " ".join(f"{k}={v:.2f}" for k, v in self.parts.items())
 
 
 def _process_start() -> float:
