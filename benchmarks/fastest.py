@@ -40,10 +40,10 @@ def group_table(root: Path) -> pd.DataFrame:
     rows = []
     for g in ranked.to_dict("records"):
         runs = manifest[(manifest["group"] == g["group"]) & (manifest["status"] == "ok")]
+        first = runs.iloc[0] if len(runs) else {}  # run-level text: the first ok run's
         t = timing[timing["group"] == g["group"]].sort_values(["run", "step"])
-        tail = per_run[per_run["group"] == g["group"]]
-        first_loss = t.groupby("run")["loss"].first().mean() if len(t) else float("nan")
-        last_loss = t.groupby("run")["loss"].last().mean() if len(t) else float("nan")
+        tail = per_run[per_run["group"] == g["group"]]  # the analysis' tail figures per run
+        losses = t.groupby("run")["loss"]
         rows.append(
             {
                 "group": g["group"],
@@ -52,18 +52,19 @@ def group_table(root: Path) -> pd.DataFrame:
                 "tail_samples_per_s": g["tail_samples_per_sec_robust"],
                 "vs_baseline": g.get("vs_baseline"),
                 "iter_p50_ms": g["tail_mean_iter_p50_ms"],
-                "mfu": t.groupby("run")["mfu"].apply(lambda s: s.tail(3).mean()).mean(),
+                "mfu": tail["mfu"].mean(),
                 "padding": t["padding_ratio"].mean(),
                 "data_share_run": t["data_ms_mean"].sum() / max(t["iter_ms_mean"].sum(), 1e-9),
                 "epochs": int(t["epoch"].max()) + 1 if len(t) else 0,
-                "data_share_tail": tail["data_share"].mean() if len(tail) else float("nan"),
+                "data_share_tail": tail["data_share"].mean(),
                 "startup_s": pd.to_numeric(runs["startup_s"], errors="coerce").mean(),
                 "compile_s": pd.to_numeric(runs.get("compile_s"), errors="coerce").mean(),
-                "startup_breakdown": runs["startup_breakdown"].iloc[0] if len(runs) else "",
-                "compile_effective": runs["compile_effective"].iloc[0] if len(runs) else "",
-                "fallbacks": runs["fallbacks"].iloc[0] if len(runs) else "",
-                "loss_first": first_loss,
-                "loss_last": last_loss,
+                **{
+                    k: first.get(k, "")
+                    for k in ("startup_breakdown", "compile_effective", "fallbacks")
+                },
+                "loss_first": losses.first().mean(),
+                "loss_last": losses.last().mean(),
                 "peak_mem_gib": t["peak_mem_gib"].max(),
             }
         )

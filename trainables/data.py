@@ -24,6 +24,7 @@ __all__ = [
     "SyntheticSpeechText",
     "build_dataset",
     "build_loader",
+    "collate_for",
     "epochs",
     "manifest_options",
 ]
@@ -58,42 +59,65 @@ class SyntheticSpeechText(Dataset):
         return {"audio": audio, "audio_len": self.audio_samples, "input_ids": ids}
 
 
-class LengthBucketBatchSampler(Sampler[list[int]]):
-    """This rank's micro-batches, drawn so that each step's global batch holds crops of similar
-    length (less padding, and no rank waits for another's longer batch).
-
-    Every rank draws the same epoch permutation (seed, epoch), cuts it into pools of
-    ``pool_batches`` global batches, sorts each pool by length and cuts it into global batches;
-    the global batches are shuffled, and each is shuffled inside before rank r takes slice r (so
-    no rank is always given the longest crops). Like DistributedSampler with drop_last, the
-    remainder that fills no global batch is left out of the epoch.
-    """
+class _GlobalBatchSampler(Sampler[list[int]]):
+    """This rank's micro-batches, cut from global batches that every rank draws alike: the
+    same epoch RNG (seed, epoch) makes the same global batches (``_global_batches``), shuffled,
+    and rank r takes slice r of each. ``skip``: batches of this epoch already trained on (a
+    resumed run); their random draws are still made, so the rest come out the same."""
 
     def __init__(
-        self,
-        lengths: np.ndarray,
-        *,
-        micro_batch: int,
-        world_size: int,
-        rank: int,
-        seed: int,
-        pool_batches: int,
+        self, lengths: np.ndarray, *, micro_batch: int, world_size: int, rank: int, seed: int
     ):
         self.lengths = np.asarray(lengths)
         self.micro_batch, self.world_size, self.rank = micro_batch, world_size, rank
-        self.seed, self.pool_batches = seed, pool_batches
+        self.seed = seed
         self.epoch = 0
-        self.skip = 0  # batches of this epoch already trained on (a resumed run)
+        self.skip = 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.world_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def __len__(self) -> int:
-        return len(self.lengths) // (self.micro_batch * self.world_size)
+    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _members(self, rng: np.random.Generator, batch: np.ndarray) -> np.ndarray:
+        return batch
 
     def __iter__(self):
         rng = np.random.default_rng([self.seed, self.epoch])
-        global_batch = self.micro_batch * self.world_size
+        batches = self._global_batches(rng)
+        for n, index in enumerate(rng.permutation(len(batches))):
+            members = self._members(rng, batches[index])  # drawn for skipped batches too
+            if n < self.skip:
+                continue
+            mine = members[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
+            yield [int(i) for i in mine]
+
+
+class LengthBucketBatchSampler(_GlobalBatchSampler):
+    """Each step's global batch holds crops of similar length (less padding, and no rank waits
+    for another's longer batch).
+
+    The epoch permutation is cut into pools of ``pool_batches`` global batches, each pool
+    sorted by length and cut into global batches; each global batch is shuffled inside before
+    rank r takes slice r (so no rank is always given the longest crops). Like
+    DistributedSampler with drop_last, the remainder that fills no global batch is left out of
+    the epoch.
+    """
+
+    def __init__(self, lengths: np.ndarray, *, pool_batches: int, **kwargs):
+        super().__init__(lengths, **kwargs)
+        self.pool_batches = pool_batches
+
+    def __len__(self) -> int:
+        return len(self.lengths) // self.global_batch
+
+    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        global_batch = self.global_batch
         order = rng.permutation(len(self.lengths))[: len(self) * global_batch]
         pool = self.pool_batches * global_batch
         batches = []
@@ -101,12 +125,10 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
             chunk = order[start : start + pool]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
             batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
-        for n, index in enumerate(rng.permutation(len(batches))):
-            members = rng.permutation(batches[index])  # drawn for skipped batches too
-            if n < self.skip:
-                continue
-            mine = members[self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
-            yield [int(i) for i in mine]
+        return batches
+
+    def _members(self, rng: np.random.Generator, batch: np.ndarray) -> np.ndarray:
+        return rng.permutation(batch)
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -119,53 +141,32 @@ class ResumableDistributedSampler(DistributedSampler):
         return itertools.islice(super().__iter__(), self.skip, None)
 
 
-class ShapeBucketBatchSampler(Sampler[list[int]]):
-    """``crop_buckets_s``: this rank's micro-batches, every global batch holding crops of one
-    length (one of a few shapes, no padding between them), so a compiled step sees a handful of
-    static shapes.
+class ShapeBucketBatchSampler(_GlobalBatchSampler):
+    """``crop_buckets_s``: every global batch holds crops of one length (one of a few shapes,
+    no padding between them), so a compiled step sees a handful of static shapes.
 
-    Every rank draws the same epoch permutation (seed, epoch) and groups it by crop length; each
-    group is cut into global batches (its remainder is left out of this epoch; the permutation
-    differs next epoch), the global batches of all groups are shuffled together, and rank r takes
-    slice r of each.
+    The epoch permutation is grouped by crop length and each group cut into global batches (its
+    remainder is left out of this epoch; the permutation differs next epoch); the global
+    batches of all groups are shuffled together.
     """
 
-    def __init__(
-        self, lengths: np.ndarray, *, micro_batch: int, world_size: int, rank: int, seed: int
-    ):
-        self.lengths = np.asarray(lengths)
-        self.micro_batch, self.world_size, self.rank, self.seed = (
-            micro_batch,
-            world_size,
-            rank,
-            seed,
-        )
-        self.epoch = 0
-        self.skip = 0
-        global_batch = micro_batch * world_size
+    def __init__(self, lengths: np.ndarray, **kwargs):
+        super().__init__(lengths, **kwargs)
         _, counts = np.unique(self.lengths, return_counts=True)
-        self._len = int(sum(c // global_batch for c in counts))
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self._len = int(sum(c // self.global_batch for c in counts))
 
     def __len__(self) -> int:
         return self._len
 
-    def __iter__(self):
-        rng = np.random.default_rng([self.seed, self.epoch])
-        global_batch = self.micro_batch * self.world_size
+    def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
+        global_batch = self.global_batch
         order = rng.permutation(len(self.lengths))
         batches = []
         for length in np.unique(self.lengths):
             members = order[self.lengths[order] == length]
             full = len(members) // global_batch * global_batch
             batches += [members[i : i + global_batch] for i in range(0, full, global_batch)]
-        for n, index in enumerate(rng.permutation(len(batches))):
-            if n < self.skip:
-                continue
-            mine = batches[index][self.rank * self.micro_batch : (self.rank + 1) * self.micro_batch]
-            yield [int(i) for i in mine]
+        return batches
 
 
 class EpochsBatchSampler(Sampler[list[int]]):
@@ -272,6 +273,13 @@ def manifest_options(cfg: TrialConfig) -> dict:
     )
 
 
+def collate_for(cfg: TrialConfig, pad_id: int) -> Callable:
+    """The collate of a run's manifest batches (training and validation): padded, and with
+    crop_buckets_s transcripts padded to text_tokens (one text shape for every batch)."""
+    text_to = cfg.text_tokens if cfg.crop_buckets else None
+    return functools.partial(collate_padded, pad_id=pad_id, text_to=text_to)
+
+
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
     """The run's dataset and its collate function."""
     if cfg.dataset == "manifest":
@@ -285,9 +293,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
             split="train",
             **manifest_options(cfg),
         )
-        # crop_buckets_s: one text shape too (transcripts padded to text_tokens).
-        text_to = cfg.text_tokens if cfg.crop_buckets else None
-        return ds, functools.partial(collate_padded, pad_id=ds.pad_id, text_to=text_to)
+        return ds, collate_for(cfg, ds.pad_id)
     # One epoch covers max_steps steps of every rank.
     ds = SyntheticSpeechText(
         num_items=cfg.max_steps * cfg.micro_batch * world_size,

@@ -26,7 +26,7 @@ from trainables.checkpoint import (
     save_checkpoint,
 )
 from trainables.config import TrialConfig
-from trainables.data import build_loader, epochs
+from trainables.data import build_loader, collate_for, epochs
 from trainables.model import contrastive_loss
 from trainables.strategies import build_engine
 from trainables.telemetry import collect_env, start_telemetry
@@ -196,9 +196,11 @@ class StartupClock:
         self._last = now
         return took
 
-    def add(self, name: str, seconds: float) -> None:
-        """A part timed elsewhere, inside the last lap (moved out of that lap's part)."""
+    def add(self, name: str, seconds: float, out_of: str | None = None) -> None:
+        """A part timed elsewhere; ``out_of``: the lap it was inside, which it is taken from."""
         self.parts[name] = self.parts.get(name, 0.0) + seconds
+        if out_of is not None:
+            self.parts[out_of] -= seconds
 
     def breakdown(self) -> str:
         return " ".join(f"{k}={v:.2f}" for k, v in self.parts.items())
@@ -459,9 +461,8 @@ def _train(
         prev_end = t2
         if first_step_ts is None:
             first_step_ts = time.time()
-            clock.add("first_batch", data_s)
             clock.lap("first_step")
-            clock.parts["first_step"] -= data_s
+            clock.add("first_batch", data_s, out_of="first_step")
             notes["startup_breakdown"] = clock.breakdown()
 
         if step % cfg.log_every == 0 or step == cfg.max_steps:
@@ -546,15 +547,7 @@ def _train(
 
 
 def _collate_for(dataset, cfg: TrialConfig):
-    if dataset is None:
-        return None
-    import functools
-
-    from trainables.manifest import collate_padded
-
-    # crop_buckets_s: validation batches keep the text shape too (fewer shapes to compile).
-    text_to = cfg.text_tokens if cfg.crop_buckets else None
-    return functools.partial(collate_padded, pad_id=dataset.pad_id, text_to=text_to)
+    return None if dataset is None else collate_for(cfg, dataset.pad_id)
 
 
 def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) -> None:

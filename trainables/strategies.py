@@ -185,7 +185,7 @@ class Engine:
         with torch.random.fork_rng(devices=devices):
             for audio_n, text_n in shapes:
                 for _ in range(passes):
-                    batch = _shape_batch(cfg.micro_batch, audio_n, text_n, device)
+                    batch = shape_batch(cfg.micro_batch, audio_n, text_n, device)
                     try:
                         speech, text, scale = self(batch)
                         if self._to_eager is None:  # fell back to eager: nothing to warm up
@@ -225,34 +225,35 @@ class Engine:
         self.model.train(mode)
 
 
-def probe_batch(
-    cfg: TrialConfig, device: torch.device, samples: int = 2, dtype: torch.dtype = torch.float32
+def shape_batch(
+    rows: int, audio_n: int, text_n: int, device, dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
-    """A small batch of the run's mean crop length and its longest transcripts, for counting."""
+    """A made-up batch of one shape, as the loader gives it (silent audio, unpadded): for
+    counting FLOPs and for the compile warm-up, where only shapes and dtypes matter."""
+    return {
+        "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
+        "audio_mask": torch.ones(rows, audio_n, dtype=torch.long, device=device),
+        "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
+        "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
+    }
+
+
+def probe_shape(cfg: TrialConfig) -> tuple[int, int]:
+    """(audio samples, text tokens) of the run's mean crop length and longest transcripts."""
     if cfg.dataset == "synthetic":
         seconds = cfg.audio_s
     elif cfg.crop_policy == "fixed_slice":
         seconds = cfg.fixed_slice_s
     else:
         seconds = (cfg.min_audio_s + cfg.max_audio_s) / 2
-    n = int(seconds * 16_000)
-    return {
-        "audio": torch.zeros(samples, n, device=device, dtype=dtype),
-        "audio_mask": torch.ones(samples, n, dtype=torch.long, device=device),
-        "input_ids": torch.full((samples, cfg.text_tokens), 5, dtype=torch.long, device=device),
-        "text_mask": torch.ones(samples, cfg.text_tokens, dtype=torch.long, device=device),
-    }
+    return int(seconds * 16_000), cfg.text_tokens
 
 
-def _shape_batch(rows: int, audio_n: int, text_n: int, device) -> dict[str, torch.Tensor]:
-    """A made-up batch of one static shape (the compile warm-up): what the loader gives."""
-    g = torch.Generator().manual_seed(0)
-    return {
-        "audio": (0.1 * torch.randn(rows, audio_n, generator=g)).to(device),
-        "audio_mask": torch.ones(rows, audio_n, dtype=torch.long, device=device),
-        "input_ids": torch.randint(5, 900, (rows, text_n), generator=g).to(device),
-        "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
-    }
+def probe_batch(
+    cfg: TrialConfig, device: torch.device, samples: int = 2, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """A small batch of the run's probe shape, for counting."""
+    return shape_batch(samples, *probe_shape(cfg), device, dtype)
 
 
 def _optimizer(cfg: TrialConfig, params, on_gpu: bool):
@@ -295,15 +296,17 @@ def compile_regions(model: torch.nn.Module) -> list[torch.nn.Module]:
     return regions
 
 
-def _compile_layers(model: torch.nn.Module, kwargs: dict[str, Any]):
-    """Compile each region in place (nn.Module.compile); returns the function that undoes it."""
+def _compile_layers(model: torch.nn.Module, kwargs: dict[str, Any], wrapper: torch.nn.Module):
+    """Compile each region of ``model`` in place (nn.Module.compile); returns the engine's
+    ``_to_eager``: undo it and run ``wrapper`` (DDP or the DeepSpeed engine) as it is."""
     regions = compile_regions(model)
     for region in regions:
         region.compile(**kwargs)
 
-    def to_eager() -> None:
+    def to_eager() -> torch.nn.Module:
         for region in regions:
             region._compiled_call_impl = None
+        return wrapper
 
     return to_eager
 
@@ -341,7 +344,7 @@ def _flops(cfg, model, device, load_dtype: str, attention: dict, cache: Path | N
 
     import transformers
 
-    probe = probe_batch(cfg, device, dtype=_DTYPES[load_dtype])
+    audio_n, text_n = probe_shape(cfg)
     key = json.dumps(
         [
             cfg.model_size,
@@ -351,8 +354,8 @@ def _flops(cfg, model, device, load_dtype: str, attention: dict, cache: Path | N
             load_dtype,
             attention.get("speech_attention_effective"),
             attention.get("text_attention_effective"),
-            list(probe["audio"].shape),
-            list(probe["input_ids"].shape),
+            [2, audio_n],
+            [2, text_n],
             torch.__version__,
             transformers.__version__,
         ]
@@ -372,7 +375,9 @@ def _flops(cfg, model, device, load_dtype: str, attention: dict, cache: Path | N
             # Its forward draws dropout masks: the RNG goes on as if it had not run.
             devices = [device] if device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                value[0] = flops_per_sample(model, probe)
+                value[0] = flops_per_sample(
+                    model, probe_batch(cfg, device, dtype=_DTYPES[load_dtype])
+                )
             if path is not None:
                 from data_prep.fileio import write_json
 
@@ -461,13 +466,7 @@ def build_engine(
             dist_init_required=False,  # Ray Train already set up the process group
         )
         if cfg.torch_compile and cfg.compile_scope == "layers":
-            undo = _compile_layers(engine.module, kwargs)
-
-            def to_eager():
-                undo()
-                return engine
-
-            compiled["_to_eager"] = to_eager
+            compiled["_to_eager"] = _compile_layers(engine.module, kwargs, engine)
         elif cfg.torch_compile:
             backend = kwargs.pop("backend")
             engine.compile(backend=backend, compile_kwargs=kwargs)
@@ -512,13 +511,7 @@ def build_engine(
         ddp.register_comm_hook(None, hook[cfg.ddp_comm_hook])
     wrapped: torch.nn.Module = ddp
     if cfg.torch_compile and cfg.compile_scope == "layers":
-        undo = _compile_layers(model, kwargs)
-
-        def layers_to_eager():
-            undo()
-            return ddp
-
-        compiled["_to_eager"] = layers_to_eager
+        compiled["_to_eager"] = _compile_layers(model, kwargs, ddp)
     elif cfg.torch_compile:
         # The DDP module, not the inner one: dynamo's DDPOptimizer then splits the graph at
         # bucket boundaries, so gradient all-reduce still overlaps the backward pass.

@@ -157,6 +157,13 @@ def test_the_analysis_files_agree_with_the_timing_rows(sweep):
         other["tail_samples_per_sec_robust"] / base["tail_samples_per_sec_robust"].item()
     )
     assert "| x baseline |" in (root / "summary.md").read_text()
+    # benchmarks.fastest's table reads the same files: the baseline ratio, the figures per run.
+    from benchmarks.fastest import group_table
+
+    table = group_table(root).set_index("group")
+    assert table.loc[other["group"], "vs_baseline"] == pytest.approx(other["vs_baseline"])
+    assert bool(table.loc["sweep_z0_mb4_nw0_pf2", "baseline"])
+    assert (table["startup_breakdown"].str.contains("first_step=")).all()
     assert best["command"] == f"python -m platform.train --config {root / 'best_config.json'}"
     assert f"train with it: {best['command']}" in out.stdout
     # The printed command trains the winner: its plan is the winner's config, training on.
