@@ -85,7 +85,8 @@ def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) 
     per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
     found = _bottlenecks(output_root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
-    groups = stats.group_summary(per_run)
+    schedule = _json(output_root / "schedule.json")  # platform/race.py; absent before it
+    groups = _race_verdicts(stats.group_summary(per_run), schedule)
     ranked = _vs_baseline(output_root, manifest, stats.rank(groups))
     for name, df in (
         ("per_run_metrics.csv", per_run),
@@ -98,10 +99,60 @@ def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) 
         results.write_json(output_root / results.BEST_CONFIG, best)
     summary = _summary(output_root, manifest, per_run, ranked, best, unstable_ratio)
     summary["bottlenecks"] = found
+    summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
     text = _markdown(summary, ranked)
     results.write_json(output_root / "summary.json", summary)
     results.atomic_write_text(output_root / "summary.md", text)
     return summary | {"text": text}
+
+
+def _race_verdicts(groups: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
+    """``left_race``: why the race stopped a group (slower, unstable, failed; empty when it
+    did not). A group the race found unstable by the Phase B limits is unstable here too, so
+    it cannot rank above a stable one."""
+    eliminated = schedule.get("eliminated") or {}
+    kinds = [eliminated.get(g, {}).get("kind", "") for g in groups["group"]]
+    groups = groups.assign(left_race=kinds)
+    judged = groups["left_race"].isin(["unstable", "failed"])
+    groups["unstable_group"] = groups["unstable_group"].astype(bool) | judged
+    return groups
+
+
+def _early_stopping(
+    manifest: pd.DataFrame, per_run: pd.DataFrame, schedule: dict[str, Any]
+) -> dict[str, Any] | None:
+    """What the scheduler stopped, when and why, and the steps run against the full grid's
+    (schedule.json; None for a sweep without a scheduler record or with nothing to say)."""
+    if not schedule:
+        return None
+    sched, search = schedule.get("scheduler", {}), schedule.get("search", {})
+    if sched.get("name", "fifo") == "fifo" and search.get("name", "grid") == "grid":
+        return None
+    steps_run = int(pd.to_numeric(per_run.get("last_step"), errors="coerce").fillna(0).sum())
+    full = int((schedule.get("full_grid") or {}).get("steps") or 0)
+    stops = schedule.get("stops") or {}
+    counts = manifest["status"].value_counts().to_dict()
+    line = (
+        f"{sched.get('name')} + {search.get('name')}: {steps_run} of the full grid's {full} steps "
+        f"run ({steps_run / full:.0%})"
+        if full
+        else f"{steps_run} steps run"
+    ) + (
+        f"; {counts.get('stopped_early', 0)} run(s) stopped early, "
+        f"{counts.get('skipped', 0)} skipped"
+    )
+    return {
+        "scheduler": sched,
+        "search": search,
+        "steps_run": steps_run,
+        "steps_full_grid": full,
+        "steps_ratio": steps_run / full if full else None,
+        "stops": stops,
+        "eliminated": schedule.get("eliminated") or {},
+        "skipped": schedule.get("skipped") or {},
+        "picked": schedule.get("picked") or [],
+        "line": line,
+    }
 
 
 def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
@@ -280,6 +331,18 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
             f"Unstable (iter p90/p50 > {summary['unstable_ratio']:g} in most runs), ranked after "
             f"the stable ones: {', '.join(summary['unstable_groups'])}."
         )
+    early = summary.get("early_stopping")
+    if early:
+        lines += ["", "## Early stopping", "", early["line"] + ".", ""]
+        for group, e in early["eliminated"].items():
+            lines.append(f"- group {group} left the race ({e['kind']}): {e['reason']}")
+        for run, st in early["stops"].items():
+            lines.append(
+                f"- {run}: stopped at step {st['step']} (window {st['window']}) by {st['by']}: "
+                f"{st['reason']}"
+            )
+        if early["picked"]:
+            lines.append(f"- optuna picked, in order: {', '.join(early['picked'])}")
     if summary.get("bottlenecks"):
         lines += ["", "## Bottlenecks", ""]
         for run, found in summary["bottlenecks"].items():

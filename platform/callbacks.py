@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
-from platform import results
+from platform import results, stats
 from platform.failures import (
     FAIL_TAIL,
     exit_code,
@@ -86,6 +85,8 @@ class SweepRecorder(Callback):
         self.attempt_ts: dict[str, float] = {}
         self.tensorboard = tensorboard
         self.writers: dict[str, Any] = {}
+        # The sweep's platform.race.Schedule (early stops, skipped runs); None: stops none.
+        self.schedule = None
 
     # --- Tune hooks (called in the driver's Tune loop) ---
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -165,6 +166,14 @@ class SweepRecorder(Callback):
     def on_trial_complete(self, iteration, trials, trial, **info):
         run = self._run(trial)
         cfg, last = self.runs[run].config, self.latest.get(run, {})
+        stopped = self.schedule.stops.get(run) if self.schedule is not None else None
+        if stopped is not None:
+            # Stopped by the scheduler (race, asha): its windows are kept, a partial run.
+            reason = (
+                f"stopped early at step {stopped['step']} by {stopped['by']}: {stopped['reason']}"
+            )
+            self._finish(trial, "stopped_early", reason)
+            return
         if cfg.run_timeout_s and (last.get("step") or 0) < cfg.max_steps:
             # Stopped by RunTimeout (Tune counts that as complete): not a finished run.
             reason = f"run_timeout_s {cfg.run_timeout_s:g} reached at step {last.get('step') or 0}"
@@ -324,6 +333,16 @@ class SweepRecorder(Callback):
                 cut.append(run)
         return cut
 
+    def mark_skipped(self) -> list[str]:
+        """Runs the scheduler left out (their group left the race) become ``skipped``."""
+        skipped = self.schedule.state["skipped"] if self.schedule is not None else {}
+        out = []
+        for run, reason in skipped.items():
+            if self.status.get(run, {}).get("status", "pending") == "pending":
+                self.status[run] = {"status": "skipped", "failure_reason": reason}
+                out.append(run)
+        return out
+
     # --- recording ---
     def _add(self, run: str, kind: str, rows: list[dict[str, Any]]) -> None:
         if rows:
@@ -355,14 +374,13 @@ class SweepRecorder(Callback):
         value = row.get("iter_ms_p50")
         if value is None or not cfg.telemetry:
             return
-        if len(history) >= 2:
-            median = statistics.median(history)
-            if value > cfg.stall_alert_ratio * median:
-                self.status[run]["stall_alerts"] = self.status[run].get("stall_alerts", 0) + 1
-                self.echo(
-                    f"[{self._index(run)}] {run}: ALERT step {row.get('step')}: iter p50 "
-                    f"{value:.1f} ms is {value / median:.1f}x the run's median {median:.1f} ms"
-                )
+        median = stats.stall_alert(history, value, cfg.stall_alert_ratio)
+        if median is not None:
+            self.status[run]["stall_alerts"] = self.status[run].get("stall_alerts", 0) + 1
+            self.echo(
+                f"[{self._index(run)}] {run}: ALERT step {row.get('step')}: iter p50 "
+                f"{value:.1f} ms is {value / median:.1f}x the run's median {median:.1f} ms"
+            )
         history.append(value)
 
     def _finish(self, trial, status: str, reason: str, code: int | None = None) -> None:

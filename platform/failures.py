@@ -30,6 +30,7 @@ EXIT_CODES = {
     "timeout": 124,  # stopped by run_timeout_s or stall_timeout_s, as timeout(1) reports it
     "stalled": 124,
     "interrupted": 130,  # Ctrl-C; 143 when the sweep got SIGTERM
+    "stopped_early": 0,  # stopped on purpose by the scheduler (race, asha); windows kept
 }
 
 _RANK_SNIPPET = re.compile(r"^\[Rank (\d+) Error Snippet\]:\s*$", re.MULTILINE)

@@ -226,6 +226,8 @@ def launch(
     # A trial stopped by run_timeout_s (or Ctrl-C) is killed after this grace, not Tune's
     # default 600 s: its Train workers hold the resources the next run waits for.
     os.environ.setdefault("TUNE_FORCE_TRIAL_CLEANUP_S", "10")
+    # ASHA's metric is computed in the driver (platform/race.py), not reported by the trial.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     import ray
     from ray import tune
 
@@ -234,7 +236,7 @@ def launch(
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
     from data_prep.cluster import alive_nodes
-    from platform.callbacks import RunTimeout, SweepRecorder
+    from platform.callbacks import SweepRecorder
     from platform.cluster import start_cluster
     from platform.nodes import check_nodes
     from trainables.trial import run_trial
@@ -303,6 +305,8 @@ def launch(
                 return EXIT_USAGE
         runs = prepare_tokenizers(runs, output_root)
         for run in runs:
+            if space.search.name == "optuna" and run.name not in done:
+                continue  # written when optuna picks its group
             results.write_json(
                 output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
             )
@@ -329,23 +333,24 @@ def launch(
             )
         recorder = SweepRecorder(output_root, runs, facts=facts, tensorboard=training)
         recorder.status.update({k: dict(v) for k, v in done.items()})
-        recorder.on_change = lambda: write_manifest(output_root, runs, recorder.status, facts)
-        write_manifest(output_root, runs, recorder.status, facts)
+        # search: optuna plans a group's runs when it picks the group; every other search
+        # plans all of them now (the manifest lists the planned runs).
+        planned = [r for r in runs if space.search.name != "optuna" or r.name in done]
+        recorder.on_change = lambda: write_manifest(output_root, planned, recorder.status, facts)
+        tune_config, stopper = _search_and_stop(
+            space, runs, todo, done, output_root, recorder, planned, resume
+        )
+        write_manifest(output_root, planned, recorder.status, facts)
         tuner = tune.Tuner(
             # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
             # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
             tune.with_resources(run_trial, {"cpu": 0, "memory": 2**20}),
-            param_space={"run": tune.grid_search([_trial_param(r, output_root) for r in todo])},
-            tune_config=tune.TuneConfig(
-                max_concurrent_trials=space.max_concurrent_trials,
-                trial_name_creator=_trial_name,
-                trial_dirname_creator=_trial_name,
-            ),
+            tune_config=tune_config,
             run_config=tune.RunConfig(
                 name="tune",
                 storage_path=str(output_root),
                 callbacks=[recorder],
-                stop=RunTimeout(runs, recorder.trial_runs),
+                stop=stopper,
                 failure_config=tune.FailureConfig(fail_fast=space.stop_on_error),
                 verbose=0,
             ),
@@ -359,7 +364,8 @@ def launch(
             # written and the manifest says where every run stands.
             recorder.on_experiment_end(trials=[])
             interrupted = recorder.mark_interrupted(stop.received or "SIGINT")
-            manifest = write_manifest(output_root, runs, recorder.status, facts)
+            recorder.mark_skipped()
+            manifest = write_manifest(output_root, planned, recorder.status, facts)
         recorder.close()
         code = report(manifest, output_root, time.time() - sweep_start)
         unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
@@ -379,6 +385,72 @@ def launch(
         return code
     finally:
         ray.shutdown()
+
+
+def _search_and_stop(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    todo: list[RunSpec],
+    done: dict[str, dict[str, Any]],
+    output_root: Path,
+    recorder,
+    planned: list[RunSpec],
+    resume: bool,
+):
+    """The Tune search algorithm that hands out the runs (``search``), the early-stopping
+    scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
+    (platform/race.py)."""
+    from ray import tune
+
+    from platform.race import (
+        OptunaPlanner,
+        PlannedSearcher,
+        Race,
+        Schedule,
+        SweepStopper,
+        WarmASHA,
+    )
+
+    schedule = Schedule(output_root, space, runs)
+    if resume:
+        schedule.load()
+    schedule.save()
+    recorder.schedule = schedule
+    trial_runs = recorder.trial_runs
+
+    def param(run: RunSpec) -> dict[str, Any]:
+        return _trial_param(run, output_root)
+
+    race = None
+    if space.scheduler.name == "race":
+        race = Race(runs, space, schedule, echo=recorder.echo)
+        if resume:
+            timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+            race.restore(timing, done)
+    if space.search.name == "optuna":
+
+        def on_plan(run: RunSpec) -> None:
+            if run not in planned:
+                planned.append(run)
+                results.write_json(
+                    output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
+                )
+
+        searcher = OptunaPlanner(space, todo, param, trial_runs, schedule, on_plan)
+    else:
+        searcher = PlannedSearcher(todo, param, trial_runs, race)
+    scheduler = (
+        WarmASHA(space, runs, schedule, trial_runs) if space.scheduler.name == "asha" else None
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=searcher,
+        scheduler=scheduler,
+        num_samples=-1,  # until the search algorithm says it is finished
+        max_concurrent_trials=space.max_concurrent_trials,
+        trial_name_creator=_trial_name,
+        trial_dirname_creator=_trial_name,
+    )
+    return tune_config, SweepStopper(runs, trial_runs, race)
 
 
 def _remove_if_empty(output_root: Path) -> None:

@@ -16,7 +16,10 @@ from platform import results
 from platform.errors import UsageError
 from platform.spaces import RunSpec
 
-__all__ = ["previous_status", "drop_rows"]
+__all__ = ["EARLY_STATUSES", "previous_status", "drop_rows"]
+
+# Runs the scheduler ended on purpose (platform/race.py): kept by --resume like ok runs.
+EARLY_STATUSES = ("stopped_early", "skipped")
 
 _COUNTS = ("gpu_telemetry_rows", "host_telemetry_rows", "stall_alerts")
 
@@ -42,13 +45,13 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
         )
     done = {}
     for row in rows:
-        if row["status"] != "ok":
+        if row["status"] not in ("ok", *EARLY_STATUSES):
             continue
         effective = {k: row[k] for k in results.EFFECTIVE_KEYS if row.get(k)}
         done[row["run"]] = {
-            "status": "ok",
-            "failure_reason": "",
-            "exit_code": 0,
+            "status": row["status"],
+            "failure_reason": row.get("failure_reason") or "",
+            "exit_code": 0 if row["status"] != "skipped" else None,
             "duration_sec": float(row["duration_sec"]) if row.get("duration_sec") else None,
             "effective": effective,
             **{k: int(float(row[k])) for k in _COUNTS if row.get(k)},

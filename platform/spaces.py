@@ -17,6 +17,8 @@ from trainables.config import ConfigError, TrialConfig, check_known_key, coerce_
 __all__ = [
     "check_inputs",
     "DataPlan",
+    "SchedulerPlan",
+    "SearchPlan",
     "SPACES_DIR",
     "RESOURCE_KEYS",
     "RunSpec",
@@ -38,6 +40,8 @@ TOP_LEVEL_KEYS = (
     "cases",
     "data",
     "baseline",
+    "scheduler",
+    "search",
 )
 DATA_KEYS = ("synth", "target_sr", "trim")
 SYNTH_KEYS = ("speakers", "chapters", "utts", "seed", "mode")
@@ -67,6 +71,8 @@ _TOKENS = {
     "run_timeout_s": "rt",
     "stall_timeout_s": "stall",
     "inject_sleep_at_step": "sleep",
+    "inject_sleep_s": "slp",
+    "inject_sleep_every": "every",
     "inject_error_at_step": "err",
     "crop_buckets_s": "cb",
     "compile_mode": "cm",
@@ -94,6 +100,133 @@ class DataPlan:
         )
 
 
+SCHEDULERS = ("fifo", "asha", "race")
+SEARCHES = ("grid", "random", "optuna")
+
+
+@dataclass(frozen=True)
+class SchedulerPlan:
+    """``scheduler:`` how runs are stopped early. ``fifo``: never (every run to max_steps);
+    ``asha``: Tune's ASHAScheduler on the run's samples/s after the warm-up windows; ``race``:
+    platform/race.py, a noise-aware racing of the groups (docs/ARCHITECTURE.md, "Racing").
+
+    A run's first ``warmup_windows`` windows never count. ``race``: a group is judged once it has
+    ``min_windows`` clean windows (no stall alert, no epoch boundary); its bounds are the mean
+    samples/s +- the largest of the Student-t half-width at ``confidence`` over its windows,
+    the same over its runs' means (2 or more runs), and ``noise_floor`` x the mean (the
+    repeat-to-repeat noise one run cannot show). A group whose upper bound falls below the
+    best finished, stable group's lower bound is stopped. The Phase B limits
+    (``max_iter_ratio_median``, ``max_iter_ratio_max``, ``max_iter_p50_cv``, as in
+    platform.stability) make a group unstable: it is stopped and cannot win. ``asha``:
+    ``grace_windows`` windows after the warm-up before the first rung, ``reduction_factor``.
+    """
+
+    name: str = "fifo"
+    warmup_windows: int = 2
+    min_windows: int = 3
+    confidence: float = 0.95
+    noise_floor: float = 0.02
+    max_iter_ratio_median: float = 1.5
+    max_iter_ratio_max: float = 2.5
+    max_iter_p50_cv: float = 0.05
+    grace_windows: int = 2
+    reduction_factor: int = 3
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> SchedulerPlan:
+        fields = _plan_fields(raw, "scheduler", SCHEDULERS, cls, where)
+        plan = cls(**fields)
+        for key in ("warmup_windows", "min_windows", "grace_windows"):
+            minimum = 0 if key == "warmup_windows" else 1
+            value = getattr(plan, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise UsageError(f"{where}: scheduler.{key} must be an integer >= {minimum}")
+        if isinstance(plan.reduction_factor, bool) or plan.reduction_factor not in range(2, 100):
+            raise UsageError(f"{where}: scheduler.reduction_factor must be an integer >= 2")
+        if not 0.5 <= plan.confidence < 1:
+            raise UsageError(f"{where}: scheduler.confidence must be within 0.5-1, e.g. 0.95")
+        if not 0 <= plan.noise_floor < 1:
+            raise UsageError(f"{where}: scheduler.noise_floor must be within 0-1, e.g. 0.02")
+        for key in ("max_iter_ratio_median", "max_iter_ratio_max", "max_iter_p50_cv"):
+            if not getattr(plan, key) > 0:
+                raise UsageError(f"{where}: scheduler.{key} must be > 0")
+        return plan
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """``search:`` which groups run. ``grid``: every one; ``random``: ``num_samples`` groups
+    drawn without replacement (``seed``); ``optuna``: ``num_samples`` groups that Tune's
+    OptunaSearch (TPE) picks one after another from the results so far."""
+
+    name: str = "grid"
+    num_samples: int = 0
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, raw: Any, where: str) -> SearchPlan:
+        plan = cls(**_plan_fields(raw, "search", SEARCHES, cls, where))
+        if isinstance(plan.num_samples, bool) or not isinstance(plan.num_samples, int):
+            raise UsageError(f"{where}: search.num_samples must be an integer")
+        if plan.name != "grid" and plan.num_samples < 1:
+            raise UsageError(
+                f"{where}: search {plan.name} needs num_samples >= 1, e.g. "
+                f"search: {{name: {plan.name}, num_samples: 8}}"
+            )
+        if isinstance(plan.seed, bool) or not isinstance(plan.seed, int):
+            raise UsageError(f"{where}: search.seed must be an integer")
+        return plan
+
+
+def _override_plan(plan, field_name: str, value: Any, where: str):
+    """``--set scheduler=race``, ``--set scheduler.noise_floor=0.05``, ``--set search={name:
+    random, num_samples: 4}``: the plan with those fields changed, checked again."""
+    import dataclasses
+
+    fields = dataclasses.asdict(plan)
+    if field_name:
+        fields[field_name] = value
+    elif isinstance(value, dict):
+        fields.update(value)
+    else:
+        fields["name"] = value
+    return type(plan).parse(fields, where)
+
+
+def _copy_case(case: dict[str, Any]) -> dict[str, Any]:
+    out = dict(case)
+    if "grid" in out:
+        out["grid"] = dict(out["grid"])
+    return out
+
+
+def _plan_fields(raw: Any, what: str, names: tuple[str, ...], cls, where: str) -> dict[str, Any]:
+    """``what: NAME`` or ``what: {name: NAME, key: value, ...}``, checked against ``cls``."""
+    if isinstance(raw, str):
+        raw = {"name": raw}
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise UsageError(
+            f"{where}: {what} must be one of {', '.join(names)} or a mapping with 'name', "
+            f"e.g. {what}: {{name: {names[-1]}}}"
+        )
+    if raw["name"] not in names:
+        raise UsageError(
+            f"{where}: {what} {raw['name']!r} is unknown; use one of {', '.join(names)}"
+        )
+    allowed = tuple(cls.__dataclass_fields__)
+    _only(raw, allowed, f"{where}: unknown key", f"in {what}")
+    defaults = cls()
+    for key, value in raw.items():
+        default = getattr(defaults, key)
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            raw = {**raw, key: float(value)}
+        elif key != "name" and type(value) is not type(default):
+            raise UsageError(
+                f"{where}: {what}.{key} must be a {type(default).__name__}, got {value!r}"
+            )
+    return dict(raw)
+
+
 @dataclass
 class SearchSpace:
     """A validated sweep definition: swept keys (``grid``), the rest (``fixed``) and repeats."""
@@ -110,11 +243,15 @@ class SearchSpace:
     source: str = ""
     # Swept values that pick the group the others are compared with (the analysis' vs_baseline).
     baseline: dict[str, Any] = field(default_factory=dict)
+    scheduler: SchedulerPlan = field(default_factory=SchedulerPlan)
+    search: SearchPlan = field(default_factory=SearchPlan)
 
     @property
     def swept_keys(self) -> list[str]:
-        """Keys that differ between runs: those of the cases, then those of the grid."""
-        return list(dict.fromkeys(k for case in self.cases for k in case)) + list(self.grid)
+        """Keys that differ between runs: those of the cases (and of their own grids), then
+        those of the grid."""
+        keys = [k for case in self.cases for k in (*case, *case.get("grid", {})) if k != "grid"]
+        return list(dict.fromkeys(keys)) + list(self.grid)
 
     def with_overrides(self, overrides: list[str]) -> SearchSpace:
         """``key=value`` pairs, values parsed as YAML; a list value makes the key swept."""
@@ -123,7 +260,7 @@ class SearchSpace:
                 **self.__dict__,
                 "grid": dict(self.grid),
                 "fixed": dict(self.fixed),
-                "cases": [dict(c) for c in self.cases],
+                "cases": [_copy_case(c) for c in self.cases],
                 "baseline": dict(self.baseline),
             }
         )
@@ -140,6 +277,10 @@ class SearchSpace:
             if key == "stop_on_error":
                 space.stop_on_error = _bool(key, value, where)
                 continue
+            plan, _, field_name = key.partition(".")
+            if plan in ("scheduler", "search"):
+                setattr(space, plan, _override_plan(getattr(space, plan), field_name, value, where))
+                continue
             if key in SWEEP_KEYS:
                 setattr(space, key, _positive_int(key, value, where))
                 continue
@@ -148,6 +289,7 @@ class SearchSpace:
             space.fixed.pop(key, None)
             for case in space.cases:
                 case.pop(key, None)
+                case.get("grid", {}).pop(key, None)
             space.baseline.pop(key, None)  # no longer swept: it cannot tell groups apart
             if isinstance(value, list):
                 space.grid[key] = _grid_values(key, value, where)
@@ -156,6 +298,8 @@ class SearchSpace:
         # Cases whose keys were all set are gone; the same case twice is one case.
         cases: list[dict[str, Any]] = []
         for case in space.cases:
+            if not case.get("grid", True):  # its own grid lost every key
+                case.pop("grid")
             if case and case not in cases:
                 cases.append(case)
         space.cases = cases
@@ -239,6 +383,8 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
             "max_concurrent_trials", data.get("max_concurrent_trials", 1), where
         ),
         stop_on_error=_bool("stop_on_error", data.get("stop_on_error", False), where),
+        scheduler=SchedulerPlan.parse(data.get("scheduler", "fifo"), where),
+        search=SearchPlan.parse(data.get("search", "grid"), where),
         grid=grid,
         fixed=fixed,
         source=str(path),
@@ -247,21 +393,38 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
 
 def _cases(raw: Any, grid: dict, fixed: dict, path: Path) -> list[dict[str, Any]]:
     """Explicit combinations (a list of mappings) crossed with the grid, for keys whose valid
-    values depend on each other (ddp with zero_stage 0, deepspeed with 0-3)."""
+    values depend on each other (ddp with zero_stage 0, deepspeed with 0-3). A case's own
+    ``grid:`` sweeps keys only within that case (bucket_mb only for ddp)."""
     if raw is None:
         return []
     if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) and c for c in raw):
         raise UsageError(
             f"{path}: 'cases' must be a list of mappings, e.g. - {{strategy: ddp, zero_stage: 0}}"
         )
+    out = []
     for case in raw:
-        for key in case:
+        own = case.get("grid", {})
+        if not isinstance(own, dict) or ("grid" in case and not own):
+            raise UsageError(
+                f"{path}: a case's 'grid' must be a mapping of key: [values], e.g. "
+                "- {strategy: ddp, grid: {bucket_mb: [25, 100]}}"
+            )
+        for key in (*case, *own):
+            if key == "grid":
+                continue
             _known(key, f"{path} (cases)")
             if key in grid or key in fixed:
                 raise UsageError(
                     f"{path}: {key!r} is set in cases and in grid/fixed/resources; keep one"
                 )
-    return [dict(c) for c in raw]
+            if key in case and key in own:
+                raise UsageError(f"{path}: {key!r} is set twice in one case; keep one")
+        for key, values in own.items():
+            if not isinstance(values, list):
+                raise UsageError(f"{path}: a case's grid.{key} must be a list of values")
+            _grid_values(key, values, f"{path} (cases)")
+        out.append(_copy_case(case))
+    return out
 
 
 def _only(mapping: dict[str, Any], allowed: tuple[str, ...], prefix: str, where: str = "") -> None:
@@ -308,11 +471,7 @@ def _data_plan(raw: Any, path: Path) -> DataPlan | None:
 def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
     """Every case x grid point x repeat, validated. Repeats are the outer loop (r1 of every group, then
     r2, ...), so slow drift of the machine spreads over all groups instead of one."""
-    grid_points = [
-        dict(zip(space.grid, combo, strict=True))
-        for combo in itertools.product(*space.grid.values())
-    ]
-    points = [{**case, **p} for case in (space.cases or [{}]) for p in grid_points]
+    points = space_points(space)
     keys = space.swept_keys
     groups: dict[str, tuple[dict[str, Any], TrialConfig]] = {}
     for point in points:
@@ -329,6 +488,7 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
             )
         groups[group] = (point, cfg)
     base = _baseline_group(space, groups)
+    groups = _searched(space, groups, base)
     return [
         RunSpec(
             name=f"{group}_r{r}",
@@ -341,6 +501,47 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
         for r in range(1, space.repeats + 1)
         for group, (point, cfg) in groups.items()
     ]
+
+
+def _searched(
+    space: SearchSpace, groups: dict[str, tuple[dict, TrialConfig]], base: str | None
+) -> dict[str, tuple[dict, TrialConfig]]:
+    """``search: random``: ``num_samples`` of the groups, drawn with ``seed`` (the baseline
+    group is always one of them), in the space's order. ``grid`` and ``optuna`` keep every group
+    (optuna picks among them as the sweep goes)."""
+    search = space.search
+    if search.name == "grid":
+        return groups
+    if search.num_samples > len(groups):
+        raise UsageError(
+            f"{space.source}: search {search.name} num_samples {search.num_samples} exceeds the "
+            f"space's {len(groups)} groups; lower num_samples or use search: grid"
+        )
+    if space.scheduler.name == "race" and search.name == "optuna":
+        raise UsageError(
+            f"{space.source}: scheduler race needs every group planned ahead; use it with "
+            "search grid or random, or scheduler asha with optuna"
+        )
+    if search.name == "optuna":
+        return groups
+    import random
+
+    names = list(groups)
+    rest = [g for g in names if g != base]
+    picked = set(random.Random(search.seed).sample(rest, search.num_samples - (base is not None)))
+    return {g: v for g, v in groups.items() if g in picked or g == base}
+
+
+def space_points(space: SearchSpace) -> list[dict[str, Any]]:
+    """Every valid combination of swept values: each case (with its own grid) x the grid."""
+    out = []
+    for case in space.cases or [{}]:
+        own = case.get("grid", {})
+        fixed = {k: v for k, v in case.items() if k != "grid"}
+        axes = {**own, **space.grid}
+        for combo in itertools.product(*axes.values()):
+            out.append({**fixed, **dict(zip(axes, combo, strict=True))})
+    return out
 
 
 def _baseline_group(space: SearchSpace, groups: dict[str, tuple[dict, TrialConfig]]) -> str | None:

@@ -11,7 +11,8 @@ Definitions (docs/ARCHITECTURE.md, "Analysis"):
   fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
 - a group is unstable when more than half of its ok runs are;
 - ranking: groups with ok runs first, stable before unstable, then the robust (else plain) mean
-  of tail samples/s, higher first, then tail iter p50, lower first.
+  of tail samples/s, higher first, then tail iter p50, lower first; groups without an ok run
+  last, by the mean tail samples/s of their runs the scheduler stopped early (partial runs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "per_run_metrics",
     "rank",
     "run_figures",
+    "stall_alert",
     "within_noise",
 ]
 
@@ -74,6 +76,8 @@ GROUP_COLUMNS = [
     "iter_ratio_max",
     "unstable_run_ratio",
     "unstable_group",
+    "runs_stopped",
+    "partial_samples_per_sec",
 ]
 
 
@@ -81,6 +85,17 @@ def _ratio(p90: pd.Series, p50: pd.Series) -> float:
     if p90.empty:
         return math.nan
     return float((p90 / p50.clip(lower=P50_FLOOR_MS)).mean())
+
+
+def stall_alert(history: list[float], value: float | None, ratio: float) -> float | None:
+    """The median of ``history`` (a run's earlier window iter p50s) when ``value`` exceeds
+    ``ratio`` x that median (from the third window on, so a median exists); else None."""
+    import statistics
+
+    if value is None or len(history) < 2:
+        return None
+    median = statistics.median(history)
+    return median if value > ratio * median else None
 
 
 def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, dict[str, Any]]:
@@ -153,6 +168,9 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
         half = _t975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
         flags = ok["unstable_run_flag"].astype(bool)
         ratio = float(flags.mean()) if n else math.nan
+        # Runs the scheduler stopped early (platform/race.py): partial, shown, never ranked
+        # above a group with a finished run.
+        stopped = runs[runs["status"] == "stopped_early"]["tail_samples_per_sec_mean"].dropna()
         rows.append(
             {
                 "group": group,
@@ -169,6 +187,8 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
                 "iter_ratio_max": float(ok["iter_p90_over_p50"].max()) if n else math.nan,
                 "unstable_run_ratio": ratio,
                 "unstable_group": bool(n and ratio > 0.5),
+                "runs_stopped": int((runs["status"] == "stopped_early").sum()),
+                "partial_samples_per_sec": float(stopped.mean()) if len(stopped) else math.nan,
             }
         )
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
@@ -178,7 +198,11 @@ def rank(groups: pd.DataFrame) -> pd.DataFrame:
     """The groups in ranking order, with a ``rank`` column first."""
     if groups.empty:
         return groups.assign(rank=pd.Series(dtype=int))
-    score = groups["tail_samples_per_sec_robust"].fillna(0.0)
+    # A group without a finished run ranks after every group with one, by its partial runs.
+    score = groups["tail_samples_per_sec_robust"].where(
+        groups["runs_ok"] > 0, groups.get("partial_samples_per_sec")
+    )
+    score = score.fillna(0.0)
     keyed = groups.assign(
         _none=groups["runs_ok"] == 0,
         _score=-score,

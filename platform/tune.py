@@ -18,6 +18,7 @@ from typing import Any
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.launch import launch, needs_corpus, output_root_arg, prepare_inputs
+from platform.resume import EARLY_STATUSES
 from platform.spaces import (
     RunSpec,
     SearchSpace,
@@ -101,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             space = dataclasses.replace(space, repeats=args.repeats)
         space = space.with_overrides(args.set)
         runs = expand_runs(space)
+        if args.resume and space.search.name == "optuna":
+            raise UsageError(
+                "--resume of a search: optuna sweep is not supported yet; start it again in a new "
+                "--output-root (or use search: random)"
+            )
         if args.dry_run:
             print(format_plan(space, runs))
             try:
@@ -140,6 +146,7 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         f"space {space.name}: {space.description}",
         f"{len(runs)} runs = {len(runs) // space.repeats} groups x {space.repeats} repeats, "
         f"{space.max_concurrent_trials} at a time",
+        _schedule_line(space, len(runs) // space.repeats),
         "fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()),
     ]
     if needs_corpus(space, runs):
@@ -151,6 +158,25 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         values = "  ".join(f"{getattr(run.config, k)!s:>12}" for k in swept)
         lines.append(f"{i:>3}  {run.name:<{width}}  {values}")
     return "\n".join(lines)
+
+
+def _schedule_line(space: SearchSpace, groups: int) -> str:
+    search, sched = space.search, space.scheduler
+    what = {
+        "grid": "search grid: every group",
+        "random": f"search random: {groups} groups drawn (seed {search.seed})",
+        "optuna": f"search optuna: {search.num_samples} of these {groups} groups, picked as "
+        f"the sweep goes (seed {search.seed})",
+    }[search.name]
+    how = {
+        "fifo": "scheduler fifo: every run to max_steps",
+        "asha": f"scheduler asha: warm-up {sched.warmup_windows} windows, first rung after "
+        f"{sched.grace_windows} more, reduction factor {sched.reduction_factor}",
+        "race": f"scheduler race: warm-up {sched.warmup_windows} windows, judged after "
+        f"{sched.min_windows} clean windows at {sched.confidence:g} confidence, noise floor "
+        f"{sched.noise_floor:g}; slower and unstable groups stop early, survivors get the repeats",
+    }[sched.name]
+    return f"{what}; {how}"
 
 
 def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:
@@ -184,10 +210,14 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
         print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root / 'summary.md'}")
-    failed = [r["run"] for r in manifest if r["status"] != "ok"]
+    failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]
+    early = summary.get("early_stopping")
+    if early:
+        print(early["line"])
     print(
-        f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok; "
-        f"results in {output_root}"
+        f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok"
+        + (" or stopped by the scheduler" if early else "")
+        + f"; results in {output_root}"
     )
     return 0 if not failed else 1
 

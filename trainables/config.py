@@ -59,6 +59,7 @@ _MINIMUMS = {
     "inject_sleep_at_step": 0,
     "inject_sleep_steps": 1,
     "inject_sleep_rank": -1,
+    "inject_sleep_every": 1,
     "inject_error_at_step": 0,
     "inject_error_rank": -1,
     "fail_tail_lines": 0,
@@ -383,6 +384,11 @@ class TrialConfig:
     inject_sleep_at_step: int = _doc("First step of the injected sleep (0: none).", default=0)
     inject_sleep_steps: int = _doc("Consecutive steps that sleep from there.", default=1)
     inject_sleep_rank: int = _doc("Rank that sleeps; -1: every rank.", default=-1)
+    inject_sleep_every: int = _doc(
+        "Of those steps, every Nth sleeps (1: each); 3 gives one slow step in three, the "
+        "irregular iteration times of an unstable configuration.",
+        default=1,
+    )
     inject_error_at_step: int = _doc(
         "Fault injection for tests: raise a RuntimeError inside this step (0: never).", default=0
     )

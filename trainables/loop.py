@@ -440,6 +440,7 @@ def _train(
             loss_sum += loss.detach() / accum
         if (
             0 < cfg.inject_sleep_at_step <= step < cfg.inject_sleep_at_step + cfg.inject_sleep_steps
+            and (step - cfg.inject_sleep_at_step) % cfg.inject_sleep_every == 0
             and cfg.inject_sleep_rank in (-1, rank)
         ):
             time.sleep(cfg.inject_sleep_s)  # fault injection (tests): a slow step on this rank

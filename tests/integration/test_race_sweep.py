@@ -1,0 +1,121 @@
+"""Faster answers on a space with a known answer (search_spaces/cpu_race.yaml: groups told
+apart by an injected per-step sleep, one made unstable by a long sleep every third step): the
+full grid and the ``race`` sweep in one test run, the race interrupted by Ctrl-C and finished
+with ``--resume``; then ``asha`` with the ``optuna`` searcher, run to the end."""
+
+import json
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.integration.helpers import LiveCli, run_tune
+
+pytestmark = pytest.mark.integration
+FAST = "sweep_z0_mb2_nw0_pf2_slp0p06_every1"  # the fastest stable group
+UNSTABLE = "sweep_z0_mb2_nw0_pf2_slp0p16_every3"  # faster on average, unstable
+
+
+def read(root: Path):
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
+    return (
+        manifest.set_index("run"),
+        pd.read_parquet(root / "timing.parquet"),
+        json.loads((root / "summary.json").read_text()),
+        json.loads((root / "best_config.json").read_text()),
+    )
+
+
+def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(tmp_path):
+    # The full grid, two runs at a time (the injected sleeps dominate the step, so the ground
+    # truth holds under that load).
+    grid_root = tmp_path / "grid"
+    out = run_tune("cpu_race", grid_root, "max_concurrent_trials=2")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    g_manifest, g_timing, g_summary, g_best = read(grid_root)
+    assert set(g_manifest["status"]) == {"ok"}
+    assert g_best["group"] == FAST
+    assert UNSTABLE in g_summary["unstable_groups"]
+    grid_sps = g_summary["ranking"][0]["tail_samples_per_sec_robust"]
+    assert g_summary["early_stopping"] is None  # fifo + grid: nothing to say
+
+    # The race, one run at a time; Ctrl-C once it has stopped a group, then --resume.
+    root = tmp_path / "race"
+    args = ["--space", "cpu_race", "--output-root", str(root), "--set", "scheduler=race"]
+    sweep = LiveCli("platform.tune", *args)
+    sweep.wait_for("leaves the race (slower)")
+    sweep.wait_for("_r1: step 8/40", after=len(sweep.lines))  # the next run is going
+    assert sweep.stop(signal.SIGINT) < 60
+    assert sweep.proc.returncode == 130, sweep.out[-3000:]
+    before = pd.read_parquet(root / "timing.parquet")
+    first_manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t").set_index("run")
+    kept = first_manifest.index[first_manifest["status"].isin(["ok", "stopped_early"])]
+    assert len(kept) >= 2
+
+    resumed = run_tune("cpu_race", root, "scheduler=race", flags=("--resume",))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    manifest, timing, summary, best = read(root)
+
+    # The same winner, within noise of the grid's figure; the unstable group never wins.
+    assert best["group"] == FAST
+    assert best["tail_samples_per_sec_robust"] == pytest.approx(grid_sps, rel=0.15)
+    assert UNSTABLE in summary["unstable_groups"]
+    ranked = [g["group"] for g in summary["ranking"]]
+    assert ranked.index(UNSTABLE) > ranked.index(FAST)
+    # At most half the full grid's steps; what was stopped, when and why is in the summary.
+    early = summary["early_stopping"]
+    assert early["steps_full_grid"] == int(g_timing.groupby("run")["step"].max().sum()) == 320
+    assert early["steps_run"] == int(timing.groupby("run")["step"].max().sum())
+    assert early["steps_ratio"] <= 0.5, early["line"]
+    assert early["eliminated"][UNSTABLE]["kind"] == "unstable"
+    stopped = manifest[manifest["status"] == "stopped_early"]
+    assert len(stopped) >= 2
+    for run, row in stopped.iterrows():
+        assert run in early["stops"] and row["failure_reason"].startswith("stopped early at step")
+        assert int(row["last_step"]) < 40  # its windows are kept, up to the stop
+    skipped = manifest[manifest["status"] == "skipped"]
+    assert len(skipped) >= 2 and not set(skipped.index) & set(timing["run"])
+    assert set(manifest.loc[manifest["group"] == FAST, "status"]) == {"ok"}
+    text = (root / "summary.md").read_text()
+    assert "## Early stopping" in text and "of the full grid's 320 steps" in text
+    # --resume lost and doubled nothing: the kept runs' windows are the ones measured before
+    # the interrupt, and every run's windows are 0..n once.
+    assert not timing.duplicated(["run", "rank", "window"]).any()
+    for run in kept:
+        assert sorted(timing.loc[timing["run"] == run, "window"]) == sorted(
+            before.loc[before["run"] == run, "window"]
+        )
+    for run, df in timing.groupby("run"):
+        assert sorted(df["window"]) == list(range(len(df))), run
+    assert "resuming:" in resumed.stdout
+
+
+def test_asha_with_the_optuna_searcher_runs_to_the_end(tmp_path):
+    root = tmp_path / "out"
+    out = run_tune(
+        "cpu_race",
+        root,
+        "repeats=1",
+        "max_concurrent_trials=2",
+        "scheduler={name: asha, grace_windows: 2, reduction_factor: 2}",
+        "search={name: optuna, num_samples: 3, seed: 1}",
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    manifest, timing, summary, best = read(root)
+    schedule = json.loads((root / "schedule.json").read_text())
+    # Optuna picked 3 distinct groups; only their runs are planned, run and recorded.
+    assert len(schedule["picked"]) == len(set(schedule["picked"])) == 3
+    assert sorted(manifest["group"]) == sorted(schedule["picked"])
+    assert set(manifest["status"]) <= {"ok", "stopped_early"}
+    assert set(timing["run"]) == set(manifest.index)
+    for run in manifest.index:
+        assert (root / "runs" / run / "config.json").is_file()
+    # ASHA's stops are recorded with their window; the ranking covers every picked group and
+    # puts a finished group first.
+    for run, stop in schedule["stops"].items():
+        assert stop["by"] == "asha" and manifest.loc[run, "status"] == "stopped_early"
+    assert {g["group"] for g in summary["ranking"]} == set(schedule["picked"])
+    assert summary["ranking"][0]["runs_ok"] >= 1 and best["group"] == summary["ranking"][0]["group"]
+    assert summary["early_stopping"]["picked"] == schedule["picked"]
+    assert "asha + optuna:" in out.stdout

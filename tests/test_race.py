@@ -1,0 +1,296 @@
+"""platform/race.py without Ray: the race's decisions on made-up windows, ASHA after the
+warm-up, the searchers' order, and the spaces' scheduler, search and conditional keys."""
+
+import json
+import textwrap
+
+import pytest
+from ray.tune.schedulers import TrialScheduler
+from ray.tune.search import Searcher
+
+from platform import stats
+from platform.errors import UsageError
+from platform.race import SCHEDULE, PlannedSearcher, Race, Schedule, WarmASHA
+from platform.spaces import expand_runs, load_space, space_points
+
+SPACE = """
+    description: race unit test
+    repeats: 2
+    resources: {train_workers: 1, use_gpu: false, cpus_per_worker: 1}
+    cases:
+      - {inject_sleep_s: 0.01}
+      - {inject_sleep_s: 0.02}
+      - {inject_sleep_s: 0.03}
+    fixed: {max_steps: 30, log_every: 3, tail_timing_points: 4}
+    scheduler: {name: race, warmup_windows: 2, min_windows: 3, noise_floor: 0.02}
+"""
+
+
+def space_from(tmp_path, text=SPACE, name="s"):
+    (tmp_path / f"{name}.yaml").write_text(textwrap.dedent(text))
+    return load_space(name, tmp_path)
+
+
+@pytest.fixture
+def race(tmp_path):
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(tmp_path, space, runs)
+    lines = []
+    r = Race(runs, space, schedule, echo=lines.append)
+    r.lines = lines
+    r.names = [run.name for run in runs]  # A r1, B r1, C r1, A r2, B r2, C r2
+    return r
+
+
+def window(step, sps, p50=10.0, p90=11.0, epoch=0):
+    return {"step": step, "samples_per_s": sps, "iter_ms_p50": p50, "iter_ms_p90": p90,
+            "epoch": epoch}  # fmt: skip
+
+
+def feed(race, run, values, **kw):
+    """Windows of ``run`` with these samples/s; the decisions (observe's answers)."""
+    return [race.observe(run, window(3 * (i + 1), v, **kw)) for i, v in enumerate(values)]
+
+
+def finish(race, run, values):
+    feed(race, run, values)
+    race.complete(run, "ok")
+
+
+def test_a_slower_group_stops_once_its_upper_bound_is_below_a_finished_groups_lower_bound(race):
+    a1, b1, c1, a2, b2, c2 = race.names
+    finish(race, a1, [100, 101, 99, 100, 100, 101, 99, 100, 100, 100])
+    # B: 20 % slower. Two warm-up windows, then judged after 3 clean ones: stopped there.
+    assert feed(race, b1, [10, 10, 80, 80, 80, 80]) == [False] * 4 + [True, True]
+    stop = race.schedule.stops[b1]
+    assert (stop["by"], stop["step"], stop["window"]) == ("race", 15, 5)
+    assert stop["reason"].startswith("slower: upper bound")
+    assert race.eliminated[race.runs[b1].group]["kind"] == "slower"
+    # C within the noise floor of A (0.5 % apart): never stopped, gets its repeats.
+    assert not any(feed(race, c1, [99.5] * 10))
+    race.complete(c1, "ok")
+    # The searcher skips B's second repeat and hands out A's and C's.
+    trial_runs = {}
+    searcher = PlannedSearcher(
+        [race.runs[n] for n in (a2, b2, c2)], lambda r: {"name": r.name}, trial_runs, race
+    )
+    names = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert names[:2] == [{"run": {"name": a2}}, {"run": {"name": c2}}]
+    assert names[2] == Searcher.FINISHED
+    assert "left the race (slower)" in race.schedule.state["skipped"][b2]
+    saved = json.loads((race.schedule.path.parent / SCHEDULE).read_text())
+    assert set(saved["stops"]) == {b1} and b2 in saved["skipped"]
+
+
+def test_no_decision_before_a_group_has_a_finished_run(race):
+    a1, b1, *_ = race.names
+    feed(race, a1, [100] * 10)  # A still running: no reference yet
+    assert not any(feed(race, b1, [50] * 10))
+    assert not race.eliminated
+
+
+def test_never_decides_on_a_window_with_an_epoch_boundary_or_a_stall_alert(race):
+    a1, b1, *_ = race.names
+    finish(race, a1, [100] * 10)
+    assert feed(race, b1, [10, 10, 80, 80]) == [False] * 4
+    # The deciding window holds an epoch boundary: no decision there, nor on the stall alert
+    # (iter p50 4x the median) after it; the next clean window decides.
+    assert not race.observe(b1, window(15, 80, epoch=1))
+    assert not race.observe(b1, window(18, 80, p50=40.0, p90=41.0, epoch=1))
+    assert race.observe(b1, window(21, 80, epoch=1))
+    assert race.schedule.stops[b1]["step"] == 21
+
+
+def test_an_unstable_group_stops_even_when_it_is_the_fastest(race):
+    a1, b1, *_ = race.names
+    finish(race, a1, [100] * 10)
+    decisions = feed(race, b1, [130] * 10, p50=10.0, p90=30.0)  # p90/p50 3 > 2.5
+    assert decisions.index(True) == 4
+    assert race.eliminated[race.runs[b1].group]["kind"] == "unstable"
+    assert "iter p90/p50 median 3.00 > 2.5" in race.schedule.stops[b1]["reason"]
+    # Above the median limit (1.5) but below the max (2.5): judged when the run ends, on its
+    # tail, as platform.stability does.
+    c1 = race.names[2]
+    assert not any(feed(race, c1, [130] * 10, p50=10.0, p90=20.0))
+    race.complete(c1, "ok")
+    assert "iter p90/p50 median 2.000 > 1.5" in race.eliminated[race.runs[c1].group]["reason"]
+
+
+def test_phase_b_cv_across_repeats_makes_a_finished_group_unstable(race):
+    a1, b1, c1, a2, *_ = race.names
+    finish(race, a1, [100] * 10)
+    assert race.runs[a1].group not in race.eliminated
+    feed(race, a2, [100] * 10, p50=20.0, p90=21.0)  # its iter p50 doubled: CV 0.47 > 0.05
+    race.complete(a2, "ok")
+    verdict = race.eliminated[race.runs[a1].group]
+    assert verdict["kind"] == "unstable" and "iter p50 CV" in verdict["reason"]
+
+
+def test_a_failed_run_takes_its_group_out_an_interrupted_one_does_not(race):
+    a1, b1, *_ = race.names
+    feed(race, b1, [100] * 3)
+    race.complete(b1, "cut")  # interrupted: --resume runs it again, the group stays
+    assert not race.eliminated
+    feed(race, a1, [100] * 3)
+    race.complete(a1, "error")
+    assert race.eliminated[race.runs[a1].group]["kind"] == "failed"
+    assert a1 not in race.schedule.stops  # it ended by itself
+
+
+def test_bounds_use_the_widest_of_window_run_and_floor_noise(race):
+    a1, _, _, a2, *_ = race.names
+    feed(race, a1, [100] * 10)
+    b = race.bounds(race.runs[a1].group)
+    assert b["mean"] == 100 and b["high"] - b["mean"] == pytest.approx(2.0)  # the 2 % floor
+    feed(race, a2, [90] * 10)  # two runs 10 apart: Student's t over the run means, 1 dof
+    b = race.bounds(race.runs[a1].group)
+    assert b["runs"] == 2 and b["mean"] == 95
+    assert b["high"] - b["mean"] == pytest.approx(12.706 * 7.0711 / 2**0.5, rel=1e-3)
+
+
+def test_restore_rebuilds_the_windows_of_kept_runs(race, tmp_path):
+    import pandas as pd
+
+    a1, b1, *_ = race.names
+    rows = [
+        {
+            "run": a1,
+            "rank": 0,
+            "window": i,
+            "step": 3 * i,
+            "epoch": 0,
+            "samples_per_s": 100.0,
+            "iter_ms_p50": 10.0,
+            "iter_ms_p90": 11.0,
+        }  # fmt: skip
+        for i in range(1, 11)
+    ]
+    race.restore(pd.DataFrame(rows), {a1: {"status": "ok"}})
+    assert race.finished[a1]["iter_ratio"] == pytest.approx(1.1)
+    assert feed(race, b1, [10, 10, 80, 80, 80]) == [False] * 4 + [True]
+
+
+class _Trial:
+    def __init__(self, trial_id):
+        self.trial_id = trial_id
+
+
+def test_asha_ignores_the_warm_up_and_records_its_stops(tmp_path):
+    space = space_from(tmp_path).with_overrides(
+        ["scheduler={name: asha, warmup_windows: 2, grace_windows: 2, reduction_factor: 2}"]
+    )
+    runs = expand_runs(space)
+    schedule = Schedule(tmp_path, space, runs)
+    trial_runs = {"a": runs[0].name, "b": runs[1].name}
+    asha = WarmASHA(space, runs, schedule, trial_runs)
+    a, b = _Trial("a"), _Trial("b")
+    asha.on_trial_add(None, a)
+    asha.on_trial_add(None, b)
+    for i in range(10):
+        asha.on_trial_result(None, a, {"samples_per_s": 100.0, "step": 3 * (i + 1)})
+    asha.on_trial_complete(None, a, {})
+    # b: very slow warm-up windows never count; slower after the warm-up: stopped at the
+    # first rung (2 windows after the warm-up).
+    decisions = [
+        asha.on_trial_result(None, b, {"samples_per_s": v, "step": 3 * (i + 1)})
+        for i, v in enumerate([1, 1, 50, 50, 50])
+    ]
+    assert decisions[:3] == [TrialScheduler.CONTINUE] * 3
+    assert decisions[3] == TrialScheduler.STOP
+    stop = schedule.stops[runs[1].name]
+    assert (stop["by"], stop["step"], stop["window"]) == ("asha", 12, 4)
+    assert runs[0].name not in schedule.stops  # a reached max_t: finished, not stopped
+
+
+def test_planned_searcher_hands_out_every_run_in_order_without_a_race(tmp_path):
+    runs = expand_runs(space_from(tmp_path))
+    trial_runs = {}
+    searcher = PlannedSearcher(runs, lambda r: r.name, trial_runs)
+    got = [searcher.suggest(f"t{i}") for i in range(len(runs) + 1)]
+    assert got[:-1] == [{"run": r.name} for r in runs] and got[-1] == Searcher.FINISHED
+    assert trial_runs["t0"] == runs[0].name
+
+
+# --- spaces: scheduler, search, conditional keys ---
+COND = """
+    description: conditional keys
+    resources: {train_workers: 1, use_gpu: false, cpus_per_worker: 1}
+    cases:
+      - {strategy: ddp, zero_stage: 0, grid: {bucket_mb: [25, 100]}}
+      - {strategy: deepspeed, grid: {zero_stage: [1, 2]}}
+    grid:
+      micro_batch: [4, 8]
+    fixed: {max_steps: 10, log_every: 5}
+    baseline: {strategy: ddp, bucket_mb: 25, micro_batch: 4}
+"""
+
+
+def test_a_case_grid_sweeps_keys_only_within_its_case(tmp_path):
+    space = space_from(tmp_path, COND)
+    points = space_points(space)
+    assert len(points) == 8
+    assert all("bucket_mb" not in p for p in points if p["strategy"] == "deepspeed")
+    assert {p["zero_stage"] for p in points if p["strategy"] == "ddp"} == {0}
+    runs = expand_runs(space)
+    assert len({r.group for r in runs}) == 8
+    assert sum(r.baseline for r in runs) == 1
+    # --set of a key a case sweeps pins it there; the case's grid goes when it is empty.
+    pinned = space.with_overrides(["bucket_mb=50"])
+    assert pinned.cases[0] == {"strategy": "ddp", "zero_stage": 0}
+    assert len(space_points(pinned)) == 6
+
+
+def test_random_search_draws_num_samples_groups_with_the_baseline(tmp_path):
+    space = space_from(tmp_path, COND).with_overrides(["search={name: random, num_samples: 3}"])
+    groups = list(dict.fromkeys(r.group for r in expand_runs(space)))
+    assert len(groups) == 3
+    assert groups == list(dict.fromkeys(r.group for r in expand_runs(space)))  # seeded
+    assert any("ddp" in g and "bk25" in g and "mb4" in g for g in groups)
+    samples = {
+        tuple(
+            dict.fromkeys(r.group for r in expand_runs(space.with_overrides([f"search.seed={k}"])))
+        )
+        for k in range(5)
+    }
+    assert len(samples) > 1  # the seed picks the sample
+    with pytest.raises(UsageError, match="num_samples 9 exceeds the space's 8 groups"):
+        expand_runs(space.with_overrides(["search.num_samples=9"]))
+
+
+def test_scheduler_and_search_errors_name_the_fix(tmp_path):
+    space = space_from(tmp_path, COND)
+    with pytest.raises(UsageError, match="scheduler race needs every group planned ahead"):
+        expand_runs(
+            space.with_overrides(["scheduler=race", "search={name: optuna, num_samples: 2}"])
+        )
+    with pytest.raises(UsageError, match=r"scheduler\.confidence must be within 0\.5-1"):
+        space.with_overrides(["scheduler.confidence=2"])
+    with pytest.raises(UsageError, match=r"scheduler\.min_windows must be a int"):
+        space.with_overrides(["scheduler.min_windows=1.5"])
+    bad = COND.replace(
+        "{strategy: deepspeed, grid: {zero_stage: [1, 2]}}", "{strategy: deepspeed, grid: []}"
+    )
+    with pytest.raises(UsageError, match="a case's 'grid' must be a mapping"):
+        space_from(tmp_path, bad, "bad")
+
+
+def test_stopped_groups_rank_after_every_finished_group():
+    import pandas as pd
+
+    per_run = pd.DataFrame(
+        [
+            {"run": "a_r1", "group": "a", "status": "ok", "tail_samples_per_sec_mean": 50.0,
+             "tail_mean_iter_p50_ms": 10.0, "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+            {"run": "b_r1", "group": "b", "status": "stopped_early",
+             "tail_samples_per_sec_mean": 90.0, "tail_mean_iter_p50_ms": 5.0,
+             "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+            {"run": "c_r1", "group": "c", "status": "stopped_early",
+             "tail_samples_per_sec_mean": 95.0, "tail_mean_iter_p50_ms": 5.0,
+             "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+        ]
+    )  # fmt: skip
+    ranked = stats.rank(stats.group_summary(per_run))
+    assert list(ranked["group"]) == ["a", "c", "b"]
+    assert list(ranked["runs_stopped"]) == [0, 1, 1]
+    assert ranked.loc[1, "partial_samples_per_sec"] == 95.0
