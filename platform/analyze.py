@@ -305,14 +305,14 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         "",
         f"{summary['runs']} runs ({counts}) in {summary['groups']} groups.",
         "",
-        "| rank | group | ok/runs | samples/s (robust) | +-std | 95 % interval | iter p50 ms | unstable runs | x baseline |",
+        "| rank | group | ok/runs | samples/s (robust; stopped runs in brackets) | +-std | 95 % interval | iter p50 ms | unstable runs | x baseline |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in ranked.to_dict("records"):
         mark = " (baseline)" if g.get("baseline") else ""
         lines.append(
             f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']} | "
-            f"{_fmt(g['tail_samples_per_sec_robust'])} | {_fmt(g['tail_samples_per_sec_std'])} | "
+            f"{_sps(g)} | {_fmt(g['tail_samples_per_sec_std'])} | "
             f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
             f"{_fmt(g['unstable_run_ratio'], 2)} | {_fmt(g.get('vs_baseline'), 3)} |"
         )
@@ -365,10 +365,18 @@ def format_ranked(ranking: list[dict[str, Any]]) -> str:
     for g in ranking:
         lines.append(
             f"{g['rank']:>4}  {g['group']:<40} {g['runs_ok']:>3}/{g['runs']:<3} "
-            f"{_fmt(g['tail_samples_per_sec_robust']):>10} {_fmt(g['tail_samples_per_sec_std']):>8} "
+            f"{_sps(g):>10} {_fmt(g['tail_samples_per_sec_std']):>8} "
             f"{_fmt(g['tail_mean_iter_p50_ms']):>11}  " + ("*" if g["unstable_group"] else "")
         )
     return "\n".join(lines)
+
+
+def _sps(g: dict[str, Any]) -> str:
+    """The robust tail samples/s, or for a group with only stopped runs their partial figure
+    in brackets (it ranks after every group with a finished run)."""
+    if not g.get("runs_ok") and _num(g.get("partial_samples_per_sec")) is not None:
+        return f"({g['partial_samples_per_sec']:.1f})"
+    return _fmt(g["tail_samples_per_sec_robust"])
 
 
 def _interval(g: dict[str, Any]) -> str:

@@ -294,3 +294,18 @@ def test_stopped_groups_rank_after_every_finished_group():
     assert list(ranked["group"]) == ["a", "c", "b"]
     assert list(ranked["runs_stopped"]) == [0, 1, 1]
     assert ranked.loc[1, "partial_samples_per_sec"] == 95.0
+
+
+def test_a_group_with_only_stopped_runs_shows_its_partial_figure_in_brackets():
+    from platform.analyze import format_ranked
+
+    rows = [
+        {"rank": 1, "group": "a", "runs_ok": 2, "runs": 2, "tail_samples_per_sec_robust": 50.0,
+         "tail_samples_per_sec_std": 1.0, "tail_mean_iter_p50_ms": 10.0, "unstable_group": False,
+         "partial_samples_per_sec": float("nan")},
+        {"rank": 2, "group": "b", "runs_ok": 0, "runs": 2, "tail_samples_per_sec_robust": float("nan"),
+         "tail_samples_per_sec_std": float("nan"), "tail_mean_iter_p50_ms": float("nan"),
+         "unstable_group": False, "partial_samples_per_sec": 41.25},
+    ]  # fmt: skip
+    lines = format_ranked(rows).splitlines()
+    assert "50.0" in lines[2] and "(41.2)" in lines[3]
