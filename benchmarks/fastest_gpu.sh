@@ -9,8 +9,7 @@ set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 SPACE=${FASTEST_SPACE:-h200_fastest}
 R=/tmp/fastest_$SPACE
-GPUS=$(nvidia-smi -L | wc -l)
-nvidia-smi -L | tee "$OUT/gpus.txt"
+list_gpus
 make_corpus
 SCALING=""
 TORCHRUN=--torchrun

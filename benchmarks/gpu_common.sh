@@ -5,6 +5,11 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 C=/tmp/corpus
 M=$C/p/manifest_16k_trim.tsv
+# The machine's GPUs, listed into $OUT/gpus.txt; their count in $GPUS.
+list_gpus() {
+  nvidia-smi -L | tee "$OUT/gpus.txt"
+  GPUS=$(nvidia-smi -L | wc -l)
+}
 quiet() { grep -v -e PlacementGroupCleaner -e "Failed to query Ray Train Controller"; }
 make_corpus() {
   [ -f "$M" ] && return 0

@@ -9,8 +9,7 @@ set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 SPACE=${RACE_SPACE:-race_a8_gpu}
 R=/tmp/race_$SPACE
-GPUS=$(nvidia-smi -L | wc -l)
-nvidia-smi -L | tee "$OUT/gpus.txt"
+list_gpus
 if [ "${RACE_DATA:-manifest}" = synthetic ]; then
   DATA=(--set dataset=synthetic)
 else

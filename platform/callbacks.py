@@ -37,7 +37,9 @@ class RunTimeout(Stopper):
 
     def __init__(self, runs: list[RunSpec], trial_runs: dict[str, str]):
         self.limits = {r.name: r.config.run_timeout_s for r in runs if r.config.run_timeout_s}
-        self.trial_runs = trial_runs  # Tune trial id -> run name, kept by SweepRecorder
+        # Tune trial id -> run name: the sweep's searcher fills it when it hands a run out,
+        # SweepRecorder when the trial starts.
+        self.trial_runs = trial_runs
 
     def __call__(self, trial_id, result) -> bool:
         limit = self.limits.get(self.trial_runs.get(trial_id, ""))

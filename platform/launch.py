@@ -307,9 +307,7 @@ def launch(
         for run in runs:
             if space.search.name == "optuna" and run.name not in done:
                 continue  # written when optuna picks its group
-            results.write_json(
-                output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
-            )
+            _write_run_record(output_root, run, space.name)
         if cluster.dashboard_url:
             print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
         elif not cluster.joined:
@@ -432,9 +430,7 @@ def _search_and_stop(
         def on_plan(run: RunSpec) -> None:
             if run not in planned:
                 planned.append(run)
-                results.write_json(
-                    output_root / "runs" / run.name / "config.json", _run_record(run, space.name)
-                )
+                _write_run_record(output_root, run, space.name)
 
         searcher = OptunaPlanner(space, todo, param, trial_runs, schedule, on_plan)
     else:
@@ -614,6 +610,11 @@ def _trial_param(run: RunSpec, output_root: Path) -> dict[str, Any]:
         "storage_path": str(output_root / "runs"),
         "config": run.config.to_dict(),
     }
+
+
+def _write_run_record(output_root: Path, run: RunSpec, space: str) -> None:
+    """``runs/<run>/config.json``: what the analysis and promotion read of a planned run."""
+    results.write_json(output_root / "runs" / run.name / "config.json", _run_record(run, space))
 
 
 def _run_record(run: RunSpec, space: str) -> dict[str, Any]:

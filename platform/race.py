@@ -229,9 +229,7 @@ class Race:
         clean = [w for w in self.windows[run] if w["clean"]]
         if len(clean) < self.plan.min_windows:
             return
-        ratio = statistics.median(
-            w["iter_ms_p90"] / max(w["iter_ms_p50"], stats.P50_FLOOR_MS) for w in clean
-        )
+        ratio = statistics.median(w["iter_ratio"] for w in clean)
         if ratio > self.plan.max_iter_ratio_max:
             self._eliminate(
                 self.runs[run].group,
@@ -284,6 +282,7 @@ def _window(
     """One window as the race sees it; ``clean``: past the warm-up, no stall alert (the
     recorder's rule, platform/stats.py) and no epoch boundary inside it."""
     p50 = float(result.get("iter_ms_p50") or math.nan)
+    p90 = float(result.get("iter_ms_p90") or math.nan)
     epoch = result.get("epoch")
     boundary = bool(history) and epoch != history[-1]["epoch"]
     alert = stats.stall_alert([w["iter_ms_p50"] for w in history], p50, alert_ratio)
@@ -292,7 +291,7 @@ def _window(
         "epoch": epoch,
         "samples_per_s": float(result.get("samples_per_s") or math.nan),
         "iter_ms_p50": p50,
-        "iter_ms_p90": float(result.get("iter_ms_p90") or math.nan),
+        "iter_ratio": stats.window_ratio(p90, p50),
         "clean": len(history) >= warmup and not boundary and alert is None and math.isfinite(p50),
     }
 
@@ -304,9 +303,7 @@ def _tail_figures(history: list[dict[str, Any]], cfg) -> dict[str, float] | None
     if not tail:
         return None
     return {
-        "iter_ratio": statistics.fmean(
-            w["iter_ms_p90"] / max(w["iter_ms_p50"], stats.P50_FLOOR_MS) for w in tail
-        ),
+        "iter_ratio": statistics.fmean(w["iter_ratio"] for w in tail),
         "iter_p50": statistics.fmean(w["iter_ms_p50"] for w in tail),
     }
 
@@ -438,6 +435,7 @@ class OptunaPlanner(Searcher):
         self.schedule, self.on_plan = schedule, on_plan
         self.by_point: dict[tuple, str] = {}
         self.group_runs: dict[str, list[RunSpec]] = {}
+        self.group_of_run = {r.name: r.group for r in runs}
         for r in runs:
             self.by_point.setdefault(_point_key(r.swept), r.group)
             self.group_runs.setdefault(r.group, []).append(r)
@@ -511,7 +509,7 @@ class OptunaPlanner(Searcher):
         run = self.trial_runs.get(trial_id)
         if run is None:
             return
-        group = next(g for g, rs in self.group_runs.items() if any(r.name == run for r in rs))
+        group = self.group_of_run[run]
         cfg = self.group_runs[group][0].config
         seen = self.windows.pop(trial_id, []) or [float((result or {}).get("samples_per_s") or 0)]
         if not error and any(seen):

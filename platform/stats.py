@@ -32,6 +32,7 @@ __all__ = [
     "rank",
     "run_figures",
     "stall_alert",
+    "window_ratio",
     "within_noise",
 ]
 
@@ -79,6 +80,12 @@ GROUP_COLUMNS = [
     "runs_stopped",
     "partial_samples_per_sec",
 ]
+
+
+def window_ratio(p90: float, p50: float) -> float:
+    """One window's p90 / p50, the p50 floored at ``P50_FLOOR_MS``: what the tail's
+    ``*_p90_over_p50`` figures average (``_ratio``), and what the race judges windows by."""
+    return p90 / max(p50, P50_FLOOR_MS)
 
 
 def _ratio(p90: pd.Series, p50: pd.Series) -> float:

@@ -152,17 +152,20 @@ def _one_step(engine, seed=0):
     return loss
 
 
-def test_compiled_ddp_engine_steps_compiled(gloo_world_of_one):
+def _compiled_tiny(**overrides) -> TrialConfig:
+    """A tiny CPU config with torch_compile on, after a dynamo reset (each test compiles anew)."""
     import torch._dynamo
 
     torch._dynamo.reset()
-    cfg = TrialConfig(
-        model_size="tiny",
-        proj_dim=16,
-        use_gpu=False,
-        torch_compile=True,
-        compile_backend="aot_eager",
+    return TrialConfig(
+        model_size="tiny", proj_dim=16, use_gpu=False, torch_compile=True, **overrides
     )
+
+
+def test_compiled_ddp_engine_steps_compiled(gloo_world_of_one):
+    import torch._dynamo
+
+    cfg = _compiled_tiny(compile_backend="aot_eager")
     engine = build_engine(cfg, torch.device("cpu"))
     assert isinstance(engine.model, torch._dynamo.eval_frame.OptimizedModule)
     assert isinstance(engine.model._orig_mod, torch.nn.parallel.DistributedDataParallel)
@@ -177,15 +180,7 @@ def test_a_compile_error_falls_back_to_eager_and_is_recorded(gloo_world_of_one, 
     import torch._dynamo
     import torch._inductor.config
 
-    torch._dynamo.reset()
-    cfg = TrialConfig(
-        model_size="tiny",
-        proj_dim=16,
-        use_gpu=False,
-        torch_compile=True,
-        lr=1e-2,
-        strategy=strategy,
-    )
+    cfg = _compiled_tiny(lr=1e-2, strategy=strategy)
     engine = build_engine(cfg, torch.device("cpu"))
     if strategy == "ddp":
         assert isinstance(engine.model, torch._dynamo.eval_frame.OptimizedModule)
@@ -260,13 +255,7 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     import torch._dynamo
     from torch._dynamo.utils import counters
 
-    torch._dynamo.reset()
-    counters.clear()
-    cfg = TrialConfig(
-        model_size="tiny",
-        proj_dim=16,
-        use_gpu=False,
-        torch_compile=True,
+    cfg = _compiled_tiny(
         compile_backend="aot_eager",
         compile_scope=scope,
         dataset="manifest",
@@ -274,6 +263,7 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
         text_tokens=8,
         micro_batch=4,
     )
+    counters.clear()
     engine = build_engine(cfg, torch.device("cpu"))
     before = {k: v.clone() for k, v in engine.bare.state_dict().items()}
     rng = torch.get_rng_state()
