@@ -32,8 +32,10 @@ def sets(manifest: Path, *, slow_end: bool = False) -> list[str]:
         "keep_checkpoints=2",
         "heartbeat_every_s=0",
     ]
-    if slow_end:  # steps 21-30 take 0.5 s longer (timing only): room to kill the driver at 25
-        values += ["inject_sleep_at_step=21", "inject_sleep_steps=10", "inject_sleep_s=0.5"]
+    if slow_end:  # steps 16-30 take 1 s longer (timing only): room to kill the worker after
+        # step 15 before checkpoint 20 is taken, and the driver after 25 before 30 (a loaded CI
+        # machine once let the worker reach checkpoint 20 with 0.5 s steps from 21 only)
+        values += ["inject_sleep_at_step=16", "inject_sleep_steps=15", "inject_sleep_s=1.0"]
     return [a for v in values for a in ("--set", v)]
 
 
