@@ -65,7 +65,7 @@ class SweepRecorder(Callback):
         on_change: Callable[[], None] | None = None,
         echo: Callable[[str], None] | None = None,
         facts: dict[str, Any] | None = None,
-        tensorboard: bool = False,
+        loggers: list[str] = (),
     ):
         self.output_root = Path(output_root)
         self.runs = {r.name: r for r in runs}
@@ -85,8 +85,10 @@ class SweepRecorder(Callback):
         # Training: attempts of a run (worker-group restarts, --resume), by their start time.
         self.attempt: dict[str, int] = {}
         self.attempt_ts: dict[str, float] = {}
-        self.tensorboard = tensorboard
-        self.writers: dict[str, Any] = {}
+        # --logger: TensorBoard / W&B / MLflow series per run (platform/loggers.py).
+        from platform.loggers import make_loggers
+
+        self.logs = make_loggers(list(loggers), self.output_root, self.echo)
         # The sweep's platform.race.Schedule (early stops, skipped runs); None: stops none.
         self.schedule = None
 
@@ -143,7 +145,7 @@ class SweepRecorder(Callback):
             self._write_env(run, result["env_facts"])
         self.echo(self._progress_line(run, row))
         self._training_rows(run, result, keys, status)
-        self._log_tensorboard(run, result)
+        self._log_series(run, result)
         self._check_stall(run, row)
         self.latest[run] = row
         # Training: everything measured up to a checkpoint or a restart is on disk at once, so
@@ -220,10 +222,8 @@ class SweepRecorder(Callback):
             self.flush(run)
 
     def close(self) -> None:
-        """Flush and close the TensorBoard writers."""
-        for writer in self.writers.values():
-            writer.close()
-        self.writers.clear()
+        """Close the loggers' runs (those still open were interrupted)."""
+        self.logs.close()
 
     # --- training runs (platform.train) ---
     def _attempt(self, run: str, result: dict[str, Any], status: dict[str, Any]) -> int:
@@ -286,39 +286,24 @@ class SweepRecorder(Callback):
                 f"{size_mb:.1f} MB saved in {result.get('checkpoint_save_s', math.nan):.2f} s"
             )
 
-    def _log_tensorboard(self, run: str, result: dict[str, Any]) -> None:
-        if not self.tensorboard:
+    def _log_series(self, run: str, result: dict[str, Any]) -> None:
+        if not self.logs:
             return
-        writer = self.writers.get(run)
-        if writer is None:
-            from tensorboardX import SummaryWriter
+        from platform.loggers import scalars_of
 
-            writer = self.writers[run] = SummaryWriter(
-                str(self.output_root / results.TENSORBOARD_DIR / run), flush_secs=30
-            )
-        step = result.get("step") or 0
-        scalars = {
-            "train/loss": "loss",
-            "train/lr": "lr",
-            "perf/samples_per_s": "samples_per_s",
-            "perf/iter_ms_p50": "iter_ms_p50",
-            "perf/data_ms_p50": "data_ms_p50",
-            "perf/mfu": "mfu",
-        }
-        if result.get("val_step") == step:
-            scalars.update(
-                {
-                    f"val/{k[4:]}": k
-                    for k in results.VALIDATION_SCHEMA.names
-                    if k.startswith("val_") and k not in ("val_items", "val_chance_r1")
-                }
-            )
-        if result.get("checkpoint_step") == step:
-            scalars["checkpoint/save_s"] = "checkpoint_save_s"
-        for tag, key in scalars.items():
-            value = result.get(key)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                writer.add_scalar(tag, value, step)
+        validation = tuple(
+            k
+            for k in results.VALIDATION_SCHEMA.names
+            if k.startswith("val_") and k not in ("val_items", "val_chance_r1")
+        )
+        spec = self.runs[run]
+        self.logs.log(
+            run,
+            spec.group,
+            {**spec.config.to_dict(), "group": spec.group, "repeat": spec.repeat},
+            int(result.get("step") or 0),
+            scalars_of(result, validation),
+        )
 
     def mark_interrupted(self, signal_name: str | None = None) -> list[str]:
         """Runs still running when the sweep stopped become ``interrupted`` (their rows are
@@ -399,6 +384,7 @@ class SweepRecorder(Callback):
             "duration_sec": time.time() - started,
             "effective": previous.get("effective", {}),
         }
+        self.logs.finish(run, status)
         line = f"[{self._index(run)}] {run}: {status} in {self.status[run]['duration_sec']:.1f} s"
         self.echo(line + (f": {reason}" if reason else ""))
         if self.on_change:

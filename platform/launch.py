@@ -210,13 +210,14 @@ def launch(
     resume: bool = False,
     training: bool = False,
     before_trials: Callable[[list[RunSpec]], list[RunSpec]] | None = None,
+    loggers: list[str] = (),
 ) -> int:
     """Run ``runs`` (one Tune trial each) and record them; ``report`` prints the outcome and
     returns the exit code. With ``resume``, ``done`` holds the runs of the earlier attempt that
     finished ok (not run again). ``training`` (platform.train): a resumed run keeps the windows
     its earlier attempts measured (it continues from a checkpoint; rows carry their
-    ``attempt``), and the recorder writes TensorBoard event files. ``before_trials`` may adjust
-    the runs once the corpus exists (epochs -> max_steps)."""
+    ``attempt``). ``loggers``: the --logger series (platform/loggers.py). ``before_trials`` may
+    adjust the runs once the corpus exists (epochs -> max_steps)."""
     done = done or {}
     stop = StopSignals()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -307,7 +308,7 @@ def launch(
         for run in runs:
             if space.search.name == "optuna" and run.name not in done:
                 continue  # written when optuna picks its group
-            _write_run_record(output_root, run, space.name)
+            _write_run_record(output_root, run, space.ref)
         if cluster.dashboard_url:
             print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
         elif not cluster.joined:
@@ -329,7 +330,7 @@ def launch(
                 ),
                 flush=True,
             )
-        recorder = SweepRecorder(output_root, runs, facts=facts, tensorboard=training)
+        recorder = SweepRecorder(output_root, runs, facts=facts, loggers=loggers)
         recorder.status.update({k: dict(v) for k, v in done.items()})
         # search: optuna plans a group's runs when it picks the group; every other search
         # plans all of them now (the manifest lists the planned runs).
@@ -430,7 +431,7 @@ def _search_and_stop(
         def on_plan(run: RunSpec) -> None:
             if run not in planned:
                 planned.append(run)
-                _write_run_record(output_root, run, space.name)
+                _write_run_record(output_root, run, space.ref)
 
         searcher = OptunaPlanner(space, todo, param, trial_runs, schedule, on_plan)
     else:

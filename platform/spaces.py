@@ -245,6 +245,11 @@ class SearchSpace:
     baseline: dict[str, Any] = field(default_factory=dict)
     scheduler: SchedulerPlan = field(default_factory=SchedulerPlan)
     search: SearchPlan = field(default_factory=SearchPlan)
+    # What --space takes to load it again: the name, or the absolute path of a file elsewhere.
+    ref: str = ""
+
+    def __post_init__(self):
+        self.ref = self.ref or self.name
 
     @property
     def swept_keys(self) -> list[str]:
@@ -252,6 +257,32 @@ class SearchSpace:
         those of the grid."""
         keys = [k for case in self.cases for k in (*case, *case.get("grid", {})) if k != "grid"]
         return list(dict.fromkeys(keys)) + list(self.grid)
+
+    def to_yaml(self) -> str:
+        """The space as a YAML file that ``--space PATH.yaml`` loads back to the same runs (the
+        runbook translation prints it so users can move to a space file)."""
+        import dataclasses
+
+        out: dict[str, Any] = {"description": self.description or self.name}
+        out.update(
+            repeats=self.repeats,
+            max_concurrent_trials=self.max_concurrent_trials,
+            stop_on_error=self.stop_on_error,
+        )
+        if self.cases:
+            out["cases"] = [_copy_case(c) for c in self.cases]
+        if self.grid:
+            out["grid"] = dict(self.grid)
+        out["fixed"] = dict(self.fixed)
+        if self.baseline:
+            out["baseline"] = dict(self.baseline)
+        if self.data is not None:
+            out["data"] = dataclasses.asdict(self.data)
+        if self.scheduler.name != "fifo":
+            out["scheduler"] = dataclasses.asdict(self.scheduler)
+        if self.search.name != "grid":
+            out["search"] = dataclasses.asdict(self.search)
+        return yaml.dump(out, Dumper=_SpaceDumper, sort_keys=False, width=100)
 
     def with_overrides(self, overrides: list[str]) -> SearchSpace:
         """``key=value`` pairs, values parsed as YAML; a list value makes the key swept."""
@@ -290,7 +321,9 @@ class SearchSpace:
             for case in space.cases:
                 case.pop(key, None)
                 case.get("grid", {}).pop(key, None)
-            space.baseline.pop(key, None)  # no longer swept: it cannot tell groups apart
+            if not (isinstance(value, list) and space.baseline.get(key, value) in value):
+                # Its value is gone, or the key is no longer swept: it picks no group.
+                space.baseline.pop(key, None)
             if isinstance(value, list):
                 space.grid[key] = _grid_values(key, value, where)
             else:
@@ -305,6 +338,16 @@ class SearchSpace:
         space.cases = cases
         space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
         return space
+
+
+class _SpaceDumper(yaml.SafeDumper):
+    """Mappings as blocks, lists inline (``micro_batch: [160, 192]``), as the space files are
+    written by hand."""
+
+
+_SpaceDumper.add_representer(
+    list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
+)
 
 
 @dataclass(frozen=True)
@@ -330,11 +373,29 @@ def list_spaces(spaces_dir: Path = SPACES_DIR) -> dict[str, str]:
     return out
 
 
-def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
+def space_path(name: str, spaces_dir: Path = SPACES_DIR) -> Path:
+    """``NAME`` is ``search_spaces/NAME.yaml``; a value with a slash or ending in .yaml/.yml is a
+    file anywhere (users keep their spaces in their own repositories)."""
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UsageError(
+                f"--space {name}: no such file; give a YAML space file or a name from --list-spaces"
+            )
+        return path
     path = spaces_dir / f"{name}.yaml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in spaces_dir.glob("*.yaml"))) or "none"
         raise UsageError(f"unknown space {name!r}; known spaces: {known} (see --list-spaces)")
+    return path
+
+
+def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
+    """A named space (``search_spaces/NAME.yaml``) or a space file anywhere (``PATH.yaml``);
+    a file's space is named after its stem."""
+    path = space_path(name, spaces_dir)
+    ref = name if path.parent == spaces_dir else str(path.resolve())
+    name = path.stem
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -375,6 +436,7 @@ def load_space(name: str, spaces_dir: Path = SPACES_DIR) -> SearchSpace:
         cases=_cases(data.get("cases"), grid, fixed, path),
         data=_data_plan(data.get("data"), path),
         name=name,
+        ref=ref,
         description=str(data.get("description", "")).strip().splitlines()[0]
         if data.get("description")
         else "",

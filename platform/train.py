@@ -23,6 +23,7 @@ from typing import Any
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.launch import launch, output_root_arg, prepare_inputs
+from platform.loggers import check_loggers
 from platform.spaces import RunSpec, SearchSpace, expand_runs, load_space
 from trainables.config import ConfigError, TrialConfig
 
@@ -38,10 +39,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--config", type=Path, help="a best_config.json written by platform.tune")
-    src.add_argument("--space", help="a search space (search_spaces/NAME.yaml) without sweeps")
+    src.add_argument(
+        "--space", help="a search space without sweeps: NAME (search_spaces/NAME.yaml) or PATH.yaml"
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument(
         "--output-root", type=output_root_arg, help="default: outputs/train_<space>_<timestamp>"
+    )
+    p.add_argument(
+        "--logger",
+        action="append",
+        default=None,
+        choices=("tensorboard", "wandb", "mlflow"),
+        help="also log every run's window metrics to TensorBoard, W&B or MLflow (offline, under "
+        "the output root, unless WANDB_MODE / MLFLOW_TRACKING_URI say otherwise); repeatable; default tensorboard",
     )
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
@@ -114,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         space, runs = plan(args)
+        loggers = check_loggers(["tensorboard"] if args.logger is None else args.logger)
         if args.dry_run:
             cfg = runs[0].config
             print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
@@ -143,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             training=True,
             before_trials=epochs_to_steps,
+            loggers=loggers,
         )
     except KeyboardInterrupt:
         print("platform.train: interrupted before the run started", file=sys.stderr)

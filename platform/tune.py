@@ -18,6 +18,7 @@ from typing import Any
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.launch import launch, needs_corpus, output_root_arg, prepare_inputs
+from platform.loggers import check_loggers
 from platform.resume import EARLY_STATUSES
 from platform.spaces import (
     RunSpec,
@@ -37,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m platform.tune",
         description="Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
     )
-    p.add_argument("--space", help="search space name: search_spaces/NAME.yaml")
+    p.add_argument(
+        "--space",
+        help="a space name (search_spaces/NAME.yaml) or a space file anywhere (PATH.yaml)",
+    )
     p.add_argument(
         "--output-root", type=output_root_arg, help="default: outputs/<space>_<timestamp>"
     )
@@ -49,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a key (YAML value; a list such as [4,8] makes it swept); repeatable",
     )
     p.add_argument("--dry-run", action="store_true", help="print the runs and exit; starts no Ray")
+    p.add_argument(
+        "--from-env",
+        action="store_true",
+        help="the old runbook's environment variables (MODE, SWEEP_*, INCLUDE, ...; see "
+        "platform/runbook.py) set the sweep, on the base space `runbook` or --space; prints "
+        "the equivalent space YAML",
+    )
+    p.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        choices=("tensorboard", "wandb", "mlflow"),
+        help="also log every run's window metrics to TensorBoard, W&B or MLflow (offline, under "
+        "the output root, unless WANDB_MODE / MLFLOW_TRACKING_URI say otherwise); repeatable",
+    )
     p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
     p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
     p.add_argument(
@@ -87,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, description in list_spaces().items():
                 print(f"{name:<24} {description}")
             return 0
+        runbook = None
+        if args.from_env:
+            runbook = _apply_env(args)
         if not args.space:
             raise UsageError("--space NAME is required; see --list-spaces for the names")
         space = load_space(args.space)
@@ -101,7 +123,19 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
             space = dataclasses.replace(space, repeats=args.repeats)
         space = space.with_overrides(args.set)
+        if runbook is not None:
+            space.description = "the runbook command: " + " ".join(
+                f"{k}={v}" for k, v in runbook.used.items() if k not in _NOT_THE_SWEEP
+            )
         runs = expand_runs(space)
+        loggers = check_loggers(args.logger)
+        if runbook is not None:
+            print(
+                f"runbook variables: {' '.join(f'{k}={v}' for k, v in runbook.used.items())}\n"
+                "the same sweep as a space file (save it, then python -m platform.tune --space "
+                "FILE.yaml):\n---\n" + space.to_yaml() + "---",
+                flush=True,
+            )
         if args.resume and space.search.name == "optuna":
             raise UsageError(
                 "--resume of a search: optuna sweep is not supported yet; start it again in a new "
@@ -132,16 +166,85 @@ def main(argv: list[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             done=done,
             resume=args.resume,
+            loggers=loggers,
         )
     except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
         print("platform.tune: interrupted before any run started", file=sys.stderr)
         return 130
 
 
+# Runbook variables that say how to run the sweep, not what it is.
+_NOT_THE_SWEEP = ("DRY_RUN", "RESUME_RUNS", "OUTPUT_ROOT", "DRIVER_LOG_PATH")
+
+
+def _apply_env(args: argparse.Namespace):
+    """``--from-env``: the runbook's variables become the arguments (the command line wins)."""
+    import os
+
+    from platform.runbook import from_env
+
+    plan = from_env(address=args.address)
+    if plan.driver_log is not None:
+        _tee_console(plan.driver_log)
+    for warning in plan.warnings:
+        print(f"platform.tune: warning: {warning}", file=sys.stderr, flush=True)
+    args.space = args.space or "runbook"
+    args.output_root = args.output_root or plan.output_root
+    args.resume = args.resume or plan.resume
+    args.dry_run = args.dry_run or plan.dry_run
+    args.repeats = args.repeats if args.repeats is not None else plan.repeats
+    stop = (
+        [] if plan.stop_on_error is None else [f"stop_on_error={str(plan.stop_on_error).lower()}"]
+    )
+    args.set = plan.sets + stop + args.set
+    if plan.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices  # the local cluster's GPUs
+    return plan
+
+
+class _Tee:
+    """DRIVER_LOG_PATH: everything the console shows (Ray's forwarded worker lines too) is also
+    appended to this file, line by line."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log = stream, log
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        self.log.write(text)
+        self.log.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+        self.log.flush()
+
+    def __getattr__(self, name):  # fileno, isatty, encoding, ...
+        return getattr(self.stream, name)
+
+
+def _tee_console(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - open for the run
+    except OSError as exc:
+        raise UsageError(
+            f"DRIVER_LOG_PATH={path}: cannot be written ({exc.strerror}); choose a writable path"
+        ) from None
+    sys.stdout = _Tee(sys.stdout, log)
+    sys.stderr = _Tee(sys.stderr, log)
+
+
 # --- planning ---
 def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
-    swept = space.swept_keys
-    fixed = {k: v for k, v in runs[0].config.to_dict().items() if k not in swept}
+    configs = [r.config.to_dict() for r in runs]
+    # Swept keys, and keys that follow them (strategy auto: ddp for z0, deepspeed for z1-z3).
+    swept = space.swept_keys + [
+        k
+        for k in configs[0]
+        if k not in space.swept_keys and len({repr(c[k]) for c in configs}) > 1
+    ]
+    fixed = {k: v for k, v in configs[0].items() if k not in swept}
     lines = [
         f"space {space.name}: {space.description}",
         f"{len(runs)} runs = {len(runs) // space.repeats} groups x {space.repeats} repeats, "

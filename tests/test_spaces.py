@@ -268,3 +268,7 @@ def test_a_baseline_picks_exactly_one_group(tmp_path):
     assert len(one) == 1 and not one[0].baseline
     with pytest.raises(UsageError, match="matches 2 groups"):
         expand_runs(space.with_overrides(["micro_batch=[8, 16]"]))  # no longer names one group
+    # A swept list that still holds the baseline's value keeps it.
+    smoke = load_space("smoke")
+    kept = expand_runs(smoke.with_overrides(["micro_batch=[2, 4, 8]"]))
+    assert [r.group for r in kept if r.baseline] == ["sweep_z0_mb4_nw0_pf2"]

@@ -48,6 +48,22 @@ def test_dry_run_shows_set_overrides():
     assert out.stdout.count("_pf2_r1") == 3 and "max_steps=12" in out.stdout
 
 
+def test_a_space_file_anywhere_runs_under_its_stem_and_is_recorded_by_path(tmp_path):
+    mine = tmp_path / "team_repo" / "my_sweep.yml"
+    mine.parent.mkdir()
+    mine.write_text((ROOT / "search_spaces" / "smoke.yaml").read_text())
+    out = tune("--space", str(mine), "--dry-run", "--set", "micro_batch=[3,5]")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("space my_sweep: CPU smoke sweep")
+    assert "sweep_z0_mb3_nw0_pf2_r1" in out.stdout and "sweep_z0_mb5_nw0_pf2_r1" in out.stdout
+    from platform.spaces import load_space
+
+    space = load_space(str(mine))
+    assert space.name == "my_sweep" and space.ref == str(mine.resolve())
+    assert load_space("smoke").ref == "smoke"
+    assert not list((ROOT / "search_spaces").glob("my_sweep*"))
+
+
 def test_list_spaces():
     out = tune("--list-spaces")
     assert out.returncode == 0
@@ -56,24 +72,19 @@ def test_list_spaces():
     assert any(ln.startswith("cpu_strategies ") for ln in lines)
 
 
-def write_bad_space(name, text):
-    path = ROOT / "search_spaces" / f"{name}.yaml"
-    path.write_text(text)
+@pytest.fixture
+def bad_yaml(tmp_path):
+    path = tmp_path / "my_spaces" / "bad_yaml.yaml"  # a space file outside the repository
+    path.parent.mkdir()
+    path.write_text("grid:\n  micro_batch: [4, 8\nfixed: {}\n")
     return path
 
 
 @pytest.fixture
-def bad_yaml():
-    path = write_bad_space("zz_test_bad_yaml", "grid:\n  micro_batch: [4, 8\nfixed: {}\n")
-    yield path
-    path.unlink()
-
-
-@pytest.fixture
-def bad_key_space():
-    path = write_bad_space("zz_test_bad_key", "grid: {micro_batch: [4]}\nfixed: {bucket: 25}\n")
-    yield path
-    path.unlink()
+def bad_key_space(tmp_path):
+    path = tmp_path / "bad_key.yaml"
+    path.write_text("grid: {micro_batch: [4]}\nfixed: {bucket: 25}\n")
+    return path
 
 
 CASES = {
@@ -103,6 +114,10 @@ CASES = {
         "needs strategy deepspeed",
     ),
     "no space": ([], "--space NAME is required"),
+    "missing space file": (
+        ["--space", "/nonexistent/my_space.yaml"],
+        "--space /nonexistent/my_space.yaml: no such file; give a YAML space file or a name",
+    ),
     "missing checkpoint": (
         ["--space", "smoke", "--set", "speech_pretrained_path=/nonexistent/w2v"],
         "speech_pretrained_path: /nonexistent/w2v is not a folder; give a folder written by "
@@ -149,7 +164,7 @@ def test_bad_input_gives_one_line_exit_2_no_ray_nothing_written(case, tmp_path):
 
 
 def test_yaml_syntax_error_names_file_and_line(bad_yaml, tmp_path):
-    out = tune("--space", bad_yaml.stem, "--output-root", str(tmp_path / "out"))
+    out = tune("--space", str(bad_yaml), "--output-root", str(tmp_path / "out"))
     assert out.returncode == 2
     assert f"{bad_yaml}:" in out.stderr and "YAML syntax error" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
@@ -157,7 +172,7 @@ def test_yaml_syntax_error_names_file_and_line(bad_yaml, tmp_path):
 
 
 def test_unknown_key_in_the_space_file(bad_key_space, tmp_path):
-    out = tune("--space", bad_key_space.stem, "--output-root", str(tmp_path / "out"))
+    out = tune("--space", str(bad_key_space), "--output-root", str(tmp_path / "out"))
     assert out.returncode == 2
     assert "unknown key 'bucket'" in out.stderr and "did you mean 'bucket_mb'" in out.stderr
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
-Strategy = Literal["ddp", "deepspeed"]
+Strategy = Literal["ddp", "deepspeed", "auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
 Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
@@ -91,7 +91,9 @@ class TrialConfig:
 
     # --- distributed strategy ---
     strategy: Strategy = _doc(
-        "`ddp` (torch DistributedDataParallel) or `deepspeed`.", default="ddp"
+        "`ddp` (torch DistributedDataParallel) or `deepspeed`; `auto`: ddp for zero_stage 0 and "
+        "deepspeed for 1-3 (the runbooks' z0/z1), the ddp_* keys applying to the ddp runs only.",
+        default="ddp",
     )
     zero_stage: int = _doc("DeepSpeed ZeRO stage 0-3; must be 0 with ddp.", default=0)
     bucket_mb: int = _doc(
@@ -428,6 +430,10 @@ class TrialConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             setattr(self, f.name, coerce_value(f.name, getattr(self, f.name), _hints()[f.name]))
+        if self.strategy == "auto":  # resolved here: workers and records see ddp or deepspeed
+            self.strategy = "ddp" if self.zero_stage == 0 else "deepspeed"
+            if self.strategy == "deepspeed":
+                self.ddp_comm_hook = "none"
         self._check()
 
     def _check(self) -> None:
