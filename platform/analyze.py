@@ -57,7 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"platform.analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(summary["text"])
+    print(f"report: {_write_report(args.output_root)}")
     return 0
+
+
+def _write_report(output_root: Path) -> str:
+    """report.html beside summary.md (platform/report.py); a failure there is one line, never
+    the end of the analysis."""
+    from platform.report import write_report
+
+    try:
+        return str(write_report(output_root))
+    except Exception as exc:  # noqa: BLE001
+        return f"not written ({type(exc).__name__}: {exc}); python -m platform.report {output_root}"
 
 
 def read_manifest(output_root: Path) -> pd.DataFrame:

@@ -337,8 +337,7 @@ class SweepRecorder(Callback):
 
     def flush(self, run: str) -> None:
         self.last_flush[run] = time.monotonic()
-        if run in self.writers:
-            self.writers[run].flush()
+        self.logs.flush(run)
         for kind, (folder, schema) in results.DATASETS.items():
             rows = self.pending.pop((run, kind), [])
             if not rows:

@@ -317,6 +317,14 @@ def launch(
             )
         if cluster.metrics_url:
             print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
+        if not cluster.joined:
+            from platform.grafana import install
+
+            board = install()
+            if board is not None:
+                print(
+                    f"Grafana dashboard 'Stage-1 sweep': {board} (README: Dashboards)", flush=True
+                )
         facts = git_facts()
         todo = [r for r in runs if r.name not in done]
         if resume:

@@ -100,6 +100,10 @@ class _TensorBoard:
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
 
+    def flush(self, run: str) -> None:
+        if run in self.writers:
+            self.writers[run].flush()
+
     def finish(self, run: str, status: str) -> None:
         writer = self.writers.pop(run, None)
         if writer is not None:
@@ -195,6 +199,12 @@ class RunLoggers:
 
     def finish(self, run: str, status: str) -> None:
         self._each("finish", run, status)
+
+    def flush(self, run: str) -> None:
+        """Whatever a logger buffers for ``run`` goes to disk (with the recorder's flush)."""
+        for name, logger in list(self.loggers.items()):
+            if hasattr(logger, "flush"):
+                self._call(name, logger, "flush", run)
 
     def close(self) -> None:
         for name, logger in list(self.loggers.items()):

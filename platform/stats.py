@@ -243,6 +243,22 @@ BOTTLENECK_LIMITS = {
 # NVML clock-event (throttle) reason bits.
 SW_POWER_CAP = 0x4
 SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80  # HW slowdown, SW thermal, HW thermal, HW power brake
+THROTTLE_NAMES = {  # nvmlClocksEventReason* bits
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock",
+}
+
+
+def throttle_names(mask: int) -> list[str]:
+    """The reasons set in one NVML throttle bitmask."""
+    return [name for bit, name in THROTTLE_NAMES.items() if mask & bit]
 
 
 def bottlenecks(

@@ -313,6 +313,9 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
         print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root / 'summary.md'}")
+    from platform.analyze import _write_report
+
+    print(f"report: {_write_report(output_root)}")
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]
     early = summary.get("early_stopping")
     if early:

@@ -301,6 +301,16 @@ class RayGauges:
     (and the dashboard's metrics views), set from rank 0's window reports. Ray prefixes the
     names with ``ray_``."""
 
+    # The names as declared; Prometheus shows them with Ray's ``ray_`` prefix. The Grafana
+    # dashboard (platform/grafana.py) draws exactly these.
+    NAMES = (
+        "stage1_samples_per_s",
+        "stage1_iter_ms_p50",
+        "stage1_data_share",
+        "stage1_gpu_util_pct",
+        "stage1_gpu_power_w",
+    )
+
     def __init__(self, run: str):
         from ray.util.metrics import Gauge
 
