@@ -167,6 +167,26 @@ def test_gauges_and_the_running_job_were_visible_during_the_run(sweep):
     assert any(j.get("status") == "RUNNING" and j.get("type") == "DRIVER" for j in jobs), jobs
 
 
+def test_the_grafana_dashboard_names_only_gauges_the_scrape_shows(sweep):
+    import re
+
+    from platform.grafana import dashboard, gauges_in
+    from trainables.telemetry import RayGauges
+
+    _, out, scraped, _, _ = sweep
+    installed = re.search(r"Grafana dashboard 'Stage-1 sweep': (\S+)", out)
+    assert installed, out[-3000:]
+    path = Path(installed.group(1))
+    assert path.parent.name == "dashboards" and path.parent.parent.name == "grafana"
+    board = json.loads(path.read_text())  # valid JSON, beside Ray's own dashboards
+    assert board == dashboard() and (path.parent / "default_grafana_dashboard.json").is_file()
+    exported = set(re.findall(r"^(ray_stage1_\w+)\{", scraped, re.M))
+    names = gauges_in(board)
+    gpu = {n for n in names if "_gpu_" in n}  # set from NVML samples: none on this CPU machine
+    assert names - gpu == exported
+    assert names == {f"ray_{n}" for n in RayGauges.NAMES}
+
+
 def test_the_leak_check_flags_the_planted_leak_and_passes_the_clean_run(sweep):
     root, *_ = sweep
     clean, leaking = (f"sweep_z0_mb4_nw0_pf2_injectleakmbperstep{n}_r1" for n in (0, 16))

@@ -1,8 +1,10 @@
-"""README command 1, run as a user would: a real local Ray cluster, real Tune + Train (gloo),
-real Parquet. One sweep, many assertions (each Tune trial costs ~20 s here)."""
+"""The smoke sweep, run as a user of the old runbook would (its variables and script): a real
+local Ray cluster, real Tune + Train (gloo), real Parquet, TensorBoard series and report.html.
+One sweep, many assertions (each Tune trial costs ~20 s here)."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,19 +12,101 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from platform.runbook import VARIABLES
 from tests.cli import run_module
-from tests.integration.helpers import run_tune
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
+# The smoke space's sweep, started as the old runbook started its sweeps: its variables, its
+# script (scripts/run_stage1_ab_bench.sh), the smoke space as the base (tiny models, CPUs, the
+# generated corpus), and TensorBoard series on.
+RUNBOOK = dict(
+    MODE="sweep",
+    REPEATS="1",
+    STOP_ON_ERROR="0",
+    MAX_STEPS="30",
+    SWEEP_ZERO_STAGES="0",
+    SWEEP_MICRO_BATCHES="4,8",
+    SWEEP_NUM_WORKERS_LIST="0",
+    SWEEP_PREFETCH_LIST="2",
+    SWEEP_LOG_EVERY="5",
+    TAIL_TIMING_POINTS="3",
+)
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke") / "out"
-    out = run_tune("smoke", root)
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    env.update(RUNBOOK, OUTPUT_ROOT=str(root), DRIVER_LOG_PATH=str(root.parent / "driver.log"))
+    env["PYTHON"] = sys.executable
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "run_stage1_ab_bench.sh"), "--space", "smoke"]
+        + ["--logger", "tensorboard"],
+        cwd=ROOT.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     (root.parent / "stdout.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
     return root, out
+
+
+def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
+    root, out = sweep
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "the same sweep as a space file" in out.stdout
+    log = (root.parent / "driver.log").read_text()
+    for line in ("[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in", "groups ranked by tail samples/s"):
+        assert line in log and line in out.stdout
+    # The YAML it printed is the sweep it ran: the same runs from --space FILE.
+    from platform.spaces import expand_runs, load_space
+
+    mine = root.parent / "from_runbook.yaml"
+    mine.write_text(out.stdout.split("\n---\n")[1].split("\n---")[0])
+    runs = expand_runs(load_space(str(mine)))
+    assert [r.name for r in runs] == ["sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"]
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
+    saved = json.loads((root / "runs" / runs[0].name / "config.json").read_text())["config"]
+    filled = ("manifest_path", "tokenizer_path")  # the driver's: the corpus it prepared
+    planned = {k: v for k, v in runs[0].config.to_dict().items() if k not in filled}
+    assert planned == {k: v for k, v in saved.items() if k in planned}
+    assert list(manifest["strategy"]) == ["ddp", "ddp"]  # strategy auto: z0 is DDP
+
+
+def test_tensorboard_finds_every_runs_samples_per_s_series(sweep):
+    root, _ = sweep
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    timing = pd.read_parquet(root / "timing.parquet")
+    for run in ("sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"):
+        acc = EventAccumulator(str(root / "tensorboard" / run))
+        acc.Reload()
+        series = [(e.step, e.value) for e in acc.Scalars("perf/samples_per_s")]
+        rows = timing[timing["run"] == run].sort_values("step")
+        assert [s for s, _ in series] == list(rows["step"]) == [5, 10, 15, 20, 25, 30]
+        assert [v for _, v in series] == pytest.approx(list(rows["samples_per_s"]), rel=1e-6)
+
+
+def test_report_html_has_every_section_filled_and_opens_in_chromium(sweep, tmp_path):
+    from tests.test_report import CHROMIUM, check_filled, chromium_dom, read_sections
+
+    root, out = sweep
+    page = root / "report.html"
+    assert f"report: {page}" in out.stdout and page.stat().st_size < 3_000_000
+    found = check_filled(page.read_text())
+    for key in ("throughput", "iteration", "data", "host"):
+        assert found.images[key] == 1, key  # drawn from this sweep's rows
+    assert "no GPU samples: this sweep ran on CPUs" in found.text["gpu"]
+    assert "timing_ranks=all" in found.text["skew"]
+    assert "1 ok runs < 3" in found.text["stability"]  # one repeat: no Phase B verdict passes
+    assert "sweep_z0_mb4_nw0_pf2_r1:" in found.text["stability"]  # a leak line per run
+    assert "torch" in found.text["environment"] and "git_commit_short" in found.text["environment"]
+    if CHROMIUM:
+        assert list(read_sections(chromium_dom(page, tmp_path)).text) == list(found.text)
 
 
 def test_sweep_exits_0_and_prints_progress_and_ranking(sweep):

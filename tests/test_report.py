@@ -1,0 +1,143 @@
+"""report.html (platform/report.py) on the committed 2x H200 analysis folder, read as a page by
+headless Chromium where the machine has one; the Grafana dashboard's JSON (platform/grafana.py).
+The CPU smoke sweep's own report is checked in tests/integration/test_smoke_sweep.py."""
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+from platform.report import SECTIONS
+from tests.cli import run_module
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "benchmarks" / "results" / "analysis_2xh200"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+class Sections(HTMLParser):
+    """The text and images of each <section id=...> of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.current, self.text, self.images, self.external = None, {}, {}, []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self.current = attrs["id"]
+            self.text[self.current], self.images[self.current] = "", 0
+        elif tag == "img" and self.current:
+            self.images[self.current] += 1
+            assert attrs["src"].startswith("data:image/png;base64,")
+        for key in ("src", "href"):
+            if attrs.get(key, "").startswith(("http:", "https:", "//")):
+                self.external.append(attrs[key])
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self.current = None
+
+    def handle_data(self, data):
+        if self.current:
+            self.text[self.current] += data
+
+
+def read_sections(page: str) -> Sections:
+    parser = Sections()
+    parser.feed(page)
+    return parser
+
+
+def check_filled(page: str) -> Sections:
+    """Every section is there with content, nothing broke, nothing is fetched from a network."""
+    found = read_sections(page)
+    assert list(found.text) == [key for key, _ in SECTIONS]
+    for key, _ in SECTIONS:
+        body = found.text[key].strip()
+        assert body or found.images[key], f"section {key} is empty"
+        assert "could not be drawn" not in body, body
+    assert found.external == []
+    return found
+
+
+def chromium_dom(page: Path, tmp_path: Path) -> str:
+    """The page as headless Chromium parsed it (its DOM after loading the file)."""
+    out = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_the_committed_2xh200_analysis_folder_reports_every_section(tmp_path):
+    folder = tmp_path / "analysis_2xh200"
+    shutil.copytree(H200, folder)  # the committed folder stays as it is
+    out = run_module("platform.report", folder)
+    assert out.returncode == 0, out.stderr
+    page = folder / "report.html"
+    assert f"report: {page}" in out.stdout
+    assert page.stat().st_size < 3_000_000
+    found = check_filled(page.read_text())
+    # Its figures: the winner and the intervals, the Phase B verdicts (mb96 fails on its iter
+    # p50 CV 0.053), the leak log, the bottlenecks with the setting to try next, its plots.
+    assert "sweep_z0_mb160_nw8_pf4" in found.text["ranking"]
+    assert re.search(
+        r"sweep_z0_mb96_nw8_pf4\s*FAIL.*iter p50 CV 0\.05\d+ > 0\.05", found.text["stability"]
+    )
+    assert "GPU memory +0.0 MB per 1,000 steps" in found.text["stability"]
+    assert "a larger micro_batch may raise throughput" in found.text["bottlenecks"]
+    for key in ("throughput", "iteration", "gpu", "host", "skew"):
+        assert found.images[key] >= 1, key
+    assert "Every run finished ok" in found.text["failed"]
+    assert "fast_smoke" in found.text["environment"]  # the folder's README: how it was made
+    if CHROMIUM:
+        dom = chromium_dom(page, tmp_path)
+        rendered = read_sections(dom)
+        assert list(rendered.text) == [key for key, _ in SECTIONS]
+        assert sum(rendered.images.values()) == sum(found.images.values())
+
+
+def test_a_folder_without_a_sweep_is_one_line_and_exit_2(tmp_path):
+    out = run_module("platform.report", tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"platform.report: error: {tmp_path}: no sweep here (no run_manifest.tsv or "
+        "summary.json); give a sweep's output root"
+    ]
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
+    from platform.grafana import UID, dashboard, gauges_in
+    from trainables.telemetry import RayGauges
+
+    out = run_module("platform.grafana", "--out", tmp_path / "board.json")
+    assert out.returncode == 0, out.stderr
+    board = json.loads((tmp_path / "board.json").read_text())
+    assert board == dashboard() and board["uid"] == UID
+    assert gauges_in(board) == {f"ray_{name}" for name in RayGauges.NAMES}
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)) == 5
+    assert all(p["type"] == "timeseries" and p["targets"][0]["expr"] for p in board["panels"])
+    # The names RayGauges declares are the ones it creates (read from its source).
+    source = (ROOT / "trainables" / "telemetry.py").read_text()
+    assert set(re.findall(r'Gauge\(\s*"(stage1_\w+)"', source)) == set(RayGauges.NAMES)
