@@ -141,3 +141,16 @@ def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
     # The names RayGauges declares are the ones it creates (read from its source).
     source = (ROOT / "trainables" / "telemetry.py").read_text()
     assert set(re.findall(r'Gauge\(\s*"(stage1_\w+)"', source)) == set(RayGauges.NAMES)
+
+
+def test_the_committed_h100_run_exported_every_dashboard_gauge_and_drew_its_gpus():
+    """benchmarks/dashboard_gpu.sh on one H100: the GPU gauges, which no CPU run sets, were in
+    the scrape, and the report's GPU section came from real NVML samples."""
+    from platform.grafana import dashboard, gauges_in
+
+    folder = ROOT / "benchmarks" / "results" / "dashboard_1xh100"
+    scraped = set(re.findall(r"^(ray_stage1_\w+)\{", (folder / "scrape.txt").read_text(), re.M))
+    assert gauges_in(dashboard()) == scraped
+    found = check_filled((folder / "report.html").read_text())
+    assert found.images["gpu"] == 1 and "throttle_reasons" in found.text["gpu"]
+    assert "no GPU samples" not in found.text["gpu"]
