@@ -9,7 +9,6 @@ of every sweep, also an interrupted one. Definitions are in platform/stats.py.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -57,19 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"platform.analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(summary["text"])
-    print(f"report: {_write_report(args.output_root)}")
+    from platform.report import report_line
+
+    print(report_line(args.output_root))
     return 0
-
-
-def _write_report(output_root: Path) -> str:
-    """report.html beside summary.md (platform/report.py); a failure there is one line, never
-    the end of the analysis."""
-    from platform.report import write_report
-
-    try:
-        return str(write_report(output_root))
-    except Exception as exc:  # noqa: BLE001
-        return f"not written ({type(exc).__name__}: {exc}); python -m platform.report {output_root}"
 
 
 def read_manifest(output_root: Path) -> pd.DataFrame:
@@ -97,7 +87,9 @@ def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) 
     per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
     found = _bottlenecks(output_root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
-    schedule = _json(output_root / "schedule.json")  # platform/race.py; absent before it
+    schedule = results.read_json(
+        output_root / "schedule.json"
+    )  # platform/race.py; absent before it
     groups = _race_verdicts(stats.group_summary(per_run), schedule)
     ranked = _vs_baseline(output_root, manifest, stats.rank(groups))
     for name, df in (
@@ -176,7 +168,7 @@ def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dic
     for row in per_run.to_dict("records"):
         if not row.get("windows"):
             continue
-        env = _json(output_root / "runs" / row["run"] / "env.json")
+        env = results.read_json(output_root / "runs" / row["run"] / "env.json")
         totals = [float(g) for g in env.get("gpu_memory_gib") or []]
         throttle = gpu.loc[gpu["run"] == row["run"], "throttle_reasons"]
         found = stats.bottlenecks(row, throttle, min(totals) if totals else None)
@@ -185,15 +177,8 @@ def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dic
     return out
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def _run_record(output_root: Path, run: str) -> dict[str, Any]:
-    return _json(output_root / "runs" / run / "config.json")
+    return results.read_json(output_root / "runs" / run / "config.json")
 
 
 def _vs_baseline(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:

@@ -49,6 +49,14 @@ class RunTimeout(Stopper):
         return False
 
 
+# The validation figures that become val/* series (platform/loggers.py).
+_VALIDATION_SERIES = tuple(
+    k
+    for k in results.VALIDATION_SCHEMA.names
+    if k.startswith("val_") and k not in ("val_items", "val_chance_r1")
+)
+
+
 class SweepRecorder(Callback):
     """Buffers rows per run (timing windows, GPU and host telemetry) and writes them as Parquet
     part files: at the end of every run (ok or failed) and, during a long run, every
@@ -89,6 +97,7 @@ class SweepRecorder(Callback):
         from platform.loggers import make_loggers
 
         self.logs = make_loggers(list(loggers), self.output_root, self.echo)
+        self.logged_config: dict[str, dict[str, Any]] = {}
         # The sweep's platform.race.Schedule (early stops, skipped runs); None: stops none.
         self.schedule = None
 
@@ -291,19 +300,16 @@ class SweepRecorder(Callback):
             return
         from platform.loggers import scalars_of
 
-        validation = tuple(
-            k
-            for k in results.VALIDATION_SCHEMA.names
-            if k.startswith("val_") and k not in ("val_items", "val_chance_r1")
-        )
         spec = self.runs[run]
-        self.logs.log(
-            run,
-            spec.group,
-            {**spec.config.to_dict(), "group": spec.group, "repeat": spec.repeat},
-            int(result.get("step") or 0),
-            scalars_of(result, validation),
-        )
+        config = self.logged_config.get(run)
+        if config is None:  # what W&B and MLflow record with the run, built once
+            config = self.logged_config[run] = {
+                **spec.config.to_dict(),
+                "group": spec.group,
+                "repeat": spec.repeat,
+            }
+        step = int(result.get("step") or 0)
+        self.logs.log(run, spec.group, config, step, scalars_of(result, _VALIDATION_SERIES))
 
     def mark_interrupted(self, signal_name: str | None = None) -> list[str]:
         """Runs still running when the sweep stopped become ``interrupted`` (their rows are

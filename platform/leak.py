@@ -145,13 +145,13 @@ def main(argv: list[str] | None = None) -> int:
                 gpu[gpu["run"] == run],
                 args.skip_fraction,
             )
-            verdicts.append(_verdict(run, f, args))
+            verdicts.append(verdict(run, f, args))
     for line, _ in verdicts:
         print(line)
     return 0 if all(ok for _, ok in verdicts) else 1
 
 
-def _verdict(run: str, f: dict, args) -> tuple[str, bool]:
+def verdict(run: str, f: dict, args) -> tuple[str, bool]:
     # round(..) + 0.0: a flat line's slope of -1e-13 prints as +0.0, not -0.0
     host, gpu = (round(f[k], 1) + 0.0 for k in ("host_mb_per_1k_steps", "gpu_mb_per_1k_steps"))
     parts = [

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from platform import results
 from platform.errors import UsageError
 
-__all__ = ["LOGGERS", "WINDOW_SCALARS", "make_loggers", "scalars_of"]
+__all__ = ["LOGGERS", "WINDOW_SCALARS", "add_logger_argument", "make_loggers", "scalars_of"]
 
 LOGGERS = ("tensorboard", "wandb", "mlflow")
-TENSORBOARD_DIR = "tensorboard"
 
 # Series name -> key of the window's result.
 WINDOW_SCALARS = {
@@ -67,10 +67,24 @@ def scalars_of(result: dict[str, Any], validation_keys: tuple[str, ...] = ()) ->
     return out
 
 
-def check_loggers(names: list[str]) -> list[str]:
-    """``--logger`` values, checked before anything starts: known names, packages installed."""
+def add_logger_argument(parser, default: str | None = None) -> None:
+    """``--logger`` of platform.tune and platform.train."""
+    parser.add_argument(
+        "--logger",
+        action="append",
+        default=None,
+        choices=LOGGERS,
+        help="also log every run's window metrics to TensorBoard, W&B or MLflow (offline, under "
+        "the output root, unless WANDB_MODE / MLFLOW_TRACKING_URI say otherwise); repeatable"
+        + (f"; default {default}" if default else ""),
+    )
+
+
+def check_loggers(names: list[str] | None, default: tuple[str, ...] = ()) -> list[str]:
+    """``--logger`` values (``default`` when none was given), checked before anything starts:
+    known names, packages installed."""
     out = []
-    for name in names:
+    for name in default if names is None else names:
         if name not in LOGGERS:
             raise UsageError(f"--logger {name}: unknown; choose from {', '.join(LOGGERS)}")
         if name in _PACKAGES:
@@ -88,24 +102,24 @@ def check_loggers(names: list[str]) -> list[str]:
 
 class _TensorBoard:
     def __init__(self, root: Path, experiment: str):
-        self.root = root / TENSORBOARD_DIR
-        self.writers: dict[str, Any] = {}
+        self.root = root / results.TENSORBOARD_DIR
+        self.runs: dict[str, Any] = {}  # run -> its SummaryWriter
 
     def log(self, run: str, group: str, config: dict, step: int, scalars: dict[str, float]):
-        writer = self.writers.get(run)
+        writer = self.runs.get(run)
         if writer is None:
             from tensorboardX import SummaryWriter
 
-            writer = self.writers[run] = SummaryWriter(str(self.root / run), flush_secs=30)
+            writer = self.runs[run] = SummaryWriter(str(self.root / run), flush_secs=30)
         for tag, value in scalars.items():
             writer.add_scalar(tag, value, step)
 
     def flush(self, run: str) -> None:
-        if run in self.writers:
-            self.writers[run].flush()
+        if run in self.runs:
+            self.runs[run].flush()
 
     def finish(self, run: str, status: str) -> None:
-        writer = self.writers.pop(run, None)
+        writer = self.runs.pop(run, None)
         if writer is not None:
             writer.close()
 
@@ -208,7 +222,7 @@ class RunLoggers:
 
     def close(self) -> None:
         for name, logger in list(self.loggers.items()):
-            for run in list(getattr(logger, "runs", getattr(logger, "writers", {}))):
+            for run in list(logger.runs):  # every logger keeps its open runs in .runs
                 self._call(name, logger, "finish", run, "interrupted")
 
     def _each(self, method: str, *args) -> None:

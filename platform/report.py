@@ -33,7 +33,7 @@ import pandas as pd
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 
-__all__ = ["SECTIONS", "main", "write_report"]
+__all__ = ["SECTIONS", "main", "report_line", "write_report"]
 
 REPORT = "report.html"
 SECTIONS = (
@@ -84,10 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def report_line(output_root: Path) -> str:
+    """``report: PATH`` after writing report.html beside summary.md (the end of every sweep,
+    platform.analyze); a failure is this one line, never the end of the analysis."""
+    try:
+        return f"report: {write_report(output_root)}"
+    except Exception as exc:  # noqa: BLE001
+        return (
+            f"report: not written ({type(exc).__name__}: {exc}); "
+            f"python -m platform.report {output_root}"
+        )
+
+
 def write_report(output_root: Path, out: Path | None = None) -> Path:
     root = Path(output_root)
     if not root.is_dir() or not (
-        (root / "run_manifest.tsv").is_file() or (root / "summary.json").is_file()
+        (root / results.MANIFEST).is_file() or (root / "summary.json").is_file()
     ):
         raise UsageError(
             f"{root}: no sweep here (no run_manifest.tsv or summary.json); give a sweep's "
@@ -123,35 +135,28 @@ def write_report(output_root: Path, out: Path | None = None) -> Path:
 
 # --- data ---
 def _load(root: Path) -> dict[str, Any]:
+    from platform.analyze import read_manifest
+
     def csv(name: str) -> pd.DataFrame:
         path = root / name
         return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 
-    def dataset(dirname: str, schema) -> pd.DataFrame:
-        return results.read_dataset(root / dirname, schema)  # empty, with its columns, if none
-
-    manifest_path = root / "run_manifest.tsv"
-    manifest = (
-        pd.read_csv(manifest_path, sep="\t", keep_default_na=False)
-        if manifest_path.is_file()
-        else csv("per_run_metrics.csv")
-    )
-    summary = (
-        json.loads((root / "summary.json").read_text()) if (root / "summary.json").is_file() else {}
-    )
+    per_run = csv("per_run_metrics.csv")
     return {
         "root": root,
-        "manifest": manifest,
-        "per_run": csv("per_run_metrics.csv"),
+        # A folder of analysis files only has per_run_metrics.csv's runs (with their status).
+        "manifest": read_manifest(root) if (root / results.MANIFEST).is_file() else per_run,
+        "per_run": per_run,
         "groups": csv("group_summary.csv"),
         "ranked": csv("ranked_groups.csv"),
-        "summary": summary,
-        "best": json.loads((root / results.BEST_CONFIG).read_text())
-        if (root / results.BEST_CONFIG).is_file()
-        else {},
-        "timing": dataset(results.TIMING_DIR, results.TIMING_SCHEMA),
-        "gpu": dataset(results.GPU_TELEMETRY_DIR, results.GPU_TELEMETRY_SCHEMA),
-        "host": dataset(results.HOST_TELEMETRY_DIR, results.HOST_TELEMETRY_SCHEMA),
+        "summary": results.read_json(root / "summary.json"),
+        "best": results.read_json(root / results.BEST_CONFIG),
+        # Empty, with their columns, where the folder has none.
+        "timing": results.read_dataset(root / results.TIMING_DIR, results.TIMING_SCHEMA),
+        "gpu": results.read_dataset(root / results.GPU_TELEMETRY_DIR, results.GPU_TELEMETRY_SCHEMA),
+        "host": results.read_dataset(
+            root / results.HOST_TELEMETRY_DIR, results.HOST_TELEMETRY_SCHEMA
+        ),
     }
 
 
@@ -176,6 +181,10 @@ def _table(df: pd.DataFrame, columns: list[str] | None = None, digits: int = 2) 
         for row in df.itertuples(index=False)
     )
     return f"<table><tr>{head}</tr>{rows}</table>"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
 def _png(fig) -> str:
@@ -436,7 +445,7 @@ def _leaks(data: dict) -> str:
             gpu[gpu["run"] == run],
             limits.skip_fraction,
         )
-        lines.append(leak._verdict(run, figures, limits)[0])
+        lines.append(leak.verdict(run, figures, limits)[0])
     return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
 
 
@@ -454,7 +463,7 @@ def _failed(data: dict) -> str:
     for row in bad.to_dict("records"):
         out.append(
             f"<h3>{html.escape(str(row['run']))}: {html.escape(str(row['status']))}</h3>"
-            + _note(str(row.get("failure_reason") or "no reason recorded"))
+            + _note(_text(row.get("failure_reason")) or "no reason recorded")
         )
         run_dir = data["root"] / "runs" / str(row["run"])
         tails = sorted(run_dir.glob("*tail*.log")) + sorted(run_dir.glob("*stack*"))
@@ -471,7 +480,7 @@ def _environment(data: dict) -> str:
     envs = sorted((root / "runs").glob("*/env.json")) if (root / "runs").is_dir() else []
     out = []
     if envs:
-        env = json.loads(envs[0].read_text())
+        env = results.read_json(envs[0])
         versions = {k: v for k, v in env.items() if not isinstance(v, (dict, list))}
         for key in ("gpu_names", "gpu_memory_gib"):
             if env.get(key):

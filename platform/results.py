@@ -3,6 +3,7 @@ renamed, so a crash or Ctrl-C never leaves a truncated file behind."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,15 @@ def next_part(dataset_dir: Path, run: str) -> int:
         if p.stem.rsplit("-", 1)[1].isdigit()
     ]
     return max(numbers, default=-1) + 1
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON file's object; {} when it is missing or unreadable (files of an older or
+    interrupted sweep)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def read_dataset(dataset_dir: Path, schema: pa.Schema):

@@ -114,97 +114,107 @@ class Variable:
     doc: str
 
 
-def _v(key: str, read, doc: str) -> Variable:
-    return Variable(key, read, doc)
-
-
 # Variable -> what it sets. Keys starting with "@" are the sweep's own settings, not config keys.
 VARIABLES: dict[str, Variable] = {
     # --- sweep ---
-    "MODE": _v("@mode", _choice("sweep"), "only `sweep`; train with python -m platform.train"),
-    "REPEATS": _v("@repeats", _int, "repeats per group"),
-    "MAX_STEPS": _v("max_steps", _int, "steps per run"),
-    "SWEEP_ZERO_STAGES": _v(
+    "MODE": Variable(
+        "@mode", _choice("sweep"), "only `sweep`; train with python -m platform.train"
+    ),
+    "REPEATS": Variable("@repeats", _int, "repeats per group"),
+    "MAX_STEPS": Variable("max_steps", _int, "steps per run"),
+    "SWEEP_ZERO_STAGES": Variable(
         "zero_stage",
         lambda n, r: _one_or_list(_ints(n, r, 0)),
         "ZeRO stages; 0 runs DDP, 1-3 DeepSpeed (strategy auto)",
     ),
-    "SWEEP_MICRO_BATCHES": _v(
+    "SWEEP_MICRO_BATCHES": Variable(
         "micro_batch", lambda n, r: _one_or_list(_ints(n, r)), "micro-batches"
     ),
-    "SWEEP_NUM_WORKERS_LIST": _v(
+    "SWEEP_NUM_WORKERS_LIST": Variable(
         "num_workers", lambda n, r: _one_or_list(_ints(n, r, 0)), "DataLoader workers"
     ),
-    "SWEEP_PREFETCH_LIST": _v(
+    "SWEEP_PREFETCH_LIST": Variable(
         "prefetch_factor", lambda n, r: _one_or_list(_ints(n, r)), "DataLoader prefetch"
     ),
-    "SWEEP_LOG_EVERY": _v("log_every", _int, "steps per timing window"),
-    "TAIL_TIMING_POINTS": _v("tail_timing_points", _int, "windows in the tail figures"),
-    "OUTPUT_ROOT": _v("@output_root", lambda n, r: Path(r), "--output-root"),
-    "DRIVER_LOG_PATH": _v("@driver_log", lambda n, r: Path(r), "a copy of the console"),
-    "INCLUDE": _v("@include", lambda n, r: _include(r), "GPUs: localhost:0,1 (DeepSpeed's syntax)"),
-    "SWEEP_VALIDATION_EVERY": _v(
+    "SWEEP_LOG_EVERY": Variable("log_every", _int, "steps per timing window"),
+    "TAIL_TIMING_POINTS": Variable("tail_timing_points", _int, "windows in the tail figures"),
+    "OUTPUT_ROOT": Variable("@output_root", lambda n, r: Path(r), "--output-root"),
+    "DRIVER_LOG_PATH": Variable("@driver_log", lambda n, r: Path(r), "a copy of the console"),
+    "INCLUDE": Variable(
+        "@include", lambda n, r: _include(r), "GPUs: localhost:0,1 (DeepSpeed's syntax)"
+    ),
+    "SWEEP_VALIDATION_EVERY": Variable(
         "val_every", lambda n, r: _int(n, r, 0), "validation every N steps"
     ),
-    "SWEEP_CHECKPOINT_EVERY": _v(
+    "SWEEP_CHECKPOINT_EVERY": Variable(
         "checkpoint_every", lambda n, r: _int(n, r, 0), "checkpoint every N steps"
     ),
-    "DRY_RUN": _v("@dry_run", _flag, "print the runs, run nothing (--dry-run)"),
+    "DRY_RUN": Variable("@dry_run", _flag, "print the runs, run nothing (--dry-run)"),
     # --- faults ---
-    "STOP_ON_ERROR": _v("@stop_on_error", _flag, "end the sweep at the first failed run"),
-    "RUN_TIMEOUT_SEC": _v("run_timeout_s", _float, "stop a run past this many seconds"),
-    "FAILURE_DUMP_TAIL": _v("@dump_tail", _flag, "print failed runs' log tails"),
-    "FAIL_TAIL_LINES": _v("fail_tail_lines", lambda n, r: _int(n, r, 0), "lines of those tails"),
-    "RESUME_RUNS": _v("@resume", _flag, "--resume when OUTPUT_ROOT holds a sweep"),
+    "STOP_ON_ERROR": Variable("@stop_on_error", _flag, "end the sweep at the first failed run"),
+    "RUN_TIMEOUT_SEC": Variable("run_timeout_s", _float, "stop a run past this many seconds"),
+    "FAILURE_DUMP_TAIL": Variable("@dump_tail", _flag, "print failed runs' log tails"),
+    "FAIL_TAIL_LINES": Variable(
+        "fail_tail_lines", lambda n, r: _int(n, r, 0), "lines of those tails"
+    ),
+    "RESUME_RUNS": Variable("@resume", _flag, "--resume when OUTPUT_ROOT holds a sweep"),
     # --- monitoring ---
-    "HEARTBEAT_EVERY_SEC": _v("heartbeat_every_s", _float, "heartbeat lines"),
-    "ENABLE_GPU_TELEMETRY": _v("@gpu_telemetry", _flag, "NVML samples"),
-    "GPU_TELEMETRY_INTERVAL_SEC": _v("gpu_telemetry_interval_s", _float, "NVML sample period"),
-    "ENABLE_HOST_TELEMETRY": _v("@host_telemetry", _flag, "host samples"),
-    "HOST_TELEMETRY_INTERVAL_SEC": _v("host_telemetry_interval_s", _float, "host sample period"),
-    "STALL_ALERT_RATIO": _v("stall_alert_ratio", _float, "stall alert threshold"),
-    "ENABLE_CUDA_SYNC_TIMING": _v("cuda_sync_timing", _flag, "exact step_ms"),
-    "TIMING_RANK_SCOPE": _v("timing_ranks", _choice("rank0", "all"), "rank0 or all"),
-    "ENABLE_ETA_LOGGING": _v("@eta", _flag, "ETA in progress lines (always on)"),
+    "HEARTBEAT_EVERY_SEC": Variable("heartbeat_every_s", _float, "heartbeat lines"),
+    "ENABLE_GPU_TELEMETRY": Variable("@gpu_telemetry", _flag, "NVML samples"),
+    "GPU_TELEMETRY_INTERVAL_SEC": Variable(
+        "gpu_telemetry_interval_s", _float, "NVML sample period"
+    ),
+    "ENABLE_HOST_TELEMETRY": Variable("@host_telemetry", _flag, "host samples"),
+    "HOST_TELEMETRY_INTERVAL_SEC": Variable(
+        "host_telemetry_interval_s", _float, "host sample period"
+    ),
+    "STALL_ALERT_RATIO": Variable("stall_alert_ratio", _float, "stall alert threshold"),
+    "ENABLE_CUDA_SYNC_TIMING": Variable("cuda_sync_timing", _flag, "exact step_ms"),
+    "TIMING_RANK_SCOPE": Variable("timing_ranks", _choice("rank0", "all"), "rank0 or all"),
+    "ENABLE_ETA_LOGGING": Variable("@eta", _flag, "ETA in progress lines (always on)"),
     # --- data ---
-    "DATASET_ROOT": _v("@dataset_root", lambda n, r: Path(r), "prepared corpus folder"),
-    "DATASET_MANIFEST_PATH": _v("manifest_path", lambda n, r: r, "data_prep manifest"),
-    "DATASET_USE_TRIM": _v("@use_trim", _flag, "the trimmed manifest of DATASET_ROOT"),
-    "DATASET_OFFLINE_TRIMMED": _v("@offline_trimmed", _flag, "trimmed by data_prep (the only way)"),
-    "ENABLE_LENGTH_FIXED_SLICE": _v("@fixed_slice", _flag, "crop_policy fixed_slice"),
-    "FIXED_SLICE_SECONDS": _v("fixed_slice_s", _float, "fixed_slice length"),
-    "ENABLE_LENGTH_BUCKET": _v("length_bucketing", _flag, "length bucketing"),
+    "DATASET_ROOT": Variable("@dataset_root", lambda n, r: Path(r), "prepared corpus folder"),
+    "DATASET_MANIFEST_PATH": Variable("manifest_path", lambda n, r: r, "data_prep manifest"),
+    "DATASET_USE_TRIM": Variable("@use_trim", _flag, "the trimmed manifest of DATASET_ROOT"),
+    "DATASET_OFFLINE_TRIMMED": Variable(
+        "@offline_trimmed", _flag, "trimmed by data_prep (the only way)"
+    ),
+    "ENABLE_LENGTH_FIXED_SLICE": Variable("@fixed_slice", _flag, "crop_policy fixed_slice"),
+    "FIXED_SLICE_SECONDS": Variable("fixed_slice_s", _float, "fixed_slice length"),
+    "ENABLE_LENGTH_BUCKET": Variable("length_bucketing", _flag, "length bucketing"),
     # --- model and numerics ---
-    "PRECISION_MODE": _v(
+    "PRECISION_MODE": Variable(
         "precision",
         _choice("auto", "fp32", "bf16", "fp16", mapping={"float32": "fp32"}),
         "precision",
     ),
-    "ATTN_IMPL": _v("@attn", _ATTN, "both encoders' attention"),
-    "SPEECH_ATTN_IMPL": _v("speech_attention", _ATTN, "speech encoder attention"),
-    "TEXT_ATTN_IMPL": _v("text_attention", _ATTN, "text encoder attention"),
-    "MODEL_LOAD_DTYPE": _v("model_load_dtype", _DTYPE, "weights' dtype"),
-    "ENABLE_TF32": _v("tf32", _flag, "TF32 matmuls"),
-    "MATMUL_PRECISION": _v(
+    "ATTN_IMPL": Variable("@attn", _ATTN, "both encoders' attention"),
+    "SPEECH_ATTN_IMPL": Variable("speech_attention", _ATTN, "speech encoder attention"),
+    "TEXT_ATTN_IMPL": Variable("text_attention", _ATTN, "text encoder attention"),
+    "MODEL_LOAD_DTYPE": Variable("model_load_dtype", _DTYPE, "weights' dtype"),
+    "ENABLE_TF32": Variable("tf32", _flag, "TF32 matmuls"),
+    "MATMUL_PRECISION": Variable(
         "matmul_precision", _choice("highest", "high", "medium"), "fp32 matmuls"
     ),
-    "ENABLE_TORCH_COMPILE": _v("torch_compile", _flag, "torch.compile"),
-    "TORCH_COMPILE_MODE": _v(
+    "ENABLE_TORCH_COMPILE": Variable("torch_compile", _flag, "torch.compile"),
+    "TORCH_COMPILE_MODE": Variable(
         "compile_mode",
         _choice("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
         "compile mode",
     ),
-    "TORCH_COMPILE_DYNAMIC": _v(
+    "TORCH_COMPILE_DYNAMIC": Variable(
         "compile_dynamic",
         lambda n, r: "auto" if r.strip().lower() == "auto" else _flag(n, r),
         "dynamic shapes",
     ),
     # --- the DDP runbooks' knobs (DDP runs only under strategy auto) ---
-    "NSA_DDP_BUCKET_MB": _v("bucket_mb", _int, "gradient bucket, MB"),
-    "NSA_DDP_STATIC_GRAPH": _v("ddp_static_graph", _flag, "DDP static_graph"),
-    "NSA_DDP_FIND_UNUSED": _v("ddp_find_unused_parameters", _flag, "DDP find_unused_parameters"),
-    "NSA_DDP_COMPRESS": _v("ddp_comm_hook", _compress, "bf16 gradient compression"),
-    "NSA_OPT_FUSED": _v(
+    "NSA_DDP_BUCKET_MB": Variable("bucket_mb", _int, "gradient bucket, MB"),
+    "NSA_DDP_STATIC_GRAPH": Variable("ddp_static_graph", _flag, "DDP static_graph"),
+    "NSA_DDP_FIND_UNUSED": Variable(
+        "ddp_find_unused_parameters", _flag, "DDP find_unused_parameters"
+    ),
+    "NSA_DDP_COMPRESS": Variable("ddp_comm_hook", _compress, "bf16 gradient compression"),
+    "NSA_OPT_FUSED": Variable(
         "optimizer",
         lambda n, r: "adamw_torch" if _flag(n, r) else "adamw_torch_foreach",
         "fused AdamW (else foreach)",

@@ -23,7 +23,7 @@ from typing import Any
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.launch import launch, output_root_arg, prepare_inputs
-from platform.loggers import check_loggers
+from platform.loggers import add_logger_argument, check_loggers
 from platform.spaces import RunSpec, SearchSpace, expand_runs, load_space
 from trainables.config import ConfigError, TrialConfig
 
@@ -46,14 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-root", type=output_root_arg, help="default: outputs/train_<space>_<timestamp>"
     )
-    p.add_argument(
-        "--logger",
-        action="append",
-        default=None,
-        choices=("tensorboard", "wandb", "mlflow"),
-        help="also log every run's window metrics to TensorBoard, W&B or MLflow (offline, under "
-        "the output root, unless WANDB_MODE / MLFLOW_TRACKING_URI say otherwise); repeatable; default tensorboard",
-    )
+    add_logger_argument(p, default="tensorboard")
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
     p.add_argument("--dry-run", action="store_true", help="print the run and exit")
@@ -125,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         space, runs = plan(args)
-        loggers = check_loggers(["tensorboard"] if args.logger is None else args.logger)
+        loggers = check_loggers(args.logger, default=("tensorboard",))
         if args.dry_run:
             cfg = runs[0].config
             print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
@@ -219,7 +212,8 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
             f"model ({source}): {export}; load it with --set speech_pretrained_path="
             f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
         )
-    print(f"TensorBoard: tensorboard --logdir {output_root / results.TENSORBOARD_DIR}")
+    if (output_root / results.TENSORBOARD_DIR).is_dir():  # --logger tensorboard (the default)
+        print(f"TensorBoard: tensorboard --logdir {output_root / results.TENSORBOARD_DIR}")
     print(f"wall time {wall_s:.1f} s; results in {output_root}")
     return 0 if row["status"] == "ok" else 1
 

@@ -18,7 +18,7 @@ from typing import Any
 from platform import results
 from platform.errors import EXIT_USAGE, UsageError
 from platform.launch import launch, needs_corpus, output_root_arg, prepare_inputs
-from platform.loggers import check_loggers
+from platform.loggers import add_logger_argument, check_loggers
 from platform.resume import EARLY_STATUSES
 from platform.spaces import (
     RunSpec,
@@ -60,14 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         "platform/runbook.py) set the sweep, on the base space `runbook` or --space; prints "
         "the equivalent space YAML",
     )
-    p.add_argument(
-        "--logger",
-        action="append",
-        default=[],
-        choices=("tensorboard", "wandb", "mlflow"),
-        help="also log every run's window metrics to TensorBoard, W&B or MLflow (offline, under "
-        "the output root, unless WANDB_MODE / MLFLOW_TRACKING_URI say otherwise); repeatable",
-    )
+    add_logger_argument(p)
     p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
     p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
     p.add_argument(
@@ -313,9 +306,9 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
         print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root / 'summary.md'}")
-    from platform.analyze import _write_report
+    from platform.report import report_line
 
-    print(f"report: {_write_report(output_root)}")
+    print(report_line(output_root))
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]
     early = summary.get("early_stopping")
     if early:
