@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
+from platform.spaces import override
 
 __all__ = ["VARIABLES", "RunbookPlan", "from_env"]
 
@@ -318,7 +319,7 @@ def from_env(env: Mapping[str, str] | None = None, *, address: str | None = None
         if root is None:
             raise UsageError("RESUME_RUNS=1 needs OUTPUT_ROOT: the sweep folder to resume")
         plan.resume = (root / "run_manifest.tsv").is_file()
-    plan.sets = [f"{k}={_yaml(v)}" for k, v in sets.items()]
+    plan.sets = [override(k, v) for k, v in sets.items()]
     return plan
 
 
@@ -393,11 +394,3 @@ def _gpus(
             "--address HEAD:PORT"
         )
     sets.update(train_workers=len(hosts) * counts.pop(), nodes=len(hosts), use_gpu=True)
-
-
-def _yaml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return "[" + ", ".join(_yaml(v) for v in value) + "]"
-    return str(value)

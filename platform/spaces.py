@@ -4,6 +4,7 @@ and expand grid x repeats into runs."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,6 +339,29 @@ class SearchSpace:
         space.cases = cases
         space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
         return space
+
+
+def override(key: str, value: Any) -> str:
+    """``key=value`` text that ``SearchSpace.with_overrides`` reads back as ``value``: YAML,
+    with a string quoted where its plain text would read as something else (a path holding
+    ``#`` or ``: ``, ``on``, ``1.0``)."""
+    return f"{key}={_override_text(value)}"
+
+
+def _override_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_override_text(v) for v in value) + "]"
+    text = str(value)
+    if isinstance(value, str):
+        try:
+            plain = yaml.safe_load(text) == value
+        except yaml.YAMLError:
+            plain = False
+        if not plain:
+            return json.dumps(value)  # JSON strings are YAML strings
+    return text
 
 
 class _SpaceDumper(yaml.SafeDumper):

@@ -192,6 +192,10 @@ def test_dataset_root_resume_and_dump_tail(tmp_path):
     assert runs[0].config.fail_tail_lines == 0
     plan, _ = planned({"DATASET_ROOT": "/data/ls16k", "DATASET_USE_TRIM": "1"})
     assert "manifest_path=/data/ls16k/manifest_16k_trim.tsv" in plan.sets
+    # A path that plain YAML would cut at '#' or read as a mapping reaches the config whole.
+    odd = "/data/run #2/ls: 16k/manifest.tsv"
+    _, runs = planned({"DATASET_MANIFEST_PATH": odd, "TIMING_RANK_SCOPE": "all"})
+    assert runs[0].config.manifest_path == odd and runs[0].config.timing_ranks == "all"
     # RESUME_RUNS resumes only a folder that holds a sweep.
     env = {"RESUME_RUNS": "1", "OUTPUT_ROOT": str(tmp_path)}
     assert from_env(env).resume is False
