@@ -319,6 +319,8 @@ def from_env(env: Mapping[str, str] | None = None, *, address: str | None = None
         if root is None:
             raise UsageError("RESUME_RUNS=1 needs OUTPUT_ROOT: the sweep folder to resume")
         plan.resume = (root / "run_manifest.tsv").is_file()
+    if plan.stop_on_error is not None:
+        sets["stop_on_error"] = plan.stop_on_error  # a setting of the sweep that --set takes
     plan.sets = [override(k, v) for k, v in sets.items()]
     return plan
 

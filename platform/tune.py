@@ -186,10 +186,7 @@ def _apply_env(args: argparse.Namespace):
     args.resume = args.resume or plan.resume
     args.dry_run = args.dry_run or plan.dry_run
     args.repeats = args.repeats if args.repeats is not None else plan.repeats
-    stop = (
-        [] if plan.stop_on_error is None else [f"stop_on_error={str(plan.stop_on_error).lower()}"]
-    )
-    args.set = plan.sets + stop + args.set
+    args.set = plan.sets + args.set
     if plan.cuda_visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = plan.cuda_visible_devices  # the local cluster's GPUs
     return plan
