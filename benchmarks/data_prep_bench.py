@@ -21,9 +21,9 @@ from pathlib import Path
 
 from data_prep import synth
 from data_prep.audio import TrimSettings
-from data_prep.fileio import write_json
 from data_prep.layout import discover
 from data_prep.pipeline import make_tasks, run_ray_data, run_serial
+from stage1_common.fileio import write_json
 
 
 def corpus_for(files: int, corpus: Path | None) -> tuple[Path, float]:

@@ -22,10 +22,10 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from data_prep import synth
 from data_prep.audio import TrimSettings
-from data_prep.fileio import write_json
 from data_prep.layout import discover
 from data_prep.librispeech import write_outputs
 from data_prep.pipeline import make_tasks, run_serial
+from stage1_common.fileio import write_json
 from trainables.manifest import ManifestDataset, collate_padded
 
 

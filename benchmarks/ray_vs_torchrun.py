@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from data_prep.fileio import write_json
+from stage1_common.fileio import write_json
 
 
 def main(argv: list[str] | None = None) -> int:

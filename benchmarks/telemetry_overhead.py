@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.sweeps import run_variants
-from data_prep.fileio import write_json
+from stage1_common.fileio import write_json
 
 
 def summarise(output_root: Path) -> dict:

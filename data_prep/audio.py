@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.fileio import atomic_path
+from stage1_common.fileio import atomic_path
 
 __all__ = [
     "AudioError",

@@ -23,8 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import data_prep
+import stage1_common
 from data_prep.audio import TrimSettings
-from data_prep.cluster import (
+from data_prep.layout import Discovery, LayoutError, discover
+from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data
+from stage1_common.cluster import (
     alive_nodes,
     first_line,
     init_address,
@@ -35,16 +38,14 @@ from data_prep.cluster import (
     read_token,
     runtime_env,
 )
-from data_prep.fileio import (
+from stage1_common.fileio import (
     atomic_path,
     atomic_write_text,
     ensure_writable_dir,
     remove_stale_temporaries,
     tsv_text,
 )
-from data_prep.layout import Discovery, LayoutError, discover
-from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data
-from data_prep.ray_address import address_problem
+from stage1_common.ray_address import address_problem
 
 __all__ = [
     "ERROR_COLUMNS",
@@ -144,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(
             address=init_address(args.address),
             logging_level="WARNING",
-            # Joining a cluster: data_prep/ travels with the job, so nodes need only its
+            # Joining a cluster: data_prep/ (and stage1_common/ below it) travels with the job, so nodes need only its
             # dependencies; a local cluster starts without the dashboard.
-            runtime_env=runtime_env(ship_code=True, modules=(data_prep,)) if joined else None,
+            runtime_env=(
+                runtime_env(ship_code=True, modules=(data_prep, stage1_common)) if joined else None
+            ),
             **({} if joined else {"include_dashboard": False}),
         )
     except ConnectionError as exc:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.fileio import atomic_path, atomic_write_text, tsv_text
+from stage1_common.fileio import atomic_path, atomic_write_text, tsv_text
 
 __all__ = ["MODES", "SynthUtterance", "make_corpus", "speech_like", "word_pattern", "main"]
 

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, output_root_arg, prepare_inputs
-from platform.loggers import add_logger_argument, check_loggers
-from platform.spaces import RunSpec, SearchSpace, expand_runs, load_space
+from platform.execution.launch import launch, output_root_arg, prepare_inputs
+from platform.record.loggers import add_logger_argument, check_loggers
+from platform.spaces.space import RunSpec, SearchSpace, expand_runs, load_space
+from platform.storage import results
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform import results
 from platform.errors import EXIT_USAGE, UsageError
-from platform.launch import launch, needs_corpus, output_root_arg, prepare_inputs
-from platform.loggers import add_logger_argument, check_loggers
-from platform.resume import EARLY_STATUSES
-from platform.spaces import (
+from platform.execution.launch import launch, needs_corpus, output_root_arg, prepare_inputs
+from platform.execution.resume import EARLY_STATUSES
+from platform.record.loggers import add_logger_argument, check_loggers
+from platform.spaces.space import (
     RunSpec,
     SearchSpace,
     check_inputs,
@@ -28,6 +27,7 @@ from platform.spaces import (
     list_spaces,
     load_space,
 )
+from platform.storage import results
 from trainables.config import ConfigError
 
 __all__ = ["main"]
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.top < 1:
             raise UsageError(f"--top must be >= 1, got {args.top}")
         if args.from_ranked is not None:
-            from platform.promote import from_ranked
+            from platform.control.promote import from_ranked
 
             space = from_ranked(space, args.from_ranked, args.top)
         if args.repeats is not None:
@@ -174,7 +174,7 @@ def _apply_env(args: argparse.Namespace):
     """``--from-env``: the runbook's variables become the arguments (the command line wins)."""
     import os
 
-    from platform.runbook import from_env
+    from platform.spaces.runbook import from_env
 
     plan = from_env(address=args.address)
     if plan.driver_log is not None:
@@ -285,7 +285,7 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
             f"tail {'-' if sps is None else f'{sps:.1f}':>8} samples/s"
             + (f"  ({row['failure_reason']})" if row.get("failure_reason") else "")
         )
-    from platform.analyze import analyze, format_ranked
+    from platform.analysis.analyze import analyze, format_ranked
 
     try:
         summary = analyze(output_root)  # the tables, best_config.json and summary.md/json
@@ -303,7 +303,7 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
         print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root / 'summary.md'}")
-    from platform.report import report_line
+    from platform.analysis.report import report_line
 
     print(report_line(output_root))
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]

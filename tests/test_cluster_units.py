@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from platform.errors import UsageError
-from platform.launch import prepare_tokenizers, resolve_resources
-from platform.spaces import RunSpec, expand_runs, load_space
+from platform.execution.cluster import WORKER_PACKAGES
+from platform.execution.launch import prepare_tokenizers, resolve_resources
+from platform.spaces.space import RunSpec, expand_runs, load_space
 from trainables.config import ConfigError, TrialConfig
 
 
@@ -82,8 +83,9 @@ def test_the_multinode_spaces_expand():
 
 def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(monkeypatch):
     import data_prep
+    import stage1_common
     import trainables
-    from data_prep.cluster import joining, runtime_env
+    from stage1_common.cluster import joining, runtime_env
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
@@ -93,19 +95,21 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
 
     local = runtime_env({"A": "1"}, ship_code=False)
     assert local == {"env_vars": {"A": "1"}}
-    shipped = runtime_env({"A": "1"}, ship_code=True)
-    assert shipped["py_modules"] == [trainables, data_prep]
+    with pytest.raises(ValueError, match="needs the packages to ship"):
+        runtime_env({"A": "1"}, ship_code=True)
+    shipped = runtime_env({"A": "1"}, ship_code=True, modules=WORKER_PACKAGES)
+    assert shipped["py_modules"] == [trainables, data_prep, stage1_common]
     assert "__pycache__" in shipped["excludes"]
     # A driver submitted with `ray job submit --working-dir .`: the job ships the code, and
     # Ray refuses keys set twice, so ours gives way.
     job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip", "env_vars": {"A": "job"}}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
-    in_job = runtime_env({"A": "1", "B": "2"}, ship_code=True)
+    in_job = runtime_env({"A": "1", "B": "2"}, ship_code=True, modules=WORKER_PACKAGES)
     assert in_job == {"env_vars": {"B": "2"}}
 
 
 def test_node_check_probes(tmp_path, prepared_corpus):
-    from data_prep.cluster import read_token as _read_token
+    from stage1_common.cluster import read_token as _read_token
     from trainables.node_check import _read_manifest, audio_sample, versions
 
     probe = str(tmp_path / "probe")
@@ -159,7 +163,7 @@ def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus
 def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_stores():
     import argparse
 
-    from platform.launch import output_root_arg
+    from platform.execution.launch import output_root_arg
 
     assert output_root_arg("outputs/x") == Path("outputs/x")
     assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")
@@ -168,7 +172,7 @@ def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_st
 
 
 def test_what_a_node_check_answer_says():
-    from platform.nodes import node_problem
+    from platform.execution.nodes import node_problem
 
     node = {"NodeManagerAddress": "10.0.0.6", "NodeID": "abcdef0123456789"}
     mine = {"python": "3.11.7", "ray": "2.60.0", "torch": "2.13.0"}
@@ -191,7 +195,7 @@ def test_what_a_node_check_answer_says():
 
 
 def test_no_address_means_a_new_local_cluster_not_one_ray_start_left_running(monkeypatch):
-    from data_prep.cluster import init_address
+    from stage1_common.cluster import init_address
 
     # A bare ray.init() would join the cluster /tmp/ray/ray_current_cluster names (measured:
     # a sweep without --address ran on a `ray start --head --num-cpus=1` cluster and was

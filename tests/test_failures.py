@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from platform.failures import exit_code, fail_tail, failure_reason
+from platform.record.failures import exit_code, fail_tail, failure_reason
 from trainables.worker_logs import read_registrations, tail_lines
 
 ROOT = Path(__file__).resolve().parents[1]

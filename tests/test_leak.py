@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from platform import results
-from platform.leak import fit_mb_per_1k_steps, leak_figures
+from platform.analysis.leak import fit_mb_per_1k_steps, leak_figures
+from platform.storage import results
 from tests.cli import run_module
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from platform.errors import UsageError
-from platform.loggers import check_loggers, make_loggers, scalars_of
+from platform.record.loggers import check_loggers, make_loggers, scalars_of
 
 RUNS = {
     "sweep_z0_mb4_nw0_pf2_r1": "sweep_z0_mb4_nw0_pf2",

@@ -1,6 +1,6 @@
 """Phase A to B: --from-ranked builds the retest sweep from the best groups of an earlier one."""
 
-from platform.analyze import analyze
+from platform.analysis.analyze import analyze
 from tests.cli import run_module
 from tests.test_stats import make_root
 
@@ -56,8 +56,8 @@ def test_bad_promotions_exit_2_with_one_line(tmp_path):
 def test_the_baseline_stays_only_when_it_is_promoted(tmp_path):
     import dataclasses
 
-    from platform.promote import from_ranked
-    from platform.spaces import expand_runs, load_space
+    from platform.control.promote import from_ranked
+    from platform.spaces.space import expand_runs, load_space
 
     earlier = make_root(tmp_path)  # ranking: fast (micro_batch 16), slow (micro_batch 8)
     analyze(earlier)

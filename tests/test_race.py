@@ -8,10 +8,10 @@ import pytest
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from platform import stats
+from platform.analysis import stats
+from platform.control.race import SCHEDULE, PlannedSearcher, Race, Schedule, WarmASHA
 from platform.errors import UsageError
-from platform.race import SCHEDULE, PlannedSearcher, Race, Schedule, WarmASHA
-from platform.spaces import expand_runs, load_space, space_points
+from platform.spaces.space import expand_runs, load_space, space_points
 
 SPACE = """
     description: race unit test
@@ -297,7 +297,7 @@ def test_stopped_groups_rank_after_every_finished_group():
 
 
 def test_a_group_with_only_stopped_runs_shows_its_partial_figure_in_brackets():
-    from platform.analyze import format_ranked
+    from platform.analysis.analyze import format_ranked
 
     rows = [
         {"rank": 1, "group": "a", "runs_ok": 2, "runs": 2, "tail_samples_per_sec_robust": 50.0,

@@ -3,7 +3,7 @@
 import socket
 import time
 
-from data_prep.ray_address import address_problem
+from stage1_common.ray_address import address_problem
 from tests.cli import run_module
 
 

@@ -9,7 +9,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-from platform.report import SECTIONS
+from platform.analysis.report import SECTIONS
 from tests.cli import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_a_folder_without_a_sweep_is_one_line_and_exit_2(tmp_path):
 
 
 def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
-    from platform.grafana import UID, dashboard, gauges_in
+    from platform.record.grafana import UID, dashboard, gauges_in
     from trainables.telemetry import RayGauges
 
     out = run_module("platform.grafana", "--out", tmp_path / "board.json")
@@ -146,7 +146,7 @@ def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
 def test_the_committed_h100_run_exported_every_dashboard_gauge_and_drew_its_gpus():
     """benchmarks/dashboard_gpu.sh on one H100: the GPU gauges, which no CPU run sets, were in
     the scrape, and the report's GPU section came from real NVML samples."""
-    from platform.grafana import dashboard, gauges_in
+    from platform.record.grafana import dashboard, gauges_in
 
     folder = ROOT / "benchmarks" / "results" / "dashboard_1xh100"
     scraped = set(re.findall(r"^(ray_stage1_\w+)\{", (folder / "scrape.txt").read_text(), re.M))

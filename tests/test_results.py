@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from platform import results
+from platform.storage import results
 
 
 def timing_row(run, window, **extra):

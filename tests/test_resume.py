@@ -2,11 +2,11 @@
 
 import pytest
 
-from platform import results
 from platform.errors import UsageError
-from platform.launch import MANIFEST_COLUMNS, write_manifest
-from platform.resume import drop_rows, previous_status
-from platform.spaces import expand_runs, load_space
+from platform.execution.launch import MANIFEST_COLUMNS, write_manifest
+from platform.execution.resume import drop_rows, previous_status
+from platform.spaces.space import expand_runs, load_space
+from platform.storage import results
 from tests.test_results import timing_row
 
 
@@ -69,7 +69,7 @@ def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
 
 STOP_PROBE = """
 import os, signal, sys, time
-from platform.launch import StopSignals
+from platform.execution.launch import StopSignals
 seen = []
 signal.signal(signal.SIGINT, lambda s, f: seen.append("sigint"))  # stands in for Tune's handler
 stop = StopSignals()
@@ -85,7 +85,7 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
     import sys
     from pathlib import Path
 
-    from platform.launch import StopSignals
+    from platform.execution.launch import StopSignals
 
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
@@ -102,8 +102,8 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
 
 
 def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
-    from platform.launch import prepare_corpus
-    from platform.spaces import DataPlan
+    from platform.execution.launch import prepare_corpus
+    from platform.spaces.space import DataPlan
 
     manifest = tmp_path / "data" / "prepared" / "manifest_16k_trim.tsv"
     manifest.parent.mkdir(parents=True)

@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from platform.stability import check
+from platform.analysis.stability import check
 from tests.cli import run_module
 from tests.test_stats import make_root
 

@@ -6,8 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from platform import results, stats
-from platform.analyze import analyze
+from platform.analysis import stats
+from platform.analysis.analyze import analyze
+from platform.storage import results
 from tests.cli import run_module
 
 
@@ -245,8 +246,8 @@ def test_bottleneck_attribution(run, throttle, total, kinds):
 
 
 def test_the_winners_command_carries_the_sweeps_own_settings(tmp_path):
-    from platform.analyze import _overrides
-    from platform.spaces import load_space
+    from platform.analysis.analyze import _overrides
+    from platform.spaces.space import load_space
 
     root = tmp_path / "out"
     fixed = load_space("smoke").fixed

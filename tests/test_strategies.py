@@ -132,7 +132,7 @@ def test_comm_hooks_need_ddp_on_gpus():
 
 def test_fused_adam_without_ninja_is_refused_before_any_trial(monkeypatch, tmp_path):
     from platform.errors import UsageError
-    from platform.spaces import check_inputs, expand_runs, load_space
+    from platform.spaces.space import check_inputs, expand_runs, load_space
 
     space = load_space("smoke").with_overrides(["optimizer=deepspeed_fused_adam"])
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no ninja on it

@@ -183,7 +183,7 @@ def test_the_learnable_corpus_spells_each_word_with_its_own_tones(tmp_path):
 
 
 def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
-    from platform.spaces import SearchSpace, expand_runs
+    from platform.spaces.space import SearchSpace, expand_runs
     from platform.train import epochs_to_steps
 
     manifest, made = prepared_corpus  # 12 utterances of 2 speakers

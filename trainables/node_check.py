@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_prep.cluster import read_token
+from stage1_common.cluster import read_token
 
 __all__ = ["audio_sample", "node_facts", "versions"]
 

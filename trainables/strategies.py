@@ -379,7 +379,7 @@ def _flops(cfg, model, device, load_dtype: str, attention: dict, cache: Path | N
                     model, probe_batch(cfg, device, dtype=_DTYPES[load_dtype])
                 )
             if path is not None:
-                from data_prep.fileio import write_json
+                from stage1_common.fileio import write_json
 
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,7 @@ def load_or_build_tokenizer(
     when the folder is writable, so concurrent ranks cannot leave a torn file)."""
     from tokenizers import Tokenizer
 
-    from data_prep.fileio import atomic_write_text
+    from stage1_common.fileio import atomic_write_text
 
     if tokenizer_path:
         return Tokenizer.from_file(str(tokenizer_path))

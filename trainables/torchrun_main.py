@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from data_prep.fileio import atomic_write_text, write_json
+from stage1_common.fileio import atomic_write_text, write_json
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.watchdog import pg_timeout_for

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from data_prep.fileio import write_json
+from stage1_common.fileio import write_json
 
 __all__ = ["register_worker", "read_registrations", "tail_lines", "WORKERS_DIR"]
 

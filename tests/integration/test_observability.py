@@ -170,7 +170,7 @@ def test_gauges_and_the_running_job_were_visible_during_the_run(sweep):
 def test_the_grafana_dashboard_names_only_gauges_the_scrape_shows(sweep):
     import re
 
-    from platform.grafana import dashboard, gauges_in
+    from platform.record.grafana import dashboard, gauges_in
     from trainables.telemetry import RayGauges
 
     _, out, scraped, _, _ = sweep

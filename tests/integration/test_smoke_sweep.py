@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from platform.runbook import VARIABLES
+from platform.spaces.runbook import VARIABLES
 from tests.cli import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +63,7 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     for line in ("[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in", "groups ranked by tail samples/s"):
         assert line in log and line in out.stdout
     # The YAML it printed is the sweep it ran: the same runs from --space FILE.
-    from platform.spaces import expand_runs, load_space
+    from platform.spaces.space import expand_runs, load_space
 
     mine = root.parent / "from_runbook.yaml"
     mine.write_text(out.stdout.split("\n---\n")[1].split("\n---")[0])

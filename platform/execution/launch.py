@@ -19,12 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from data_prep.fileio import ensure_writable_dir
-from platform import results, stats
+from platform.analysis import stats
 from platform.errors import EXIT_USAGE, UsageError
-from platform.provenance import GIT_KEYS, git_facts
-from platform.resume import drop_rows
-from platform.spaces import DataPlan, RunSpec, SearchSpace
+from platform.execution.provenance import GIT_KEYS, git_facts
+from platform.execution.resume import drop_rows
+from platform.spaces.space import DataPlan, RunSpec, SearchSpace
+from platform.storage import results
+from stage1_common.fileio import ensure_writable_dir
 from trainables.config import field_names
 
 __all__ = [
@@ -119,9 +120,9 @@ def prepare_inputs(
     """Before Ray starts: the runs' inputs, the cluster address, and the output root (a new
     one, or with ``resume`` the one to finish and its runs that finished ok). Raises UsageError
     with the fix."""
-    from data_prep.ray_address import address_problem
-    from platform.resume import previous_status
-    from platform.spaces import check_inputs
+    from platform.execution.resume import previous_status
+    from platform.spaces.space import check_inputs
+    from stage1_common.ray_address import address_problem
 
     check_inputs(space, runs)
     problem = address_problem(address)
@@ -236,10 +237,10 @@ def launch(
     # result.json; nothing reads that grid (the recorder's files are the results).
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
-    from data_prep.cluster import alive_nodes
-    from platform.callbacks import SweepRecorder
-    from platform.cluster import start_cluster
-    from platform.nodes import check_nodes
+    from platform.execution.cluster import start_cluster
+    from platform.execution.nodes import check_nodes
+    from platform.record.recorder import SweepRecorder
+    from stage1_common.cluster import alive_nodes
     from trainables.trial import run_trial
 
     sweep_start = time.time()
@@ -318,7 +319,7 @@ def launch(
         if cluster.metrics_url:
             print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
         if not cluster.joined:
-            from platform.grafana import install
+            from platform.record.grafana import install
 
             board = install()
             if board is not None:
@@ -409,7 +410,7 @@ def _search_and_stop(
     (platform/race.py)."""
     from ray import tune
 
-    from platform.race import (
+    from platform.control.race import (
         OptunaPlanner,
         PlannedSearcher,
         Race,

@@ -9,7 +9,7 @@ from pathlib import Path
 __all__ = ["GIT_KEYS", "git_facts"]
 
 GIT_KEYS = ("git_commit_hash", "git_commit_short", "git_branch", "git_dirty")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str, repo: Path) -> str | None:

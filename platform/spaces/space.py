@@ -29,7 +29,7 @@ __all__ = [
     "load_space",
 ]
 
-SPACES_DIR = Path(__file__).resolve().parent.parent / "search_spaces"
+SPACES_DIR = Path(__file__).resolve().parents[2] / "search_spaces"
 TOP_LEVEL_KEYS = (
     "description",
     "repeats",

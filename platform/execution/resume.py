@@ -11,10 +11,10 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from data_prep.fileio import remove_stale_temporaries
-from platform import results
 from platform.errors import UsageError
-from platform.spaces import RunSpec
+from platform.spaces.space import RunSpec
+from platform.storage import results
+from stage1_common.fileio import remove_stale_temporaries
 
 __all__ = ["EARLY_STATUSES", "previous_status", "drop_rows"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
-from platform.spaces import override
+from platform.spaces.space import override
 
 __all__ = ["VARIABLES", "RunbookPlan", "from_env"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.stopper import Stopper
 
-from platform import results, stats
-from platform.failures import (
+from platform.analysis import stats
+from platform.record.failures import (
     FAIL_TAIL,
     exit_code,
     failure_reason,
@@ -26,7 +26,8 @@ from platform.failures import (
     stderr_tails,
     worker_tails,
 )
-from platform.spaces import RunSpec
+from platform.spaces.space import RunSpec
+from platform.storage import results
 
 __all__ = ["RunTimeout", "SweepRecorder", "failure_reason"]
 
@@ -94,7 +95,7 @@ class SweepRecorder(Callback):
         self.attempt: dict[str, int] = {}
         self.attempt_ts: dict[str, float] = {}
         # --logger: TensorBoard / W&B / MLflow series per run (platform/loggers.py).
-        from platform.loggers import make_loggers
+        from platform.record.loggers import make_loggers
 
         self.logs = make_loggers(list(loggers), self.output_root, self.echo)
         self.logged_config: dict[str, dict[str, Any]] = {}
@@ -298,7 +299,7 @@ class SweepRecorder(Callback):
     def _log_series(self, run: str, result: dict[str, Any]) -> None:
         if not self.logs:
             return
-        from platform.loggers import scalars_of
+        from platform.record.loggers import scalars_of
 
         spec = self.runs[run]
         config = self.logged_config.get(run)

@@ -153,7 +153,7 @@ def remote_tail(node_id: str, path: str, lines: int, timeout_s: float = 20.0) ->
     (its logs are that node's local files). Raises OSError when the node or file is gone."""
     import ray
 
-    from data_prep.cluster import pinned
+    from stage1_common.cluster import pinned
 
     ref = pinned(tail_lines, node_id).remote(Path(path), lines)
     try:

@@ -10,8 +10,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from data_prep.cluster import first_line, node_label, on_every_node, probe_file
 from platform.errors import UsageError
+from stage1_common.cluster import first_line, node_label, on_every_node, probe_file
 
 __all__ = ["check_nodes", "node_problem"]
 

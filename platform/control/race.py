@@ -33,9 +33,10 @@ from typing import Any
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from platform import results, stats
-from platform.callbacks import RunTimeout
-from platform.spaces import RunSpec, SearchSpace
+from platform.analysis import stats
+from platform.record.recorder import RunTimeout
+from platform.spaces.space import RunSpec, SearchSpace
+from platform.storage import results
 
 __all__ = [
     "SCHEDULE",

@@ -1,7 +1,7 @@
 """Working on a cluster that other machines belong to: shipping the worker-side packages with
 the job, and running one small task on every node (to check what each node sees before any
-real work is spread over them). Shared by data_prep's CLI and the platform's driver (which
-cannot be imported by data_prep)."""
+real work is spread over them). Shared by data_prep's CLI, the platform's driver and the workers;
+it imports none of them, so callers name the packages to ship."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def runtime_env(
     env_vars: dict[str, str] | None = None, *, ship_code: bool, modules: tuple = ()
 ) -> dict:
     """A job's runtime_env: ``env_vars`` for every process and, when ``ship_code``, the
-    worker-side packages (``modules``; default trainables/ and data_prep/) shipped with the job,
+    worker-side packages the caller names (``modules``, this package among them) shipped with the job,
     so a node that has only the dependencies installed runs this checkout's code. A driver
     submitted as a Ray Job (``ray job submit --working-dir .``) already ships them with its
     working_dir; Ray merges the two runtime_envs and refuses overlapping keys, so those are
@@ -57,10 +57,7 @@ def runtime_env(
     env: dict = {"env_vars": dict(env_vars or {})}
     if ship_code:
         if not modules:
-            import data_prep
-            import trainables
-
-            modules = (trainables, data_prep)
+            raise ValueError("runtime_env(ship_code=True) needs the packages to ship")
         env.update(py_modules=list(modules), excludes=list(SHIP_EXCLUDES))
     job = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}").get("runtime_env") or {}
     if set(job) & {"py_modules", "working_dir", "excludes"}:
@@ -128,7 +125,7 @@ def probe_file(folder: Path) -> Iterator[tuple[str, str]]:
     """A file holding a fresh token, written into ``folder`` (atomically) for the block and
     removed after it: (its path, the token). A node that reads the token back (``read_token``)
     sees the driver's ``folder``, not a folder of its own at the same path."""
-    from data_prep.fileio import atomic_write_text
+    from stage1_common.fileio import atomic_write_text
 
     token = secrets.token_hex(16)
     path = Path(folder) / f".node-probe-{token[:8]}"

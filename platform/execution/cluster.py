@@ -6,7 +6,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from data_prep.cluster import init_address, joining, runtime_env
+import data_prep
+import stage1_common
+import trainables
+from stage1_common.cluster import init_address, joining, runtime_env
+
+# What a joined cluster's workers import: shipped with the job (runtime_env py_modules).
+WORKER_PACKAGES = (trainables, data_prep, stage1_common)
 
 __all__ = ["ClusterInfo", "LOOPBACK_HOSTS", "start_cluster"]
 
@@ -51,7 +57,7 @@ def start_cluster(
     context = ray.init(
         address=init_address(address),
         logging_level="WARNING",
-        runtime_env=runtime_env(env_vars, ship_code=joined),
+        runtime_env=runtime_env(env_vars, ship_code=joined, modules=WORKER_PACKAGES),
         **kwargs,
     )
     dashboard = getattr(context, "dashboard_url", None) or None

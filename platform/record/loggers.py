@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from platform import results
 from platform.errors import UsageError
+from platform.storage import results
 
 __all__ = ["LOGGERS", "WINDOW_SCALARS", "add_logger_argument", "make_loggers", "scalars_of"]
 

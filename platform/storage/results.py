@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from data_prep.fileio import atomic_write_bytes, atomic_write_text, tsv_text, write_json
+from stage1_common.fileio import atomic_write_bytes, atomic_write_text, tsv_text, write_json
 
 __all__ = [
     "DATASETS",

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from platform import results
 from platform.errors import UsageError
-from platform.spaces import SearchSpace
+from platform.spaces.space import SearchSpace
+from platform.storage import results
 
 __all__ = ["from_ranked"]
 
@@ -30,7 +30,7 @@ def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
         )
     ranked_csv = ranked_root / "ranked_groups.csv"
     if not ranked_csv.is_file():  # a sweep from before the analysis files: make them
-        from platform.analyze import analyze
+        from platform.analysis.analyze import analyze
 
         analyze(ranked_root)
     ranked = pd.read_csv(ranked_csv)

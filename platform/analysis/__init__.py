@@ -1,0 +1,2 @@
+"""Pure analysis of written results: run and group figures, ranking, stability and leak
+verdicts, and the report page."""

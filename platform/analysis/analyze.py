@@ -1,0 +1,392 @@
+"""``python -m platform.analyze OUTPUT_ROOT``: turn a sweep's files into its tables and summary.
+
+Reads ``run_manifest.tsv`` and ``timing.parquet/`` and writes, atomically: per_run_metrics.csv,
+group_summary.csv, ranked_groups.csv, best_config.json (the winner's full resolved config and the
+command that trains with it), summary.md and summary.json. ``platform.tune`` runs it at the end
+of every sweep, also an interrupted one. Definitions are in platform/stats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from platform.analysis import stats
+from platform.errors import EXIT_USAGE, UsageError
+from platform.storage import results
+
+__all__ = ["analyze", "format_ranked", "main"]
+
+FILES = (
+    "per_run_metrics.csv",
+    "group_summary.csv",
+    "ranked_groups.csv",
+    results.BEST_CONFIG,
+    "summary.md",
+    "summary.json",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m platform.analyze",
+        description="Per-run metrics, group summary, ranking, best config and summary of a sweep.",
+    )
+    p.add_argument("output_root", type=Path, help="a sweep's output root (holds run_manifest.tsv)")
+    p.add_argument(
+        "--unstable-ratio",
+        type=float,
+        default=stats.UNSTABLE_RATIO,
+        help="a run is unstable when its tail iter p90/p50 exceeds this (default 1.5)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.unstable_ratio <= 1:
+            raise UsageError(f"--unstable-ratio must be > 1, got {args.unstable_ratio}")
+        summary = analyze(args.output_root, unstable_ratio=args.unstable_ratio)
+    except UsageError as exc:
+        print(f"platform.analyze: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(summary["text"])
+    from platform.analysis.report import report_line
+
+    print(report_line(args.output_root))
+    return 0
+
+
+def read_manifest(output_root: Path) -> pd.DataFrame:
+    path = Path(output_root) / results.MANIFEST
+    if not path.is_file():
+        raise UsageError(
+            f"{output_root} holds no sweep ({results.MANIFEST} is missing); give the output root "
+            "of a platform.tune sweep"
+        )
+    try:
+        manifest = pd.read_csv(path, sep="\t")
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"{path} cannot be read ({exc}); rerun the sweep with --resume") from None
+    missing = [c for c in ("run", "group", "repeat", "status") if c not in manifest]
+    if missing:
+        raise UsageError(f"{path} lacks column(s) {', '.join(missing)}; it is not a run manifest")
+    return manifest
+
+
+def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -> dict[str, Any]:
+    """Write the analysis files; returns summary.json's content plus ``text`` (summary.md)."""
+    output_root = Path(output_root)
+    manifest = read_manifest(output_root)
+    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+    per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
+    found = _bottlenecks(output_root, per_run)
+    per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
+    schedule = results.read_json(
+        output_root / "schedule.json"
+    )  # platform/race.py; absent before it
+    groups = _race_verdicts(stats.group_summary(per_run), schedule)
+    ranked = _vs_baseline(output_root, manifest, stats.rank(groups))
+    for name, df in (
+        ("per_run_metrics.csv", per_run),
+        ("group_summary.csv", groups),
+        ("ranked_groups.csv", ranked),
+    ):
+        results.atomic_write_text(output_root / name, df.to_csv(index=False))
+    best = _best_config(output_root, manifest, ranked)
+    if best is not None:
+        results.write_json(output_root / results.BEST_CONFIG, best)
+    summary = _summary(output_root, manifest, per_run, ranked, best, unstable_ratio)
+    summary["bottlenecks"] = found
+    summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
+    text = _markdown(summary, ranked)
+    results.write_json(output_root / "summary.json", summary)
+    results.atomic_write_text(output_root / "summary.md", text)
+    return summary | {"text": text}
+
+
+def _race_verdicts(groups: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
+    """``left_race``: why the race stopped a group (slower, unstable, failed; empty when it
+    did not). A group the race found unstable by the Phase B limits is unstable here too, so
+    it cannot rank above a stable one."""
+    eliminated = schedule.get("eliminated") or {}
+    kinds = [eliminated.get(g, {}).get("kind", "") for g in groups["group"]]
+    groups = groups.assign(left_race=kinds)
+    judged = groups["left_race"].isin(["unstable", "failed"])
+    groups["unstable_group"] = groups["unstable_group"].astype(bool) | judged
+    return groups
+
+
+def _early_stopping(
+    manifest: pd.DataFrame, per_run: pd.DataFrame, schedule: dict[str, Any]
+) -> dict[str, Any] | None:
+    """What the scheduler stopped, when and why, and the steps run against the full grid's
+    (schedule.json; None for a sweep without a scheduler record or with nothing to say)."""
+    if not schedule:
+        return None
+    sched, search = schedule.get("scheduler", {}), schedule.get("search", {})
+    if sched.get("name", "fifo") == "fifo" and search.get("name", "grid") == "grid":
+        return None
+    steps_run = int(pd.to_numeric(per_run.get("last_step"), errors="coerce").fillna(0).sum())
+    full = int((schedule.get("full_grid") or {}).get("steps") or 0)
+    stops = schedule.get("stops") or {}
+    counts = manifest["status"].value_counts().to_dict()
+    line = (
+        f"{sched.get('name')} + {search.get('name')}: {steps_run} of the full grid's {full} steps "
+        f"run ({steps_run / full:.0%})"
+        if full
+        else f"{steps_run} steps run"
+    ) + (
+        f"; {counts.get('stopped_early', 0)} run(s) stopped early, "
+        f"{counts.get('skipped', 0)} skipped"
+    )
+    return {
+        "scheduler": sched,
+        "search": search,
+        "steps_run": steps_run,
+        "steps_full_grid": full,
+        "steps_ratio": steps_run / full if full else None,
+        "stops": stops,
+        "eliminated": schedule.get("eliminated") or {},
+        "skipped": schedule.get("skipped") or {},
+        "picked": schedule.get("picked") or [],
+        "line": line,
+    }
+
+
+def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
+    """What limits each run that measured something (platform/stats.py: bottlenecks)."""
+    gpu = results.read_dataset(
+        output_root / results.GPU_TELEMETRY_DIR, results.GPU_TELEMETRY_SCHEMA
+    )
+    out = {}
+    for row in per_run.to_dict("records"):
+        if not row.get("windows"):
+            continue
+        env = results.read_json(output_root / "runs" / row["run"] / "env.json")
+        totals = [float(g) for g in env.get("gpu_memory_gib") or []]
+        throttle = gpu.loc[gpu["run"] == row["run"], "throttle_reasons"]
+        found = stats.bottlenecks(row, throttle, min(totals) if totals else None)
+        if found:
+            out[row["run"]] = found
+    return out
+
+
+def _run_record(output_root: Path, run: str) -> dict[str, Any]:
+    return results.read_json(output_root / "runs" / run / "config.json")
+
+
+def _vs_baseline(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
+    """``vs_baseline``: each group's robust tail samples/s over the baseline group's (the
+    space's ``baseline``; empty without one, or when the baseline has no ok run)."""
+    ranked = ranked.assign(baseline=False, vs_baseline=math.nan)
+    for group in ranked["group"]:
+        runs = manifest.loc[manifest["group"] == group, "run"]
+        if len(runs) and _run_record(output_root, str(runs.iloc[0])).get("baseline"):
+            ranked.loc[ranked["group"] == group, "baseline"] = True
+    base = ranked.loc[ranked["baseline"] & (ranked["runs_ok"] > 0), "tail_samples_per_sec_robust"]
+    if len(base) == 1 and base.iloc[0] > 0:
+        ranked["vs_baseline"] = ranked["tail_samples_per_sec_robust"] / base.iloc[0]
+    return ranked
+
+
+def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame):
+    winners = ranked[ranked["runs_ok"] > 0]
+    if winners.empty:
+        return None
+    top = winners.iloc[0]
+    ok = manifest[(manifest["group"] == top["group"]) & (manifest["status"] == "ok")]
+    record = _run_record(output_root, str(ok["run"].iloc[0]))
+    swept = record.get("swept", {})
+    space = record.get("space") or output_root.name.rsplit("_", 1)[0]
+    sets = {**swept, **_overrides(space, swept, record.get("config", {}), output_root)}
+    sweep_command = " ".join(
+        ["python -m platform.tune", f"--space {space}"]
+        + [f"--set {k}={_yaml(v)}" for k, v in sets.items()]
+        + ["--set repeats=1"]
+    )
+    # The final run: platform.train reads this file's resolved config (with checkpoints,
+    # validation and restarts on; see platform/train.py).
+    command = f"python -m platform.train --config {output_root / results.BEST_CONFIG}"
+    return {
+        "space": space,
+        "group": top["group"],
+        "rank": 1,
+        "tail_samples_per_sec_mean": _num(top["tail_samples_per_sec_mean"]),
+        "tail_samples_per_sec_std": _num(top["tail_samples_per_sec_std"]),
+        "tail_samples_per_sec_robust": _num(top["tail_samples_per_sec_robust"]),
+        "ci95": [_num(top["ci95_low"]), _num(top["ci95_high"])],
+        "tail_mean_iter_p50_ms": _num(top["tail_mean_iter_p50_ms"]),
+        "runs_ok": int(top["runs_ok"]),
+        "unstable_group": bool(top["unstable_group"]),
+        "swept": swept,
+        "config": record.get("config", {}),
+        "command": command,
+        "sweep_command": sweep_command,
+    }
+
+
+def _overrides(space: str, swept: dict, config: dict, output_root: Path) -> dict[str, Any]:
+    """The values the run had that the space alone would not give it (the sweep's --set):
+    without them the command would not train the same configuration."""
+    from platform.spaces.space import load_space
+    from trainables.config import ConfigError, TrialConfig
+
+    try:
+        plain = TrialConfig.from_dict({**load_space(space).fixed, **swept}).to_dict()
+    except (UsageError, ConfigError):
+        return {}
+    out = {}
+    for key, value in config.items():
+        if key in swept or key == "use_gpu" or plain.get(key) == value:
+            continue  # use_gpu: `auto` resolved by the driver
+        if key == "manifest_path" and str(value).startswith(str(output_root / "data")):
+            continue  # the space's generated corpus: made again by the command
+        out[key] = value
+    return out
+
+
+def _yaml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> dict[str, Any]:
+    statuses = manifest["status"].value_counts().to_dict()
+    noise = stats.within_noise(ranked)
+    unstable = per_run.loc[per_run["unstable_run_flag"].astype(bool), "run"].tolist()
+    not_ok = manifest[manifest["status"] != "ok"]
+    return {
+        "output_root": str(output_root),
+        "runs": int(len(manifest)),
+        "status_counts": {str(k): int(v) for k, v in statuses.items()},
+        "groups": int(len(ranked)),
+        "best_group": best["group"] if best else None,
+        "top_two_within_noise": noise,
+        "unstable_ratio": unstable_ratio,
+        "unstable_runs": unstable,
+        "unstable_groups": ranked.loc[ranked["unstable_group"].astype(bool), "group"].tolist(),
+        "not_ok_runs": [
+            {"run": r["run"], "status": r["status"], "reason": _text(r.get("failure_reason"))}
+            for r in not_ok.to_dict("records")
+        ],
+        "ranking": [
+            {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
+            for row in ranked.to_dict("records")
+        ],
+    }
+
+
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in summary["status_counts"].items())
+    lines = [
+        f"# Sweep summary: {summary['output_root']}",
+        "",
+        f"{summary['runs']} runs ({counts}) in {summary['groups']} groups.",
+        "",
+        "| rank | group | ok/runs | samples/s (robust; stopped runs in brackets) | +-std | 95 % interval | iter p50 ms | unstable runs | x baseline |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for g in ranked.to_dict("records"):
+        mark = " (baseline)" if g.get("baseline") else ""
+        lines.append(
+            f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']} | "
+            f"{_sps(g)} | {_fmt(g['tail_samples_per_sec_std'])} | "
+            f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
+            f"{_fmt(g['unstable_run_ratio'], 2)} | {_fmt(g.get('vs_baseline'), 3)} |"
+        )
+    lines.append("")
+    if summary["best_group"]:
+        lines.append(f"Best: **{summary['best_group']}** (best_config.json).")
+    noise = summary["top_two_within_noise"]
+    if noise is True:
+        lines.append("The top two groups are within noise of each other (95 % intervals overlap).")
+    elif noise is False:
+        lines.append("The top two groups are apart beyond noise (95 % intervals do not overlap).")
+    else:
+        lines.append("Noise between the top two cannot be told: run 2 or more repeats per group.")
+    if summary["unstable_groups"]:
+        lines.append(
+            f"Unstable (iter p90/p50 > {summary['unstable_ratio']:g} in most runs), ranked after "
+            f"the stable ones: {', '.join(summary['unstable_groups'])}."
+        )
+    early = summary.get("early_stopping")
+    if early:
+        lines += ["", "## Early stopping", "", early["line"] + ".", ""]
+        for group, e in early["eliminated"].items():
+            lines.append(f"- group {group} left the race ({e['kind']}): {e['reason']}")
+        for run, st in early["stops"].items():
+            lines.append(
+                f"- {run}: stopped at step {st['step']} (window {st['window']}) by {st['by']}: "
+                f"{st['reason']}"
+            )
+        if early["picked"]:
+            lines.append(f"- optuna picked, in order: {', '.join(early['picked'])}")
+    if summary.get("bottlenecks"):
+        lines += ["", "## Bottlenecks", ""]
+        for run, found in summary["bottlenecks"].items():
+            for b in found:
+                lines.append(f"- {run}: **{b['kind']}**: {b['detail']}; try: {b['try']}")
+    if summary["not_ok_runs"]:
+        lines += ["", "## Runs that did not finish ok", ""]
+    for r in summary["not_ok_runs"]:
+        lines.append(f"- {r['run']}: {r['status']}" + (f" ({r['reason']})" if r["reason"] else ""))
+    return "\n".join(lines) + "\n"
+
+
+def format_ranked(ranking: list[dict[str, Any]]) -> str:
+    """The ranking as a console table (unstable groups marked with *)."""
+    header = (
+        f"{'rank':>4}  {'group':<40} {'ok/runs':>7} {'samples/s':>10} {'+-std':>8} "
+        f"{'iter p50 ms':>11}  unstable"
+    )
+    lines = [header, "-" * len(header)]
+    for g in ranking:
+        lines.append(
+            f"{g['rank']:>4}  {g['group']:<40} {g['runs_ok']:>3}/{g['runs']:<3} "
+            f"{_sps(g):>10} {_fmt(g['tail_samples_per_sec_std']):>8} "
+            f"{_fmt(g['tail_mean_iter_p50_ms']):>11}  " + ("*" if g["unstable_group"] else "")
+        )
+    return "\n".join(lines)
+
+
+def _sps(g: dict[str, Any]) -> str:
+    """The robust tail samples/s, or for a group with only stopped runs their partial figure
+    in brackets (it ranks after every group with a finished run)."""
+    if not g.get("runs_ok") and _num(g.get("partial_samples_per_sec")) is not None:
+        return f"({g['partial_samples_per_sec']:.1f})"
+    return _fmt(g["tail_samples_per_sec_robust"])
+
+
+def _interval(g: dict[str, Any]) -> str:
+    """The 95 % interval as low-high, or - with fewer than 2 ok runs."""
+    low, high = _num(g["ci95_low"]), _num(g["ci95_high"])
+    return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    value = _num(value)
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

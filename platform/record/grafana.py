@@ -1,0 +1,146 @@
+"""A Grafana dashboard for the platform's own gauges (``ray_stage1_*``, exported by
+trainables/telemetry.py: RayGauges through ``ray.util.metrics``): per-run samples/s, iter p50 and
+data share, and GPU utilisation and power per rank.
+
+A local sweep's cluster writes it into the session's Grafana provisioning folder
+(``<session>/metrics/grafana/dashboards/``, beside Ray's own dashboards), so Grafana started with
+Ray's ``grafana.ini`` shows it in the folder "Ray" as "Stage-1 sweep"; ``python -m
+platform.grafana --out FILE`` writes it for any other Grafana (import it, pick the Prometheus
+data source). See the README, "Dashboards".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from platform.storage import results
+
+__all__ = ["FILENAME", "UID", "dashboard", "gauges_in", "install", "main"]
+
+FILENAME = "stage1_grafana_dashboard.json"
+UID = "stage1-sweep"
+PREFIX = "ray_"  # Ray's Prometheus exporter prefixes every application metric
+
+# (title, metric, legend, unit): one time-series panel each.
+PANELS = (
+    ("Samples/s per run", "stage1_samples_per_s", "{{run}}", "none"),
+    ("Iteration time p50 per run", "stage1_iter_ms_p50", "{{run}}", "ms"),
+    ("Data share of the iteration per run", "stage1_data_share", "{{run}}", "percentunit"),
+    ("GPU utilisation per rank", "stage1_gpu_util_pct", "{{run}} rank {{rank}}", "percent"),
+    ("GPU power per rank", "stage1_gpu_power_w", "{{run}} rank {{rank}}", "watt"),
+)
+
+
+def dashboard() -> dict[str, Any]:
+    """The dashboard JSON (Grafana's schema 39: time-series panels, a Prometheus data source
+    variable and a run filter)."""
+    panels = []
+    for i, (title, metric, legend, unit) in enumerate(PANELS):
+        panels.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "options": {"legend": {"displayMode": "table", "placement": "bottom"}},
+                "targets": [
+                    {
+                        "refId": "A",
+                        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                        "expr": f'{PREFIX}{metric}{{run=~"$run"}}',
+                        "legendFormat": legend,
+                    }
+                ],
+            }
+        )
+    return {
+        "uid": UID,
+        "title": "Stage-1 sweep",
+        "description": "The platform's gauges (ray_stage1_*): one series per run (and rank).",
+        "tags": ["ray", "stage1"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Data source",
+                },
+                {
+                    "name": "run",
+                    "type": "query",
+                    "label": "Run",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": f"label_values({PREFIX}stage1_samples_per_s, run)",
+                    "refresh": 2,
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                },
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def gauges_in(board: dict[str, Any]) -> set[str]:
+    """Every metric name the dashboard's queries read."""
+    names = set()
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            names |= set(re.findall(r"\b(ray_[a-z0-9_]+)\b", target["expr"]))
+    return names
+
+
+def install(session_dir: str | Path | None = None) -> Path | None:
+    """Write the dashboard beside Ray's own in this Ray session's Grafana folder (the local
+    cluster's); None when there is none (a cluster joined with --address keeps its own)."""
+    if session_dir is None:
+        try:
+            from ray._private.worker import _global_node
+
+            session_dir = _global_node.get_session_dir_path() if _global_node else None
+        except (ImportError, AttributeError):
+            session_dir = None
+    if not session_dir:
+        return None
+    folder = Path(session_dir) / "metrics" / "grafana" / "dashboards"
+    if not folder.is_dir():
+        return None
+    path = folder / FILENAME
+    results.atomic_write_text(path, json.dumps(dashboard(), indent=2) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m platform.grafana",
+        description="Write the Grafana dashboard of the platform's ray_stage1_* gauges.",
+    )
+    p.add_argument("--out", type=Path, default=Path(FILENAME), help=f"default ./{FILENAME}")
+    args = p.parse_args(argv)
+    try:
+        results.atomic_write_text(args.out, json.dumps(dashboard(), indent=2) + "\n")
+    except OSError as exc:
+        print(f"platform.grafana: error: --out {args.out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"dashboard: {args.out} (uid {UID}); import it in Grafana with the Prometheus source")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

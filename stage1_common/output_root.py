@@ -1,0 +1,130 @@
+"""The output root of a sweep or a training run, as one object: where each of its files lives.
+
+Every module that reads or writes an output root asks this object for the path instead of
+joining its own file names onto a folder, so each name has one home (the layout is the one in
+the README's "What a sweep writes"). The driver hands the object to each step; the workers,
+which receive the root as a plain string in their config, rebuild it with ``OutputRoot.of``.
+Object storage (``s3://``) will plug in here: today the root is a local or mounted path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["OutputRoot"]
+
+
+@dataclass(frozen=True)
+class OutputRoot:
+    """An output root folder and the names of everything in it."""
+
+    path: Path
+
+    # Files and folders at the top of the root.
+    MANIFEST = "run_manifest.tsv"
+    TIMING = "timing.parquet"
+    GPU_TELEMETRY = "gpu_telemetry.parquet"
+    HOST_TELEMETRY = "host_telemetry.parquet"
+    VALIDATION = "validation.parquet"
+    CHECKPOINTS = "checkpoints.parquet"
+    PER_RUN_METRICS = "per_run_metrics.csv"
+    GROUP_SUMMARY = "group_summary.csv"
+    RANKED_GROUPS = "ranked_groups.csv"
+    BEST_CONFIG = "best_config.json"
+    SUMMARY_MD = "summary.md"
+    SUMMARY_JSON = "summary.json"
+    SCHEDULE = "schedule.json"
+    REPORT = "report.html"
+    TENSORBOARD = "tensorboard"
+    RUNS = "runs"
+    DATA = "data"
+    CACHE = "cache"
+    TOKENIZERS = "tokenizers"
+    TUNE = "tune"
+    # Files in a run's folder (runs/<run>/).
+    RUN_CONFIG = "config.json"
+    RUN_ENV = "env.json"
+    FAIL_TAIL = "fail_tail.txt"
+    WORKERS = "workers"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of(cls, value: OutputRoot | str | os.PathLike) -> OutputRoot:
+        """``value`` as an OutputRoot (an OutputRoot is returned as it is)."""
+        return value if isinstance(value, OutputRoot) else cls(Path(value))
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __truediv__(self, name: str | os.PathLike) -> Path:
+        return self.path / name
+
+    # --- the root's files ---
+    @property
+    def manifest(self) -> Path:
+        return self.path / self.MANIFEST
+
+    @property
+    def timing(self) -> Path:
+        return self.path / self.TIMING
+
+    @property
+    def best_config(self) -> Path:
+        return self.path / self.BEST_CONFIG
+
+    @property
+    def schedule(self) -> Path:
+        return self.path / self.SCHEDULE
+
+    @property
+    def runs(self) -> Path:
+        return self.path / self.RUNS
+
+    @property
+    def data(self) -> Path:
+        return self.path / self.DATA
+
+    @property
+    def cache(self) -> Path:
+        return self.path / self.CACHE
+
+    @property
+    def tokenizers(self) -> Path:
+        return self.path / self.TOKENIZERS
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / self.TENSORBOARD
+
+    def holds_sweep(self) -> bool:
+        """Whether a sweep or a training run was started here (its manifest exists)."""
+        return self.manifest.is_file()
+
+    # --- a run's folder ---
+    def run_dir(self, run: str) -> Path:
+        """``runs/<run>/``: the run's config, environment, logs, stack dumps and checkpoints."""
+        return self.runs / run
+
+    def run_config(self, run: str) -> Path:
+        return self.run_dir(run) / self.RUN_CONFIG
+
+    def run_env(self, run: str) -> Path:
+        return self.run_dir(run) / self.RUN_ENV
+
+    def fail_tail(self, run: str) -> Path:
+        return self.run_dir(run) / self.FAIL_TAIL
+
+    def workers_dir(self, run: str) -> Path:
+        """``runs/<run>/workers/``: one ``rank<r>.json`` per rank (pid, node, log files)."""
+        return self.run_dir(run) / self.WORKERS
+
+    def stacks(self, run: str, rank: int | str = "*") -> Path:
+        """A stalled rank's thread stacks (``rank="*"`` gives the glob of all of them)."""
+        return self.run_dir(run) / f"stacks-rank{rank}.txt"
