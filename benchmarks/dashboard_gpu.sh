@@ -25,7 +25,7 @@ cp $ROOT/report.html "$OUT/report.html"
 python - <<'PY' 2>&1 | tee "$OUT/check.json"
 import json, os, re
 from pathlib import Path
-from platform.grafana import dashboard, gauges_in
+from platform.record.grafana import dashboard, gauges_in
 from tests.test_report import check_filled
 out = Path(os.environ.get("OUT", "/tmp/out"))
 scraped = set(re.findall(r"^(ray_stage1_\w+)\{", (out / "scrape.txt").read_text(), re.M))

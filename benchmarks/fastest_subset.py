@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from platform.spaces.space import SPACES_DIR
+from platform.spaces.load import SPACES_DIR
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)
     args = p.parse_args(argv)
-    from platform.spaces.space import load_space
+    from platform.spaces.load import load_space
 
     noise = load_space(args.space).with_overrides(args.set).scheduler.noise_floor
     grid = sweep(args.space, args.output_root / "grid", "fifo", args.set)

@@ -1,9 +1,9 @@
 """``python -m platform.train --config OUTPUT_ROOT/best_config.json``: train with a configuration.
 
 One Ray Train ``TorchTrainer`` run of the same loop a sweep runs (DDP or DeepSpeed ZeRO 0-3),
-launched and recorded the same way (platform/launch.py: timing windows, telemetry, heartbeats,
-stall watchdog, manifest), with what a real run adds: lr schedule, gradient clipping and
-accumulation, checkpoints through Ray Train, automatic restarts from the latest checkpoint,
+launched and recorded the same way (platform/execution/launch.py: timing windows, telemetry,
+heartbeats, stall watchdog, manifest), with what a real run adds: lr schedule, gradient clipping
+and accumulation, checkpoints through Ray Train, automatic restarts from the latest checkpoint,
 validation with retrieval recall, TensorBoard event files, a loss/recall plot and an export of
 the model. ``--resume`` continues a run whose driver died from its latest complete checkpoint.
 
@@ -21,10 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.launch import launch, output_root_arg, prepare_inputs
+from platform.execution.inputs import output_root_arg, prepare_inputs
+from platform.execution.launch import LaunchRequest, launch
 from platform.record.loggers import add_logger_argument, check_loggers
-from platform.spaces.space import RunSpec, SearchSpace, expand_runs, load_space
+from platform.spaces.expand import RunSpec, expand_runs
+from platform.spaces.load import load_space
+from platform.spaces.space import SearchSpace
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
@@ -139,16 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return launch(
-            space,
-            runs,
-            output_root,
-            report=report,
-            address=args.address,
-            done=done,
-            resume=args.resume,
-            training=True,
-            before_trials=epochs_to_steps,
-            loggers=loggers,
+            LaunchRequest(
+                space=space,
+                runs=runs,
+                output_root=output_root,
+                report=report,
+                address=args.address,
+                done=done,
+                resume=args.resume,
+                training=True,
+                before_trials=epochs_to_steps,
+                loggers=loggers,
+            )
         )
     except KeyboardInterrupt:
         print("platform.train: interrupted before the run started", file=sys.stderr)
@@ -179,15 +185,16 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
     return out
 
 
-def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:
+def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_s: float) -> int:
     """The run's outcome, validation and checkpoints, the plot, the export."""
+    output_root = OutputRoot.of(output_root)
     row = manifest[0]
     run = row["run"]
     print(
         f"\n{run}: {row['status']}"
         + (f" ({row['failure_reason']})" if row.get("failure_reason") else "")
     )
-    val = results.read_dataset(output_root / results.VALIDATION_DIR, results.VALIDATION_SCHEMA)
+    val = results.read_dataset(output_root.validation, results.VALIDATION_SCHEMA)
     if len(val):
         last = val.sort_values(["step", "attempt"]).iloc[-1]
         print(
@@ -195,7 +202,7 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
             f"text->speech R@1 {last['val_t2s_r1']:.3f}, loss {last['val_loss']:.3f} "
             f"(chance R@1 {last['val_chance_r1']:.4f})"
         )
-    ckpts = results.read_dataset(output_root / results.CHECKPOINTS_DIR, results.CHECKPOINTS_SCHEMA)
+    ckpts = results.read_dataset(output_root.checkpoints, results.CHECKPOINTS_SCHEMA)
     if len(ckpts):
         print(
             f"checkpoints: {len(ckpts)} saved, median {ckpts['checkpoint_save_s'].median():.2f} s "
@@ -205,21 +212,22 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
     plot = write_plot(output_root, run)
     if plot:
         print(f"plot: {plot}")
-    export = output_root / "runs" / run / "export"
+    export = output_root.export_dir(run)
     if (export / "export.json").is_file():
         source = json.loads((export / "export.json").read_text())["source"]
         print(
             f"model ({source}): {export}; load it with --set speech_pretrained_path="
             f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
         )
-    if (output_root / results.TENSORBOARD_DIR).is_dir():  # --logger tensorboard (the default)
-        print(f"TensorBoard: tensorboard --logdir {output_root / results.TENSORBOARD_DIR}")
+    if output_root.tensorboard.is_dir():  # --logger tensorboard (the default)
+        print(f"TensorBoard: tensorboard --logdir {output_root.tensorboard}")
     print(f"wall time {wall_s:.1f} s; results in {output_root}")
     return 0 if row["status"] == "ok" else 1
 
 
-def write_plot(output_root: Path, run: str) -> Path | None:
+def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
     """Loss and learning rate over steps, and validation recall, in runs/<run>/curves.png."""
+    output_root = OutputRoot.of(output_root)
     try:
         import matplotlib
 
@@ -228,11 +236,11 @@ def write_plot(output_root: Path, run: str) -> Path | None:
     except ImportError:
         print("plot skipped: matplotlib is not installed")
         return None
-    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+    timing = results.read_dataset(output_root.timing, results.TIMING_SCHEMA)
     timing = timing[(timing["run"] == run) & (timing["rank"] == 0)].sort_values("step")
     if timing.empty:
         return None
-    val = results.read_dataset(output_root / results.VALIDATION_DIR, results.VALIDATION_SCHEMA)
+    val = results.read_dataset(output_root.validation, results.VALIDATION_SCHEMA)
     val = val[val["run"] == run].sort_values("step")
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for attempt, df in timing.groupby("attempt"):
@@ -254,7 +262,7 @@ def write_plot(output_root: Path, run: str) -> Path | None:
     ax_val.set_ylabel("validation recall")
     fig.suptitle(run)
     fig.tight_layout()
-    path = output_root / "runs" / run / PLOT
+    path = output_root.run_dir(run) / PLOT
     tmp = path.with_name(f".{PLOT}.tmp.png")
     fig.savefig(tmp, dpi=100)
     plt.close(fig)

@@ -1,7 +1,7 @@
 """``python -m platform.tune --space NAME``: run a named sweep as a Ray Tune grid search.
 
 Each Tune trial runs one run of the sweep as a Ray Train ``TorchTrainer``
-(trainables.trial.run_trial); platform.callbacks.SweepRecorder writes every timing window to
+(trainables.trial.run_trial); platform.record.recorder.SweepRecorder writes every timing window to
 ``<output_root>/timing.parquet/`` and keeps ``run_manifest.tsv`` current; at the end the groups
 are ranked and the winner's resolved config goes to ``best_config.json``.
 """
@@ -16,18 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.launch import launch, needs_corpus, output_root_arg, prepare_inputs
+from platform.execution.inputs import needs_corpus, output_root_arg, prepare_inputs
+from platform.execution.launch import LaunchRequest, launch
 from platform.execution.resume import EARLY_STATUSES
 from platform.record.loggers import add_logger_argument, check_loggers
-from platform.spaces.space import (
-    RunSpec,
-    SearchSpace,
-    check_inputs,
-    expand_runs,
-    list_spaces,
-    load_space,
-)
-from platform.storage import results
+from platform.spaces.expand import RunSpec, expand_runs
+from platform.spaces.load import list_spaces, load_space
+from platform.spaces.preflight import check_inputs
+from platform.spaces.space import SearchSpace
+from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError
 
 __all__ = ["main"]
@@ -149,17 +146,19 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return launch(
-            space,
-            runs,
-            output_root,
-            report=report,
-            address=args.address,
-            dashboard_host=args.dashboard_host,
-            dashboard_port=args.dashboard_port,
-            metrics_port=args.metrics_port,
-            done=done,
-            resume=args.resume,
-            loggers=loggers,
+            LaunchRequest(
+                space=space,
+                runs=runs,
+                output_root=output_root,
+                report=report,
+                address=args.address,
+                dashboard_host=args.dashboard_host,
+                dashboard_port=args.dashboard_port,
+                metrics_port=args.metrics_port,
+                done=done,
+                resume=args.resume,
+                loggers=loggers,
+            )
         )
     except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
         print("platform.tune: interrupted before any run started", file=sys.stderr)
@@ -272,9 +271,10 @@ def _schedule_line(space: SearchSpace, groups: int) -> str:
     return f"{what}; {how}"
 
 
-def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> int:
+def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_s: float) -> int:
     """Print the runs, run the analysis (platform.analyze) and print its ranking; the exit code
     is 0 when every run is ok."""
+    output_root = OutputRoot.of(output_root)
     print("\nruns:")
     for row in manifest:
         sps = row.get("tail_samples_per_sec_mean")
@@ -299,10 +299,10 @@ def report(manifest: list[dict[str, Any]], output_root: Path, wall_s: float) -> 
     print("\ngroups ranked by tail samples/s:")
     print(format_ranked(summary["ranking"]))
     if summary["best_group"]:
-        best = json.loads((output_root / results.BEST_CONFIG).read_text())
-        print(f"\nbest: {best['group']} -> {output_root / results.BEST_CONFIG}")
+        best = json.loads(output_root.best_config.read_text())
+        print(f"\nbest: {best['group']} -> {output_root.best_config}")
         print(f"train with it: {best['command']}")
-    print(f"summary: {output_root / 'summary.md'}")
+    print(f"summary: {output_root.summary_md}")
     from platform.analysis.report import report_line
 
     print(report_line(output_root))

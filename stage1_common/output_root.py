@@ -43,11 +43,23 @@ class OutputRoot:
     CACHE = "cache"
     TOKENIZERS = "tokenizers"
     TUNE = "tune"
+    # --logger mlflow's store when no MLFLOW_TRACKING_URI names one (platform/record/loggers.py).
+    MLFLOW_DB = "mlflow.db"
+    MLFLOW_ARTIFACTS = "mlflow_artifacts"
+    # What a committed analysis folder (benchmarks/results/*) holds in place of Parquet rows:
+    # the notebooks' figures and the logs of platform.stability and platform.leak.
+    PLOTS = "plots"
+    STABILITY_LOG = "stability.log"
+    LEAK_LOG = "leak.log"
     # Files in a run's folder (runs/<run>/).
     RUN_CONFIG = "config.json"
     RUN_ENV = "env.json"
     FAIL_TAIL = "fail_tail.txt"
     WORKERS = "workers"
+    EXPORT = "export"
+    # Folders in data/: the synthetic corpus and its prepared form.
+    SYNTH = "synth"
+    PREPARED = "prepared"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -103,6 +115,28 @@ class OutputRoot:
     def tensorboard(self) -> Path:
         return self.path / self.TENSORBOARD
 
+    @property
+    def validation(self) -> Path:
+        return self.path / self.VALIDATION
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def summary_md(self) -> Path:
+        return self.path / self.SUMMARY_MD
+
+    @property
+    def synth_data(self) -> Path:
+        """``data/synth/``: a space's synthetic corpus as generated."""
+        return self.data / self.SYNTH
+
+    @property
+    def prepared_data(self) -> Path:
+        """``data/prepared/``: that corpus prepared by data_prep (audio and manifest)."""
+        return self.data / self.PREPARED
+
     def holds_sweep(self) -> bool:
         """Whether a sweep or a training run was started here (its manifest exists)."""
         return self.manifest.is_file()
@@ -124,6 +158,10 @@ class OutputRoot:
     def workers_dir(self, run: str) -> Path:
         """``runs/<run>/workers/``: one ``rank<r>.json`` per rank (pid, node, log files)."""
         return self.run_dir(run) / self.WORKERS
+
+    def export_dir(self, run: str) -> Path:
+        """``runs/<run>/export/``: the model platform.train exported (export.json, speech/, text/)."""
+        return self.run_dir(run) / self.EXPORT
 
     def stacks(self, run: str, rank: int | str = "*") -> Path:
         """A stalled rank's thread stacks (``rank="*"`` gives the glob of all of them)."""

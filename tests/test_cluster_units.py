@@ -9,8 +9,10 @@ import pytest
 
 from platform.errors import UsageError
 from platform.execution.cluster import WORKER_PACKAGES
-from platform.execution.launch import prepare_tokenizers, resolve_resources
-from platform.spaces.space import RunSpec, expand_runs, load_space
+from platform.execution.inputs import prepare_tokenizers
+from platform.execution.resources import resolve_resources
+from platform.spaces.expand import RunSpec, expand_runs
+from platform.spaces.load import load_space
 from trainables.config import ConfigError, TrialConfig
 
 
@@ -129,7 +131,7 @@ def test_node_check_probes(tmp_path, prepared_corpus):
 
 
 def test_placement_fields_say_where_each_rank_ran():
-    from trainables.loop import placement_fields
+    from trainables.distributed import placement_fields
 
     same_host = [("n1", "10.0.0.5", 11), ("n2", "10.0.0.6", 12), ("n2", "10.0.0.6", 13)]
     assert placement_fields(same_host) == {
@@ -163,7 +165,7 @@ def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus
 def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_stores():
     import argparse
 
-    from platform.execution.launch import output_root_arg
+    from platform.execution.inputs import output_root_arg
 
     assert output_root_arg("outputs/x") == Path("outputs/x")
     assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")

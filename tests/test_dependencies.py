@@ -19,7 +19,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-FIRST_PARTY = {"platform", "trainables", "data_prep", "stage1_common", "tests", "benchmarks", "conftest"}
+FIRST_PARTY = {
+    "platform",
+    "trainables",
+    "data_prep",
+    "stage1_common",
+    "tests",
+    "benchmarks",
+    "conftest",
+}
 
 
 def _requirements(dist: metadata.Distribution, extras: set[str]) -> list[Requirement]:

@@ -1,5 +1,20 @@
-"""Code that runs in Ray workers must never import the driver package ``platform.*``: workers
-import the standard library's ``platform`` first, so our submodules do not exist there."""
+"""The project's shape: imports point down, no import circle anywhere, modules stay small.
+
+Layers, top to bottom (a module imports only from its own layer or below):
+
+    platform's CLI modules (tune, train, analyze, report, stability, leak, grafana)
+    platform.execution > platform.control > platform.record > platform.analysis
+    > platform.spaces > platform.storage > platform.errors
+    trainables, data_prep (never each other)
+    stage1_common
+
+Code that runs in Ray workers (trainables, data_prep, stage1_common) must never import the
+driver package ``platform.*``: workers import the standard library's ``platform`` first, so our
+submodules do not exist there. Function-local imports count: one that hides a circle is still
+a circle.
+"""
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
@@ -7,8 +22,33 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_SIDE = ("trainables", "data_prep", "search_spaces")
-OUR_SUBMODULES = {p.stem for p in (ROOT / "platform").glob("*.py")} - {"__init__"}
+PACKAGES = ("platform", "trainables", "data_prep", "stage1_common")
+WORKER_SIDE = ("trainables", "data_prep", "stage1_common", "search_spaces")
+OUR_SUBMODULES = {
+    p.stem if p.suffix == ".py" else p.name
+    for p in (ROOT / "platform").iterdir()
+    if (p.suffix == ".py" or (p / "__init__.py").is_file()) and p.stem != "__init__"
+}
+# Higher imports lower. platform's top-level modules other than errors are the CLIs (rank 9).
+LAYERS = {
+    "platform.execution": 8,
+    "platform.control": 7,
+    "platform.record": 6,
+    "platform.analysis": 5,
+    "platform.spaces": 4,
+    "platform.storage": 3,
+    "platform.errors": 2,
+    "trainables": 1,
+    "data_prep": 1,
+    "stage1_common": 0,
+}
+CLI_LAYER = 9
+MAX_LINES = 400
+# At most one module may be longer, with its reason.
+LONG_MODULES = {
+    "trainables/config.py": "TrialConfig's fields with their docs are the one table of every "
+    "key users read (docs and --keys are built from it); its checks live in config_checks.py",
+}
 
 
 def driver_imports(source: str) -> list[str]:
@@ -26,10 +66,101 @@ def driver_imports(source: str) -> list[str]:
     return found
 
 
+def module_files(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``packages`` under ``root``."""
+    out = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, anywhere in its file (function-local imports
+    included). ``from pkg import name`` points at ``pkg.name`` when that is a module."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in modules
+                    else node.module
+                    for a in node.names
+                ]
+            else:
+                continue
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def layer(module: str) -> int:
+    for prefix, rank in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    if module == "platform":
+        return 0  # the standard-library shim, imported by everything
+    return CLI_LAYER
+
+
+def layering_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for source, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            top = {source.split(".")[0], target.split(".")[0]}
+            if top == {"trainables", "data_prep"}:
+                out.append(f"{source} imports {target}: trainables and data_prep are siblings")
+            elif layer(target) > layer(source):
+                out.append(f"{source} imports {target}, a layer above it")
+    return out
+
+
 def test_detector_catches_each_form():
     assert driver_imports("import platform.tune") == ["platform.tune"]
     assert driver_imports("from platform.spaces import load_space") == ["platform.spaces"]
-    assert driver_imports("from platform import stats") == ["platform.stats"]
+    assert driver_imports("from platform import analysis") == ["platform.analysis"]
     assert driver_imports("import platform\nplatform.system()") == []
     assert driver_imports("from platform import system") == []
 
@@ -47,3 +178,48 @@ def test_platform_init_holds_only_the_reexport():
     tree = ast.parse((ROOT / "platform" / "__init__.py").read_text())
     defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     assert defined <= {"_load_stdlib_platform"}
+
+
+def test_imports_point_down_the_layers():
+    assert layering_violations(import_graph(module_files())) == []
+
+
+def test_no_import_circle_anywhere():
+    assert circles(import_graph(module_files())) == []
+
+
+def test_a_planted_circle_and_an_upward_import_are_found(tmp_path):
+    """The checks above can fail: a circle hidden in a function-local import, and a record
+    module importing execution, are both reported."""
+    pkg = tmp_path / "platform"
+    for sub in ("record", "execution"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "record" / "a.py").write_text("from platform.record.b import x\n")
+    (pkg / "record" / "b.py").write_text(
+        "def x():\n    from platform.record import a\n    from platform.execution.c import y\n"
+    )
+    (pkg / "execution" / "c.py").write_text("y = 1\n")
+    graph = import_graph(module_files(tmp_path, ("platform",)))
+    assert circles(graph) == [["platform.record.a", "platform.record.b"]]
+    assert layering_violations(graph) == [
+        "platform.record.b imports platform.execution.c, a layer above it"
+    ]
+
+
+def test_platform_is_split_into_subpackages():
+    subpackages = {p.name for p in (ROOT / "platform").iterdir() if (p / "__init__.py").is_file()}
+    assert {"spaces", "execution", "control", "record", "storage", "analysis"} <= subpackages
+    top = {p.stem for p in (ROOT / "platform").glob("*.py")} - {"__init__", "errors", "__main__"}
+    assert top == {"tune", "train", "analyze", "report", "stability", "leak", "grafana"}
+
+
+def test_modules_stay_under_400_lines():
+    long = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for path in module_files().values()
+        if len(path.read_text().splitlines()) > MAX_LINES
+    }
+    assert len(LONG_MODULES) <= 1
+    assert set(long) <= set(LONG_MODULES), long

@@ -99,7 +99,9 @@ def test_checkpoint_problems_name_the_key_and_the_fix(checkpoints, tmp_path):
 
 def test_the_driver_checks_checkpoints_before_any_trial(checkpoints):
     from platform.errors import UsageError
-    from platform.spaces.space import check_inputs, expand_runs, load_space
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
+    from platform.spaces.preflight import check_inputs
 
     speech_path, text_path = checkpoints
 

@@ -57,7 +57,8 @@ def test_the_baseline_stays_only_when_it_is_promoted(tmp_path):
     import dataclasses
 
     from platform.control.promote import from_ranked
-    from platform.spaces.space import expand_runs, load_space
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
 
     earlier = make_root(tmp_path)  # ranking: fast (micro_batch 16), slow (micro_batch 8)
     analyze(earlier)

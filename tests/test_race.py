@@ -1,4 +1,4 @@
-"""platform/race.py without Ray: the race's decisions on made-up windows, ASHA after the
+"""platform.control (race, asha, searchers) without Ray: the race's decisions on made-up windows, ASHA after the
 warm-up, the searchers' order, and the spaces' scheduler, search and conditional keys."""
 
 import json
@@ -9,9 +9,12 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from platform.analysis import stats
-from platform.control.race import SCHEDULE, PlannedSearcher, Race, Schedule, WarmASHA
+from platform.control.asha import WarmASHA
+from platform.control.race import SCHEDULE, Race, Schedule
+from platform.control.searchers import PlannedSearcher
 from platform.errors import UsageError
-from platform.spaces.space import expand_runs, load_space, space_points
+from platform.spaces.expand import expand_runs, space_points
+from platform.spaces.load import load_space
 
 SPACE = """
     description: race unit test

@@ -3,9 +3,10 @@
 import pytest
 
 from platform.errors import UsageError
-from platform.execution.launch import MANIFEST_COLUMNS, write_manifest
 from platform.execution.resume import drop_rows, previous_status
-from platform.spaces.space import expand_runs, load_space
+from platform.record.manifest import MANIFEST_COLUMNS, write_manifest
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import load_space
 from platform.storage import results
 from tests.test_results import timing_row
 
@@ -69,7 +70,7 @@ def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
 
 STOP_PROBE = """
 import os, signal, sys, time
-from platform.execution.launch import StopSignals
+from platform.execution.signals import StopSignals
 seen = []
 signal.signal(signal.SIGINT, lambda s, f: seen.append("sigint"))  # stands in for Tune's handler
 stop = StopSignals()
@@ -85,7 +86,7 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
     import sys
     from pathlib import Path
 
-    from platform.execution.launch import StopSignals
+    from platform.execution.signals import StopSignals
 
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
@@ -102,8 +103,8 @@ def test_sigterm_becomes_tunes_graceful_sigint_stop_and_exit_143():
 
 
 def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
-    from platform.execution.launch import prepare_corpus
-    from platform.spaces.space import DataPlan
+    from platform.execution.inputs import prepare_corpus
+    from platform.spaces.plans import DataPlan
 
     manifest = tmp_path / "data" / "prepared" / "manifest_16k_trim.tsv"
     manifest.parent.mkdir(parents=True)

@@ -6,9 +6,10 @@ training), so this costs seconds, not a sweep."""
 import pandas as pd
 import pytest
 
+from platform.control.stoppers import RunTimeout
 from platform.record.failures import exit_code
-from platform.record.recorder import RunTimeout, SweepRecorder
-from platform.spaces.space import RunSpec
+from platform.record.recorder import SweepRecorder
+from platform.spaces.expand import RunSpec
 from tests._window_reporter import report_windows
 from trainables.config import TrialConfig
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from platform.errors import UsageError
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import load_space
 from platform.spaces.runbook import VARIABLES, from_env
-from platform.spaces.space import expand_runs, load_space
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "run_stage1_ab_bench.sh"

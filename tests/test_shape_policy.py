@@ -198,7 +198,7 @@ def test_the_loader_keeps_prefetching_across_epoch_boundaries():
 
 
 def test_the_startup_clock_splits_the_time_to_the_first_step():
-    from trainables.loop import StartupClock
+    from trainables.startup import StartupClock
 
     start = time.time()
     clock = StartupClock(start - 2.0, start)

@@ -5,7 +5,9 @@ import textwrap
 import pytest
 
 from platform.errors import UsageError
-from platform.spaces.space import SPACES_DIR, expand_runs, group_name, list_spaces, load_space
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import SPACES_DIR, list_spaces, load_space
+from platform.spaces.names import group_name
 from trainables.config import ConfigError, TrialConfig
 
 
@@ -150,7 +152,7 @@ def test_bad_override_value_names_the_set_flag(tmp_path):
 
 
 def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
-    from platform.execution.launch import resolve_resources
+    from platform.execution.resources import resolve_resources
 
     space = load_space("smoke").with_overrides(["use_gpu=auto"])
     runs = expand_runs(space)
@@ -189,7 +191,7 @@ def test_bad_data_sections(tmp_path, text, fragment):
 
 
 def test_runbook_mainline_spaces():
-    from platform.spaces.space import check_inputs
+    from platform.spaces.preflight import check_inputs
 
     space = load_space("4090_mainline")
     runs = expand_runs(space)

@@ -3,11 +3,13 @@
 import pandas as pd
 import pytest
 
-from platform.analysis.stability import check
+from platform.analysis.stability import StabilityLimits, check
 from tests.cli import run_module
 from tests.test_stats import make_root
 
-LIMITS = dict(min_repeats=3, max_ratio_median=1.5, max_ratio_max=2.5, max_cv=0.05)
+LIMITS = StabilityLimits(
+    min_repeats=3, max_iter_ratio_median=1.5, max_iter_ratio_max=2.5, max_iter_p50_cv=0.05
+)
 
 
 def group(name, runs_ok=3, median=1.2, top=2.0, cv=0.01):
@@ -33,7 +35,7 @@ def group(name, runs_ok=3, median=1.2, top=2.0, cv=0.01):
     ],
 )
 def test_verdicts_at_and_just_past_each_threshold(figures, passed, why):
-    (verdict,) = check(pd.DataFrame([group("g", **figures)]), ["g"], **LIMITS)
+    (verdict,) = check(pd.DataFrame([group("g", **figures)]), ["g"], LIMITS)
     assert verdict["passed"] is passed
     assert why in "; ".join(verdict["failures"])
 

@@ -247,7 +247,7 @@ def test_bottleneck_attribution(run, throttle, total, kinds):
 
 def test_the_winners_command_carries_the_sweeps_own_settings(tmp_path):
     from platform.analysis.analyze import _overrides
-    from platform.spaces.space import load_space
+    from platform.spaces.load import load_space
 
     root = tmp_path / "out"
     fixed = load_space("smoke").fixed

@@ -9,9 +9,9 @@ import torch.distributed as dist
 
 from trainables.config import TrialConfig
 from trainables.data import SyntheticSpeechText
+from trainables.engine import build_engine, deepspeed_config, resolve_precision
 from trainables.manifest import collate_padded
 from trainables.model import contrastive_loss
-from trainables.strategies import build_engine, deepspeed_config, resolve_precision
 
 
 def test_precision_policy_on_cpu():
@@ -81,7 +81,7 @@ def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
 
 
 def test_engine_casts_floating_inputs_for_deepspeed_low_precision():
-    from trainables.strategies import Engine
+    from trainables.engine import Engine
 
     seen = {}
 
@@ -132,7 +132,9 @@ def test_comm_hooks_need_ddp_on_gpus():
 
 def test_fused_adam_without_ninja_is_refused_before_any_trial(monkeypatch, tmp_path):
     from platform.errors import UsageError
-    from platform.spaces.space import check_inputs, expand_runs, load_space
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
+    from platform.spaces.preflight import check_inputs
 
     space = load_space("smoke").with_overrides(["optimizer=deepspeed_fused_adam"])
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no ninja on it
@@ -214,7 +216,7 @@ def test_bf16_load_dtype_trains_bf16_weights_under_ddp(gloo_world_of_one):
 
 
 def test_load_dtype_policy():
-    from trainables.strategies import resolve_load_dtype
+    from trainables.engine import resolve_load_dtype
 
     assert resolve_load_dtype("auto", "ddp", "bf16") == "fp32"  # autocast: fp32 master weights
     assert resolve_load_dtype("auto", "deepspeed", "bf16") == "bf16"
@@ -285,7 +287,7 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled inside the steps
     assert engine.effective["compile_effective"].startswith("aot_eager/default")
     if scope == "layers":
-        from trainables.strategies import compile_regions
+        from trainables.engine import compile_regions
 
         regions = compile_regions(engine.bare)
         assert len(regions) == 5 and all(r._compiled_call_impl is not None for r in regions)

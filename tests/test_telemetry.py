@@ -191,7 +191,7 @@ def test_secrets_never_leave_the_environment():
 
 
 def test_git_facts_of_a_checkout_and_of_a_plain_folder(tmp_path):
-    from platform.execution.provenance import git_facts
+    from platform.record.provenance import git_facts
 
     assert git_facts(tmp_path) == dict.fromkeys(
         ("git_commit_hash", "git_commit_short", "git_branch", "git_dirty")

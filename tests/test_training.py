@@ -13,7 +13,7 @@ from tests.cli import run_module
 from trainables.checkpoint import best_checkpoint, find_resume_checkpoint, is_complete
 from trainables.config import ConfigError, TrialConfig
 from trainables.data import build_loader
-from trainables.strategies import lr_factor
+from trainables.engine import lr_factor
 from trainables.validation import retrieval_metrics
 
 
@@ -183,7 +183,8 @@ def test_the_learnable_corpus_spells_each_word_with_its_own_tones(tmp_path):
 
 
 def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
-    from platform.spaces.space import SearchSpace, expand_runs
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.space import SearchSpace
     from platform.train import epochs_to_steps
 
     manifest, made = prepared_corpus  # 12 utterances of 2 speakers

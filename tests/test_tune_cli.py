@@ -56,7 +56,7 @@ def test_a_space_file_anywhere_runs_under_its_stem_and_is_recorded_by_path(tmp_p
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("space my_sweep: CPU smoke sweep")
     assert "sweep_z0_mb3_nw0_pf2_r1" in out.stdout and "sweep_z0_mb5_nw0_pf2_r1" in out.stdout
-    from platform.spaces.space import load_space
+    from platform.spaces.load import load_space
 
     space = load_space(str(mine))
     assert space.name == "my_sweep" and space.ref == str(mine.resolve())
@@ -194,7 +194,7 @@ def test_output_root_holding_a_sweep_is_refused(tmp_path):
 
 
 def test_job_environment_forwards_communication_settings_and_sets_the_report_poll():
-    from platform.execution.launch import train_env_vars
+    from platform.execution.cluster import train_env_vars
 
     env = train_env_vars(
         {

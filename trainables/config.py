@@ -2,17 +2,27 @@
 
 Plain dicts cross the Ray boundary (Tune param space, ``train_loop_config``); on each side they
 are turned back into a :class:`TrialConfig`, which validates every field in ``__post_init__`` so
-that a bad value fails before any work starts, with one line naming the key and the fix.
+that a bad value fails before any work starts, with one line naming the key and the fix (the
+checks themselves are in ``trainables/config_checks.py``). The field docs below are the table of
+every key users read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from trainables.config_checks import (
+    MAX_TEXT_TOKENS,
+    ConfigError,
+    check_config,
+    describe_type,
+    is_union,
+    match_type,
+)
 
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
@@ -38,47 +48,6 @@ BestMetric = Literal[
 ]
 ExportModel = Literal["none", "final", "best"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-
-
-# Smallest allowed value of each integer field that has one.
-_MINIMUMS = {
-    "grad_accum_steps": 1,
-    "micro_batch": 1,
-    "num_workers": 0,
-    "prefetch_factor": 1,
-    "bucket_mb": 1,
-    "train_workers": 1,
-    "cpus_per_worker": 0,
-    "text_tokens": 2,
-    "proj_dim": 1,
-    "max_steps": 1,
-    "log_every": 1,
-    "tail_timing_points": 1,
-    "pg_timeout_s": 1,
-    "length_bucketing_pool": 1,
-    "inject_sleep_at_step": 0,
-    "inject_sleep_steps": 1,
-    "inject_sleep_rank": -1,
-    "inject_sleep_every": 1,
-    "inject_error_at_step": 0,
-    "inject_error_rank": -1,
-    "fail_tail_lines": 0,
-    "warmup_steps": 0,
-    "epochs": 0,
-    "val_every": 0,
-    "val_speakers": 0,
-    "checkpoint_every": 0,
-    "keep_checkpoints": 1,
-    "max_failures": -1,
-    "nodes": 0,
-}
-
-# Longest token sequence each text encoder size has position embeddings for.
-MAX_TEXT_TOKENS = {"tiny": 128, "base": 512}
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot run. The message is one line: the key, the problem, the fix."""
 
 
 def _doc(text: str, **kwargs: Any) -> Any:
@@ -434,197 +403,9 @@ class TrialConfig:
             self.strategy = "ddp" if self.zero_stage == 0 else "deepspeed"
             if self.strategy == "deepspeed":
                 self.ddp_comm_hook = "none"
-        self._check()
-
-    def _check(self) -> None:
-        for name, low in _MINIMUMS.items():
-            if getattr(self, name) < low:
-                raise ConfigError(f"{name}: must be >= {low}, got {getattr(self, name)}")
-        if not 0 <= self.zero_stage <= 3:
-            raise ConfigError(f"zero_stage: must be 0, 1, 2 or 3, got {self.zero_stage}")
-        if self.strategy == "ddp" and self.zero_stage != 0:
-            raise ConfigError(
-                f"zero_stage: {self.zero_stage} needs strategy deepspeed; with strategy ddp "
-                "set zero_stage=0 (or set strategy=deepspeed)"
-            )
-        if self.ddp_comm_hook != "none" and (self.strategy != "ddp" or self.use_gpu is False):
-            raise ConfigError(
-                f"ddp_comm_hook: {self.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"
-            )
-        if self.precision == "fp16" and self.use_gpu is False:
-            raise ConfigError("precision: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")
-        self._check_placement()
-        if self.log_every > self.max_steps:
-            raise ConfigError(
-                f"log_every: {self.log_every} is larger than max_steps {self.max_steps}, so no "
-                "window would ever be reported; set log_every <= max_steps"
-            )
-        if not self.text_pretrained_path and self.text_tokens > MAX_TEXT_TOKENS[self.model_size]:
-            raise ConfigError(
-                f"text_tokens: {self.text_tokens} exceeds the {MAX_TEXT_TOKENS[self.model_size]} "
-                f"positions of the {self.model_size} text encoder; lower text_tokens"
-            )
-        if not 0.1 <= self.min_audio_s <= self.max_audio_s <= 60:
-            raise ConfigError(
-                f"min_audio_s/max_audio_s: need 0.1 <= min_audio_s <= max_audio_s <= 60, got "
-                f"{self.min_audio_s} and {self.max_audio_s}; swap or fix the crop bounds"
-            )
-        if not 0.1 <= self.fixed_slice_s <= 60:
-            raise ConfigError(
-                f"fixed_slice_s: must be within 0.1-60 seconds, got {self.fixed_slice_s}"
-            )
-        if self.length_bucketing and (
-            self.dataset != "manifest" or self.crop_policy != "limit_longest"
-        ):
-            raise ConfigError(
-                "length_bucketing: groups crops of different lengths, so it needs dataset "
-                "manifest with crop_policy limit_longest; set length_bucketing=false"
-            )
-        self._check_buckets()
-        self._check_load_dtype()
-        self._check_training()
-        for name in ("gpu_telemetry_interval_s", "host_telemetry_interval_s"):
-            if not 0.05 <= getattr(self, name) <= 3600:
-                raise ConfigError(
-                    f"{name}: must be within 0.05-3600 seconds, got {getattr(self, name)}"
-                )
-        if self.heartbeat_every_s < 0:
-            raise ConfigError(
-                f"heartbeat_every_s: must be >= 0 (0: off), got {self.heartbeat_every_s}"
-            )
-        if self.stall_alert_ratio <= 1:
-            raise ConfigError(f"stall_alert_ratio: must be > 1, got {self.stall_alert_ratio}")
-        for name in ("stall_timeout_s", "run_timeout_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}: must be >= 0 (0: off), got {getattr(self, name)}")
-        if not 0 <= self.max_missing_files_fraction <= 1:
-            raise ConfigError(
-                "max_missing_files_fraction: must be within 0-1 (0: no missing file allowed), "
-                f"got {self.max_missing_files_fraction}"
-            )
-        if not 0 <= self.inject_leak_mb_per_step <= 64:
-            raise ConfigError(
-                f"inject_leak_mb_per_step: must be within 0-64, got {self.inject_leak_mb_per_step}"
-            )
-        if self.inject_sleep_s < 0:
-            raise ConfigError(f"inject_sleep_s: must be >= 0, got {self.inject_sleep_s}")
-        if self.manifest_path and not self.manifest_path.endswith(".tsv"):
-            raise ConfigError(
-                f"manifest_path: {self.manifest_path} is not a data_prep manifest (.tsv)"
-            )
-        if not 0.1 <= self.audio_s <= 60:
-            raise ConfigError(f"audio_s: must be within 0.1-60 seconds, got {self.audio_s}")
-        if self.lr <= 0:
-            raise ConfigError(f"lr: must be > 0, got {self.lr}")
-        if self.weight_decay < 0:
-            raise ConfigError(f"weight_decay: must be >= 0, got {self.weight_decay}")
-
-    def _check_buckets(self) -> None:
-        if not self.crop_buckets_s:
-            return
-        try:
-            buckets = [float(b) for b in self.crop_buckets_s.split(",")]
-        except ValueError:
-            raise ConfigError(
-                f"crop_buckets_s: {self.crop_buckets_s!r} is not a comma list of seconds; write "
-                "e.g. 1.0,1.5,2.0,2.5,3.0"
-            ) from None
-        if self.dataset != "manifest" or self.crop_policy != "limit_longest":
-            raise ConfigError(
-                "crop_buckets_s: buckets limit_longest crops of a manifest; set dataset=manifest "
-                "and crop_policy=limit_longest, or crop_buckets_s=''"
-            )
-        if self.length_bucketing:
-            raise ConfigError(
-                "crop_buckets_s: already puts one crop length in each step; set "
-                "length_bucketing=false"
-            )
-        outside = [b for b in buckets if not self.min_audio_s <= b <= self.max_audio_s]
-        if outside or len(set(buckets)) != len(buckets):
-            raise ConfigError(
-                f"crop_buckets_s: buckets must be distinct and within min_audio_s-max_audio_s "
-                f"({self.min_audio_s:g}-{self.max_audio_s:g} s), got {self.crop_buckets_s}"
-            )
-        self.crop_buckets_s = ",".join(f"{b:g}" for b in sorted(buckets))
-
-    def _check_placement(self) -> None:
-        if not self.nodes:
-            return
-        if self.train_workers % self.nodes:
-            raise ConfigError(
-                f"nodes: {self.train_workers} train workers cannot be split evenly over "
-                f"{self.nodes} nodes; set train_workers to a multiple of nodes"
-            )
-        if self.placement_strategy == "STRICT_SPREAD" and self.nodes != self.train_workers:
-            raise ConfigError(
-                f"nodes: STRICT_SPREAD puts each of the {self.train_workers} train workers on a "
-                f"node of its own, so nodes must be {self.train_workers}; set nodes="
-                f"{self.train_workers} or placement_strategy=PACK"
-            )
-        if self.placement_strategy == "STRICT_PACK" and self.nodes > 1:
-            raise ConfigError(
-                f"nodes: STRICT_PACK keeps every train worker on one node, not {self.nodes}; "
-                "use placement_strategy=PACK"
-            )
-
-    def _check_training(self) -> None:
-        for name in ("val_every", "checkpoint_every"):
-            every = getattr(self, name)
-            if every and every % self.log_every:
-                raise ConfigError(
-                    f"{name}: {every} is not a multiple of log_every {self.log_every} (both are "
-                    f"done at a window's report); set {name}="
-                    f"{max(1, round(every / self.log_every)) * self.log_every}"
-                )
-        if self.val_every and not (self.val_manifest_path or self.val_speakers):
-            raise ConfigError(
-                "val_every: validation needs a held-out split; set val_manifest_path=PATH.tsv "
-                "or val_speakers=N (or val_every=0)"
-            )
-        if (self.val_manifest_path or self.val_speakers) and self.dataset != "manifest":
-            raise ConfigError(
-                "val_manifest_path/val_speakers: validation reads a manifest; set "
-                "dataset=manifest (or drop them)"
-            )
-        if self.val_manifest_path and not self.val_manifest_path.endswith(".tsv"):
-            raise ConfigError(
-                f"val_manifest_path: {self.val_manifest_path} is not a data_prep manifest (.tsv)"
-            )
-        if self.warmup_steps >= self.max_steps and self.lr_schedule == "cosine":
-            raise ConfigError(
-                f"warmup_steps: {self.warmup_steps} leaves no step of the cosine schedule "
-                f"(max_steps {self.max_steps}); lower warmup_steps"
-            )
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(f"min_lr_ratio: must be within 0-1, got {self.min_lr_ratio}")
-        if self.grad_clip < 0:
-            raise ConfigError(f"grad_clip: must be >= 0 (0: off), got {self.grad_clip}")
-        if self.logit_scale_max < 1:
-            raise ConfigError(f"logit_scale_max: must be >= 1, got {self.logit_scale_max}")
-        if self.export_model == "best" and not (self.val_every and self.checkpoint_every):
-            raise ConfigError(
-                "export_model: best needs validation and checkpoints (val_every and "
-                "checkpoint_every > 0); use export_model=final"
-            )
-
-    def _check_load_dtype(self) -> None:
-        load = self.model_load_dtype
-        if load in ("auto", "fp32"):
-            return
-        if load == "fp16" and self.use_gpu is False:
-            raise ConfigError(
-                "model_load_dtype: fp16 needs a GPU; on the CPU use fp32, bf16 or auto"
-            )
-        if load == "fp16" and self.strategy == "ddp":
-            raise ConfigError(
-                "model_load_dtype: fp16 weights under ddp cannot be loss-scaled (GradScaler "
-                "refuses fp16 gradients); use strategy deepspeed, or model_load_dtype auto/fp32"
-            )
-        if self.precision not in ("auto", load):
-            raise ConfigError(
-                f"model_load_dtype: {load} weights with precision {self.precision}; set "
-                f"precision={load}, or model_load_dtype auto or fp32"
-            )
+        check_config(self)
+        if self.crop_buckets_s:  # one spelling of the buckets: ascending, shortest form
+            self.crop_buckets_s = ",".join(f"{b:g}" for b in sorted(self.crop_buckets))
 
     # --- conversions at the Ray boundary ---
     @classmethod
@@ -714,40 +495,9 @@ def coerce_value(name: str, value: Any, hint: Any = None) -> Any:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise ConfigError(f"{name}: expected a list of numbers, got {value!r}")
         value = ",".join(f"{float(v):g}" for v in value)
-    options = typing.get_args(hint) if _is_union(hint) else (hint,)
+    options = typing.get_args(hint) if is_union(hint) else (hint,)
     for option in options:
-        ok, converted = _match(value, option)
+        ok, converted = match_type(value, option)
         if ok:
             return converted
-    raise ConfigError(f"{name}: expected {_describe(hint)}, got {value!r}")
-
-
-def _is_union(hint: Any) -> bool:
-    return typing.get_origin(hint) in (typing.Union, types.UnionType)
-
-
-def _match(value: Any, option: Any) -> tuple[bool, Any]:
-    if typing.get_origin(option) is Literal:
-        return (value in typing.get_args(option) and not isinstance(value, bool)), value
-    if option is bool:
-        return isinstance(value, bool), value
-    if option is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if option is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        return False, value
-    if option is str:
-        return isinstance(value, str), value
-    raise TypeError(f"unsupported config type {option!r}")
-
-
-def _describe(hint: Any) -> str:
-    options = typing.get_args(hint) if _is_union(hint) else (hint,)
-    parts = []
-    for option in options:
-        if typing.get_origin(option) is Literal:
-            parts.append("one of " + ", ".join(repr(v) for v in typing.get_args(option)))
-        else:
-            parts.append(getattr(option, "__name__", str(option)))
-    return " or ".join(parts)
+    raise ConfigError(f"{name}: expected {describe_type(hint)}, got {value!r}")

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from trainables.config import TrialConfig
+from trainables.distributed import gather_to_rank0
 
 __all__ = ["VAL_METRICS", "build_val_dataset", "evaluate", "retrieval_metrics"]
 
@@ -81,8 +82,6 @@ def retrieval_metrics(
 
 def evaluate(engine, dataset, collate, cfg: TrialConfig, *, rank: int, world_size: int, device):
     """Validation metrics on rank 0 (an empty dict elsewhere), with ``val_s`` its duration."""
-    from trainables.loop import gather_to_rank0
-
     t0 = time.perf_counter()
     n = len(dataset)
     if n < world_size:

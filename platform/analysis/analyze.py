@@ -1,113 +1,64 @@
-"""``python -m platform.analyze OUTPUT_ROOT``: turn a sweep's files into its tables and summary.
+"""A sweep's files turned into its tables and summary (``python -m platform.analyze``).
 
 Reads ``run_manifest.tsv`` and ``timing.parquet/`` and writes, atomically: per_run_metrics.csv,
 group_summary.csv, ranked_groups.csv, best_config.json (the winner's full resolved config and the
 command that trains with it), summary.md and summary.json. ``platform.tune`` runs it at the end
-of every sweep, also an interrupted one. Definitions are in platform/stats.py.
+of every sweep, also an interrupted one. Definitions are in platform/analysis/stats.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from platform.analysis import stats
-from platform.errors import EXIT_USAGE, UsageError
+from platform.errors import UsageError
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
-__all__ = ["analyze", "format_ranked", "main"]
+__all__ = ["FILES", "analyze", "format_ranked"]
 
 FILES = (
-    "per_run_metrics.csv",
-    "group_summary.csv",
-    "ranked_groups.csv",
-    results.BEST_CONFIG,
-    "summary.md",
-    "summary.json",
+    OutputRoot.PER_RUN_METRICS,
+    OutputRoot.GROUP_SUMMARY,
+    OutputRoot.RANKED_GROUPS,
+    OutputRoot.BEST_CONFIG,
+    OutputRoot.SUMMARY_MD,
+    OutputRoot.SUMMARY_JSON,
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.analyze",
-        description="Per-run metrics, group summary, ranking, best config and summary of a sweep.",
-    )
-    p.add_argument("output_root", type=Path, help="a sweep's output root (holds run_manifest.tsv)")
-    p.add_argument(
-        "--unstable-ratio",
-        type=float,
-        default=stats.UNSTABLE_RATIO,
-        help="a run is unstable when its tail iter p90/p50 exceeds this (default 1.5)",
-    )
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.unstable_ratio <= 1:
-            raise UsageError(f"--unstable-ratio must be > 1, got {args.unstable_ratio}")
-        summary = analyze(args.output_root, unstable_ratio=args.unstable_ratio)
-    except UsageError as exc:
-        print(f"platform.analyze: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(summary["text"])
-    from platform.analysis.report import report_line
-
-    print(report_line(args.output_root))
-    return 0
-
-
-def read_manifest(output_root: Path) -> pd.DataFrame:
-    path = Path(output_root) / results.MANIFEST
-    if not path.is_file():
-        raise UsageError(
-            f"{output_root} holds no sweep ({results.MANIFEST} is missing); give the output root "
-            "of a platform.tune sweep"
-        )
-    try:
-        manifest = pd.read_csv(path, sep="\t")
-    except (ValueError, OSError) as exc:
-        raise UsageError(f"{path} cannot be read ({exc}); rerun the sweep with --resume") from None
-    missing = [c for c in ("run", "group", "repeat", "status") if c not in manifest]
-    if missing:
-        raise UsageError(f"{path} lacks column(s) {', '.join(missing)}; it is not a run manifest")
-    return manifest
-
-
-def analyze(output_root: Path, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -> dict[str, Any]:
+def analyze(
+    output_root: OutputRoot | Path | str, *, unstable_ratio: float = stats.UNSTABLE_RATIO
+) -> dict[str, Any]:
     """Write the analysis files; returns summary.json's content plus ``text`` (summary.md)."""
-    output_root = Path(output_root)
-    manifest = read_manifest(output_root)
-    timing = results.read_dataset(output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
+    root = OutputRoot.of(output_root)
+    manifest = results.read_manifest(root)
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
-    found = _bottlenecks(output_root, per_run)
+    found = _bottlenecks(root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
-    schedule = results.read_json(
-        output_root / "schedule.json"
-    )  # platform/race.py; absent before it
+    schedule = results.read_json(root.schedule)  # platform/control/race.py; absent before it
     groups = _race_verdicts(stats.group_summary(per_run), schedule)
-    ranked = _vs_baseline(output_root, manifest, stats.rank(groups))
+    ranked = _vs_baseline(root, manifest, stats.rank(groups))
     for name, df in (
-        ("per_run_metrics.csv", per_run),
-        ("group_summary.csv", groups),
-        ("ranked_groups.csv", ranked),
+        (root.PER_RUN_METRICS, per_run),
+        (root.GROUP_SUMMARY, groups),
+        (root.RANKED_GROUPS, ranked),
     ):
-        results.atomic_write_text(output_root / name, df.to_csv(index=False))
-    best = _best_config(output_root, manifest, ranked)
+        results.atomic_write_text(root / name, df.to_csv(index=False))
+    best = _best_config(root, manifest, ranked)
     if best is not None:
-        results.write_json(output_root / results.BEST_CONFIG, best)
-    summary = _summary(output_root, manifest, per_run, ranked, best, unstable_ratio)
+        results.write_json(root.best_config, best)
+    summary = _summary(root, manifest, per_run, ranked, best, unstable_ratio)
     summary["bottlenecks"] = found
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
     text = _markdown(summary, ranked)
-    results.write_json(output_root / "summary.json", summary)
-    results.atomic_write_text(output_root / "summary.md", text)
+    results.write_json(root / root.SUMMARY_JSON, summary)
+    results.atomic_write_text(root / root.SUMMARY_MD, text)
     return summary | {"text": text}
 
 
@@ -160,16 +111,14 @@ def _early_stopping(
     }
 
 
-def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
-    """What limits each run that measured something (platform/stats.py: bottlenecks)."""
-    gpu = results.read_dataset(
-        output_root / results.GPU_TELEMETRY_DIR, results.GPU_TELEMETRY_SCHEMA
-    )
+def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
+    """What limits each run that measured something (platform/analysis/stats.py: bottlenecks)."""
+    gpu = results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA)
     out = {}
     for row in per_run.to_dict("records"):
         if not row.get("windows"):
             continue
-        env = results.read_json(output_root / "runs" / row["run"] / "env.json")
+        env = results.read_json(root.run_env(row["run"]))
         totals = [float(g) for g in env.get("gpu_memory_gib") or []]
         throttle = gpu.loc[gpu["run"] == row["run"], "throttle_reasons"]
         found = stats.bottlenecks(row, throttle, min(totals) if totals else None)
@@ -178,17 +127,17 @@ def _bottlenecks(output_root: Path, per_run: pd.DataFrame) -> dict[str, list[dic
     return out
 
 
-def _run_record(output_root: Path, run: str) -> dict[str, Any]:
-    return results.read_json(output_root / "runs" / run / "config.json")
+def _run_record(root: OutputRoot, run: str) -> dict[str, Any]:
+    return results.read_json(root.run_config(run))
 
 
-def _vs_baseline(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
+def _vs_baseline(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:
     """``vs_baseline``: each group's robust tail samples/s over the baseline group's (the
     space's ``baseline``; empty without one, or when the baseline has no ok run)."""
     ranked = ranked.assign(baseline=False, vs_baseline=math.nan)
     for group in ranked["group"]:
         runs = manifest.loc[manifest["group"] == group, "run"]
-        if len(runs) and _run_record(output_root, str(runs.iloc[0])).get("baseline"):
+        if len(runs) and _run_record(root, str(runs.iloc[0])).get("baseline"):
             ranked.loc[ranked["group"] == group, "baseline"] = True
     base = ranked.loc[ranked["baseline"] & (ranked["runs_ok"] > 0), "tail_samples_per_sec_robust"]
     if len(base) == 1 and base.iloc[0] > 0:
@@ -196,16 +145,16 @@ def _vs_baseline(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
     return ranked
 
 
-def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame):
+def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame):
     winners = ranked[ranked["runs_ok"] > 0]
     if winners.empty:
         return None
     top = winners.iloc[0]
     ok = manifest[(manifest["group"] == top["group"]) & (manifest["status"] == "ok")]
-    record = _run_record(output_root, str(ok["run"].iloc[0]))
+    record = _run_record(root, str(ok["run"].iloc[0]))
     swept = record.get("swept", {})
-    space = record.get("space") or output_root.name.rsplit("_", 1)[0]
-    sets = {**swept, **_overrides(space, swept, record.get("config", {}), output_root)}
+    space = record.get("space") or root.path.name.rsplit("_", 1)[0]
+    sets = {**swept, **_overrides(space, swept, record.get("config", {}), root)}
     sweep_command = " ".join(
         ["python -m platform.tune", f"--space {space}"]
         + [f"--set {k}={_yaml(v)}" for k, v in sets.items()]
@@ -213,7 +162,7 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
     )
     # The final run: platform.train reads this file's resolved config (with checkpoints,
     # validation and restarts on; see platform/train.py).
-    command = f"python -m platform.train --config {output_root / results.BEST_CONFIG}"
+    command = f"python -m platform.train --config {root.best_config}"
     return {
         "space": space,
         "group": top["group"],
@@ -232,10 +181,12 @@ def _best_config(output_root: Path, manifest: pd.DataFrame, ranked: pd.DataFrame
     }
 
 
-def _overrides(space: str, swept: dict, config: dict, output_root: Path) -> dict[str, Any]:
+def _overrides(
+    space: str, swept: dict, config: dict, output_root: OutputRoot | Path
+) -> dict[str, Any]:
     """The values the run had that the space alone would not give it (the sweep's --set):
     without them the command would not train the same configuration."""
-    from platform.spaces.space import load_space
+    from platform.spaces.load import load_space
     from trainables.config import ConfigError, TrialConfig
 
     try:
@@ -246,7 +197,7 @@ def _overrides(space: str, swept: dict, config: dict, output_root: Path) -> dict
     for key, value in config.items():
         if key in swept or key == "use_gpu" or plain.get(key) == value:
             continue  # use_gpu: `auto` resolved by the driver
-        if key == "manifest_path" and str(value).startswith(str(output_root / "data")):
+        if key == "manifest_path" and str(value).startswith(str(OutputRoot.of(output_root).data)):
             continue  # the space's generated corpus: made again by the command
         out[key] = value
     return out
@@ -297,6 +248,7 @@ def _text(value: Any) -> str:
 
 
 def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
+    """summary.md: the ranking table and its verdicts, then the notes of the sweep."""
     counts = ", ".join(f"{n} {s}" for s, n in summary["status_counts"].items())
     lines = [
         f"# Sweep summary: {summary['output_root']}",
@@ -329,6 +281,12 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
             f"Unstable (iter p90/p50 > {summary['unstable_ratio']:g} in most runs), ranked after "
             f"the stable ones: {', '.join(summary['unstable_groups'])}."
         )
+    return "\n".join(lines + _notes(summary)) + "\n"
+
+
+def _notes(summary: dict[str, Any]) -> list[str]:
+    """summary.md's sections after the ranking: early stopping, bottlenecks, runs not ok."""
+    lines = []
     early = summary.get("early_stopping")
     if early:
         lines += ["", "## Early stopping", "", early["line"] + ".", ""]
@@ -350,7 +308,7 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         lines += ["", "## Runs that did not finish ok", ""]
     for r in summary["not_ok_runs"]:
         lines.append(f"- {r['run']}: {r['status']}" + (f" ({r['reason']})" if r["reason"] else ""))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def format_ranked(ranking: list[dict[str, Any]]) -> str:
@@ -386,7 +344,3 @@ def _interval(g: dict[str, Any]) -> str:
 def _fmt(value: Any, digits: int = 1) -> str:
     value = _num(value)
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

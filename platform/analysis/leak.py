@@ -1,57 +1,57 @@
-"""``python -m platform.leak PATH ...``: does memory grow with steps?
+"""Does memory grow with steps? The figures and verdicts of ``python -m platform.leak``.
 
-PATH is a sweep's output root (every run) or a run folder ``<root>/runs/<run>``. For each run,
-the host samples (RSS of the trainer processes and their DataLoader workers, per node) and the
-NVML samples (memory used, per GPU) are placed on the step axis by interpolating between the
-timing windows' end times and steps; only samples between the first and the last window count
-(start-up allocations are not a leak), and of those the first ``--skip-fraction`` of the steps
-are left out too (allocators and caches still warm up after the first window). A least-squares
-line through the rest gives MB per 1,000 steps: summed over nodes for the host, the largest over GPUs for GPU memory. A run leaks when
-either slope exceeds its limit; it cannot be judged with fewer than ``MIN_SAMPLES`` samples.
-Prints one verdict per run; exit 0 when none leaks and all could be judged, 1 otherwise, 2 for
-bad input.
+For each run, the host samples (RSS of the trainer processes and their DataLoader workers, per
+node) and the NVML samples (memory used, per GPU) are placed on the step axis by interpolating
+between the timing windows' end times and steps; only samples between the first and the last
+window count (start-up allocations are not a leak), and of those the first ``skip_fraction`` of
+the steps are left out too (allocators and caches still warm up after the first window). A
+least-squares line through the rest gives MB per 1,000 steps: summed over nodes for the host,
+the largest over GPUs for GPU memory. A run leaks when either slope exceeds its limit
+(``LeakLimits``); it cannot be judged with fewer than ``MIN_SAMPLES`` samples.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from platform.errors import EXIT_USAGE, UsageError
+from platform.errors import UsageError
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
-__all__ = ["MIN_SAMPLES", "fit_mb_per_1k_steps", "leak_figures", "main"]
+__all__ = [
+    "MIN_SAMPLES",
+    "LeakLimits",
+    "fit_mb_per_1k_steps",
+    "leak_figures",
+    "root_verdicts",
+    "targets",
+    "verdict",
+    "verdicts",
+]
 
 MIN_SAMPLES = 5
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m platform.leak", description=__doc__.split("\n")[0])
-    p.add_argument("paths", nargs="+", type=Path, help="output roots or run folders")
-    p.add_argument(
-        "--max-host-mb-per-1k-steps",
-        type=float,
-        default=50.0,
-        help="host RSS growth above this is a leak (default 50)",
-    )
-    p.add_argument(
-        "--skip-fraction",
-        type=float,
-        default=0.25,
-        help="leave out this first share of the run's steps as warm-up (default 0.25)",
-    )
-    p.add_argument(
-        "--max-gpu-mb-per-1k-steps",
-        type=float,
-        default=20.0,
-        help="GPU memory growth above this is a leak (default 20)",
-    )
-    return p
+@dataclass(frozen=True, kw_only=True)
+class LeakLimits:
+    """The leak check's limits. Each field is the flag of the same name of platform.leak
+    (``skip_fraction`` is ``--skip-fraction``), which takes its default from here."""
+
+    max_host_mb_per_1k_steps: float = 50.0
+    """Host RSS growth (summed over nodes) above this is a leak."""
+    max_gpu_mb_per_1k_steps: float = 20.0
+    """GPU memory growth (the worst GPU) above this is a leak."""
+    skip_fraction: float = 0.25
+    """The first share of a run's steps left out as warm-up."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.skip_fraction < 1:
+            raise UsageError(f"--skip-fraction must be within 0-1, got {self.skip_fraction}")
 
 
 def fit_mb_per_1k_steps(steps: np.ndarray, mib: np.ndarray) -> float:
@@ -74,7 +74,10 @@ def _on_steps(samples: pd.DataFrame, windows: pd.DataFrame, skip_fraction: float
 
 
 def leak_figures(
-    timing: pd.DataFrame, host: pd.DataFrame, gpu: pd.DataFrame, skip_fraction: float = 0.25
+    timing: pd.DataFrame,
+    host: pd.DataFrame,
+    gpu: pd.DataFrame,
+    skip_fraction: float = LeakLimits.skip_fraction,
 ) -> dict:
     """The figures of one run (its rows of the three datasets)."""
     windows = timing[timing["rank"] == 0]
@@ -105,15 +108,16 @@ def leak_figures(
     return out
 
 
-def _targets(paths: list[Path]) -> list[tuple[Path, list[str] | None]]:
-    """(output root, runs or None for all) per PATH."""
+def targets(paths: list[Path]) -> list[tuple[OutputRoot, list[str] | None]]:
+    """(output root, runs or None for all) per PATH: a sweep's output root or a run folder
+    ``<root>/runs/<run>``; UsageError for anything else."""
     out = []
     for path in paths:
-        path = path.expanduser().resolve()
-        if (path / results.MANIFEST).is_file():
-            out.append((path, None))
-        elif path.parent.name == "runs" and (path.parent.parent / results.MANIFEST).is_file():
-            out.append((path.parent.parent, [path.name]))
+        path = Path(path).expanduser().resolve()
+        if OutputRoot(path).holds_sweep():
+            out.append((OutputRoot(path), None))
+        elif path.parent.name == OutputRoot.RUNS and OutputRoot(path.parent.parent).holds_sweep():
+            out.append((OutputRoot(path.parent.parent), [path.name]))
         else:
             raise UsageError(
                 f"{path} is neither a sweep's output root nor a run folder <root>/runs/<run>; "
@@ -122,36 +126,41 @@ def _targets(paths: list[Path]) -> list[tuple[Path, list[str] | None]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if not 0 <= args.skip_fraction < 1:
-            raise UsageError(f"--skip-fraction must be within 0-1, got {args.skip_fraction}")
-        targets = _targets(args.paths)
-    except UsageError as exc:
-        print(f"platform.leak: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    verdicts = []
-    for root, runs in targets:
-        timing = results.read_dataset(root / results.TIMING_DIR, results.TIMING_SCHEMA)
-        host = results.read_dataset(
-            root / results.HOST_TELEMETRY_DIR, results.HOST_TELEMETRY_SCHEMA
+def root_verdicts(
+    output_root: OutputRoot | str, runs: list[str] | None, limits: LeakLimits
+) -> list[tuple[str, bool]]:
+    """The verdicts of ``runs`` (None: every run with timing rows) of one output root."""
+    root = OutputRoot.of(output_root)
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    host = results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA)
+    gpu = results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA)
+    return verdicts(timing, host, gpu, limits, runs)
+
+
+def verdicts(
+    timing: pd.DataFrame,
+    host: pd.DataFrame,
+    gpu: pd.DataFrame,
+    limits: LeakLimits,
+    runs: list[str] | None = None,
+) -> list[tuple[str, bool]]:
+    """(line, passed) per run of the three datasets (``runs``: None for every run with timing
+    rows, in name order)."""
+    out = []
+    for run in runs or sorted(set(timing["run"])):
+        f = leak_figures(
+            timing[timing["run"] == run],
+            host[host["run"] == run],
+            gpu[gpu["run"] == run],
+            limits.skip_fraction,
         )
-        gpu = results.read_dataset(root / results.GPU_TELEMETRY_DIR, results.GPU_TELEMETRY_SCHEMA)
-        for run in runs or sorted(set(timing["run"])):
-            f = leak_figures(
-                timing[timing["run"] == run],
-                host[host["run"] == run],
-                gpu[gpu["run"] == run],
-                args.skip_fraction,
-            )
-            verdicts.append(verdict(run, f, args))
-    for line, _ in verdicts:
-        print(line)
-    return 0 if all(ok for _, ok in verdicts) else 1
+        out.append(verdict(run, f, limits))
+    return out
 
 
-def verdict(run: str, f: dict, args) -> tuple[str, bool]:
+def verdict(run: str, f: dict, limits: LeakLimits) -> tuple[str, bool]:
+    """The line platform.leak prints for one run's figures, and whether it passed (neither
+    slope above its limit, and at least one of them known)."""
     # round(..) + 0.0: a flat line's slope of -1e-13 prints as +0.0, not -0.0
     host, gpu = (round(f[k], 1) + 0.0 for k in ("host_mb_per_1k_steps", "gpu_mb_per_1k_steps"))
     parts = [
@@ -164,11 +173,7 @@ def verdict(run: str, f: dict, args) -> tuple[str, bool]:
     ]
     if not math.isfinite(host) and not math.isfinite(gpu):
         return f"UNKNOWN {run}: " + "; ".join(parts), False
-    leaks = (math.isfinite(host) and host > args.max_host_mb_per_1k_steps) or (
-        math.isfinite(gpu) and gpu > args.max_gpu_mb_per_1k_steps
+    leaks = (math.isfinite(host) and host > limits.max_host_mb_per_1k_steps) or (
+        math.isfinite(gpu) and gpu > limits.max_gpu_mb_per_1k_steps
     )
     return f"{'LEAK' if leaks else 'OK'} {run}: " + "; ".join(parts), not leaks
-
-
-if __name__ == "__main__":
-    sys.exit(main())

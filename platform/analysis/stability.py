@@ -1,66 +1,83 @@
-"""``python -m platform.stability``: the Phase B acceptance check of the runbooks.
+"""The Phase B acceptance check of the runbooks: is each group's timing steady across repeats?
 
-    python -m platform.stability --output-root DIR --groups a,b --min-repeats 3 \\
-        --max-iter-ratio-median 1.5 --max-iter-ratio-max 2.5 --max-iter-p50-cv 0.05
-
-Per group, over its ok runs (figures as in platform/stats.py): the median and the max of the
-runs' tail iter p90/p50, and the coefficient of variation (sample std / mean) of the runs' tail
-iter p50. A group passes when it has at least --min-repeats ok runs and every figure is at or
-below its limit. Prints one verdict line per group; exit 0 when all pass, 1 when any fails, 2 for
-bad input.
+Per group, over its ok runs (figures as in platform/analysis/stats.py): the median and the max
+of the runs' tail iter p90/p50, and the coefficient of variation (sample std / mean) of the runs'
+tail iter p50. A group passes when it has at least ``min_repeats`` ok runs and every figure is at
+or below its limit (``StabilityLimits``). The command line is ``python -m platform.stability``;
+the report shows the same verdicts under the default limits.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from pathlib import Path
+from dataclasses import dataclass
 
 import pandas as pd
 
 from platform.analysis import stats
-from platform.analysis.analyze import read_manifest
-from platform.errors import EXIT_USAGE, UsageError
+from platform.errors import UsageError
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
-__all__ = ["check", "main"]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.stability", description=__doc__.split("\n")[0]
-    )
-    p.add_argument("--output-root", type=Path, required=True, help="a sweep's output root")
-    p.add_argument("--groups", default="", help="comma-separated group names (default: all)")
-    p.add_argument("--min-repeats", type=int, default=3)
-    p.add_argument("--max-iter-ratio-median", type=float, default=1.5)
-    p.add_argument("--max-iter-ratio-max", type=float, default=2.5)
-    p.add_argument("--max-iter-p50-cv", type=float, default=0.05)
-    return p
+__all__ = ["StabilityLimits", "check", "group_figures", "pick_groups", "verdict_line"]
 
 
-def check(
-    groups: pd.DataFrame,
-    names: list[str],
-    *,
-    min_repeats: int,
-    max_ratio_median: float,
-    max_ratio_max: float,
-    max_cv: float,
-) -> list[dict]:
+@dataclass(frozen=True, kw_only=True)
+class StabilityLimits:
+    """The Phase B limits. Each field is the flag of the same name of platform.stability
+    (``max_iter_p50_cv`` is ``--max-iter-p50-cv``), which takes its default from here."""
+
+    min_repeats: int = 3
+    """Ok runs a group needs at least."""
+    max_iter_ratio_median: float = 1.5
+    """Limit of the median over runs of the tail iter p90/p50."""
+    max_iter_ratio_max: float = 2.5
+    """Limit of the largest tail iter p90/p50 of any run."""
+    max_iter_p50_cv: float = 0.05
+    """Limit of the coefficient of variation of the runs' tail iter p50."""
+
+    def __post_init__(self) -> None:
+        if self.min_repeats < 1:
+            raise UsageError(f"--min-repeats must be >= 1, got {self.min_repeats}")
+        for name in ("max_iter_ratio_median", "max_iter_ratio_max", "max_iter_p50_cv"):
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be > 0")
+
+
+def group_figures(output_root: OutputRoot | str) -> pd.DataFrame:
+    """stats.group_summary's table of a sweep, from its manifest and timing rows."""
+    root = OutputRoot.of(output_root)
+    manifest = results.read_manifest(root)
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    return stats.group_summary(stats.per_run_metrics(manifest, timing))
+
+
+def pick_groups(groups: pd.DataFrame, wanted: str, output_root: OutputRoot | str) -> list[str]:
+    """The groups named in ``wanted`` (comma-separated; empty: all of them); UsageError for a
+    name the sweep at ``output_root`` does not have."""
+    known = list(groups["group"])
+    names = [g.strip() for g in wanted.split(",") if g.strip()] or known
+    unknown = [g for g in names if g not in known]
+    if unknown:
+        raise UsageError(
+            f"--groups: {', '.join(unknown)} not in {output_root}; its groups: " + ", ".join(known)
+        )
+    return names
+
+
+def check(groups: pd.DataFrame, names: list[str], limits: StabilityLimits) -> list[dict]:
     """One verdict per named group (``groups``: stats.group_summary's table)."""
     table = groups.set_index("group")
     verdicts = []
     for name in names:
         g = table.loc[name]
         failures = []
-        if g["runs_ok"] < min_repeats:
-            failures.append(f"{int(g['runs_ok'])} ok runs < {min_repeats}")
+        if g["runs_ok"] < limits.min_repeats:
+            failures.append(f"{int(g['runs_ok'])} ok runs < {limits.min_repeats}")
         for label, value, limit in (
-            ("iter p90/p50 median", g["iter_ratio_median"], max_ratio_median),
-            ("iter p90/p50 max", g["iter_ratio_max"], max_ratio_max),
-            ("iter p50 CV", g["iter_p50_cv"], max_cv),
+            ("iter p90/p50 median", g["iter_ratio_median"], limits.max_iter_ratio_median),
+            ("iter p90/p50 max", g["iter_ratio_max"], limits.max_iter_ratio_max),
+            ("iter p50 CV", g["iter_p50_cv"], limits.max_iter_p50_cv),
         ):
             if not (isinstance(value, float) and math.isfinite(value)):
                 failures.append(f"{label} unknown")
@@ -80,45 +97,10 @@ def check(
     return verdicts
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.min_repeats < 1:
-            raise UsageError(f"--min-repeats must be >= 1, got {args.min_repeats}")
-        for flag in ("max_iter_ratio_median", "max_iter_ratio_max", "max_iter_p50_cv"):
-            if getattr(args, flag) <= 0:
-                raise UsageError(f"--{flag.replace('_', '-')} must be > 0")
-        manifest = read_manifest(args.output_root)
-        timing = results.read_dataset(args.output_root / results.TIMING_DIR, results.TIMING_SCHEMA)
-        groups = stats.group_summary(stats.per_run_metrics(manifest, timing))
-        known = list(groups["group"])
-        names = [g.strip() for g in args.groups.split(",") if g.strip()] or known
-        unknown = [g for g in names if g not in known]
-        if unknown:
-            raise UsageError(
-                f"--groups: {', '.join(unknown)} not in {args.output_root}; its groups: "
-                + ", ".join(known)
-            )
-    except UsageError as exc:
-        print(f"platform.stability: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    verdicts = check(
-        groups,
-        names,
-        min_repeats=args.min_repeats,
-        max_ratio_median=args.max_iter_ratio_median,
-        max_ratio_max=args.max_iter_ratio_max,
-        max_cv=args.max_iter_p50_cv,
+def verdict_line(v: dict) -> str:
+    """One verdict as the line platform.stability prints (PASS or FAIL, figures, why)."""
+    return (
+        f"{'PASS' if v['passed'] else 'FAIL'} {v['group']}: {v['runs_ok']} ok runs, iter "
+        f"p90/p50 median {v['iter_ratio_median']:.3f} max {v['iter_ratio_max']:.3f}, iter p50 "
+        f"CV {v['iter_p50_cv']:.4f}" + (f" ({'; '.join(v['failures'])})" if v["failures"] else "")
     )
-    for v in verdicts:
-        print(
-            f"{'PASS' if v['passed'] else 'FAIL'} {v['group']}: {v['runs_ok']} ok runs, iter "
-            f"p90/p50 median {v['iter_ratio_median']:.3f} max {v['iter_ratio_max']:.3f}, iter p50 "
-            f"CV {v['iter_p50_cv']:.4f}"
-            + (f" ({'; '.join(v['failures'])})" if v["failures"] else "")
-        )
-    return 0 if all(v["passed"] for v in verdicts) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,6 +18,7 @@ Definitions (docs/ARCHITECTURE.md, "Analysis"):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -32,6 +33,8 @@ __all__ = [
     "rank",
     "run_figures",
     "stall_alert",
+    "t_quantile",
+    "tail_ratio",
     "window_ratio",
     "within_noise",
 ]
@@ -84,11 +87,14 @@ GROUP_COLUMNS = [
 
 def window_ratio(p90: float, p50: float) -> float:
     """One window's p90 / p50, the p50 floored at ``P50_FLOOR_MS``: what the tail's
-    ``*_p90_over_p50`` figures average (``_ratio``), and what the race judges windows by."""
+    ``*_p90_over_p50`` figures average (``tail_ratio``), and what the race judges windows by."""
     return p90 / max(p50, P50_FLOOR_MS)
 
 
-def _ratio(p90: pd.Series, p50: pd.Series) -> float:
+def tail_ratio(p90: Sequence[float], p50: Sequence[float]) -> float:
+    """A tail's ``*_p90_over_p50``: the mean over its windows of p90 / p50, each p50 floored at
+    ``P50_FLOOR_MS`` (NaN for no window). The run figures and the race's tail both use it."""
+    p90, p50 = pd.Series(p90, dtype=float), pd.Series(p50, dtype=float)
     if p90.empty:
         return math.nan
     return float((p90 / p50.clip(lower=P50_FLOOR_MS)).mean())
@@ -125,9 +131,9 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
             "startup_s": float(df["startup_s"].iloc[0]),
             "tail_samples_per_sec_mean": float(tail["samples_per_s"].mean()),
             "tail_mean_iter_p50_ms": float(tail["iter_ms_p50"].mean()),
-            "iter_p90_over_p50": _ratio(tail["iter_ms_p90"], tail["iter_ms_p50"]),
-            "data_p90_over_p50": _ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
-            "step_p90_over_p50": _ratio(tail["step_ms_p90"], tail["step_ms_p50"]),
+            "iter_p90_over_p50": tail_ratio(tail["iter_ms_p90"], tail["iter_ms_p50"]),
+            "data_p90_over_p50": tail_ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
+            "step_p90_over_p50": tail_ratio(tail["step_ms_p90"], tail["step_ms_p50"]),
             "data_share": float(tail["data_ms_mean"].mean() / tail["iter_ms_mean"].mean()),
             "rank_skew_max": float(skew.get(run, math.nan)),
             "peak_mem_gib": float(df["peak_mem_gib"].max()),
@@ -155,10 +161,12 @@ def per_run_metrics(
     return pd.DataFrame(rows, columns=PER_RUN_COLUMNS)
 
 
-def _t975(dof: int) -> float:
+def t_quantile(q: float, dof: int) -> float:
+    """Student's t quantile ``q`` with ``dof`` degrees of freedom: the groups' 95 % interval
+    (q 0.975) and the race's bounds use it."""
     from scipy.stats import t
 
-    return float(t.ppf(0.975, dof))
+    return float(t.ppf(q, dof))
 
 
 def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -172,7 +180,7 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
         mean = sum(sps) / n if n else math.nan
         std = float(pd.Series(sps).std(ddof=1)) if n > 1 else (0.0 if n == 1 else math.nan)
         robust = sum(sorted(sps)[1:-1]) / (n - 2) if n >= 3 else mean
-        half = _t975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan
+        half = t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else math.nan
         flags = ok["unstable_run_flag"].astype(bool)
         ratio = float(flags.mean()) if n else math.nan
         # Runs the scheduler stopped early (platform/race.py): partial, shown, never ranked

@@ -1,2 +1,4 @@
-"""Who decides which runs go on: the race, ASHA after a warm-up, the planned and Optuna
-searchers, the stoppers, and Phase A -> B promotion."""
+"""Who decides which runs go on, the way Ray Tune splits schedulers, search and stoppers:
+``race`` (the sweep's ``schedule.json`` and the noise-aware race), ``asha`` (ASHA after a
+warm-up), ``searchers`` (the planned and Optuna searchers), ``stoppers`` (``run_timeout_s`` and
+the race's stops) and ``promote`` (Phase A -> B promotion)."""

@@ -16,19 +16,22 @@ import pandas as pd
 
 from platform.errors import UsageError
 from platform.spaces.space import SearchSpace
-from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
 __all__ = ["from_ranked"]
 
 
 def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
+    """``space`` with the first ``top`` groups of ``ranked_root``'s ranking that have ok runs
+    as its cases, in place of its grid (the module docstring)."""
     ranked_root = Path(ranked_root).expanduser().resolve()
-    if not (ranked_root / results.MANIFEST).is_file():
+    root = OutputRoot(ranked_root)
+    if not root.holds_sweep():
         raise UsageError(
-            f"--from-ranked: {ranked_root} holds no sweep ({results.MANIFEST} is missing); "
+            f"--from-ranked: {ranked_root} holds no sweep ({root.MANIFEST} is missing); "
             "give the output root of a finished sweep"
         )
-    ranked_csv = ranked_root / "ranked_groups.csv"
+    ranked_csv = root / root.RANKED_GROUPS
     if not ranked_csv.is_file():  # a sweep from before the analysis files: make them
         from platform.analysis.analyze import analyze
 
@@ -37,11 +40,11 @@ def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
     winners = ranked[ranked["runs_ok"] > 0].head(top)
     if winners.empty:
         raise UsageError(f"--from-ranked: no group of {ranked_root} has an ok run to promote")
-    manifest = pd.read_csv(ranked_root / results.MANIFEST, sep="\t", keep_default_na=False)
+    manifest = pd.read_csv(root.manifest, sep="\t", keep_default_na=False)
     cases = []
     for group in winners["group"]:
         run = manifest.loc[(manifest["group"] == group) & (manifest["status"] == "ok"), "run"]
-        record = ranked_root / "runs" / str(run.iloc[0]) / "config.json"
+        record = root.run_config(str(run.iloc[0]))
         try:
             swept = json.loads(record.read_text())["swept"]
         except (OSError, ValueError, KeyError):

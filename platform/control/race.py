@@ -1,8 +1,10 @@
-"""Faster answers: which run starts next and which run stops early, in the driver's Tune loop.
+"""The race: which run stops early, in the driver's Tune loop, and the sweep's record of it.
 
-- ``Schedule``: the sweep's record of it, ``schedule.json`` in the output root: the plans, the
-  full grid's size, every early stop (run, step, window, why), every eliminated group and every
-  run skipped because of it. Written atomically at each decision; ``--resume`` reads it back.
+- ``Schedule``: what the scheduler and the searcher decided, ``schedule.json`` in the output root:
+  the plans, the full grid's size, every early stop (run, step, window, why), every eliminated
+  group and every run skipped because of it. Written atomically at each decision; ``--resume``
+  reads it back. ASHA (platform.control.asha) and the searchers (platform.control.searchers)
+  write into it too.
 - ``Race`` (``scheduler: race``): noise-aware successive racing of the groups. Runs start in the
   planned order (repeat 1 of every group, then repeat 2 of the groups still in the race, ...). A
   group's estimate is the mean over its runs of their clean windows' samples/s (after the
@@ -13,42 +15,29 @@
   stable run; a group breaking a Phase B limit (platform.stability) is stopped as unstable.
   Decisions are taken only on a clean window or when a run ends. Stopped runs keep their
   windows (``stopped_early``); the group's later repeats are ``skipped``.
-- ``WarmASHA`` (``scheduler: asha``): Tune's ASHAScheduler on the mean samples/s after the
-  warm-up windows.
-- ``PlannedSearcher`` (``search: grid`` / ``random``) and ``OptunaPlanner`` (``search:
-  optuna``, Tune's OptunaSearch over the space's keys, cases as a choice): the Tune search
-  algorithms that hand out the runs.
+
+The window and tail statistics are platform.analysis.stats' (one definition of each).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ray.tune.schedulers import ASHAScheduler, TrialScheduler
-from ray.tune.search import Searcher
-
 from platform.analysis import stats
-from platform.record.recorder import RunTimeout
-from platform.spaces.space import RunSpec, SearchSpace
+from platform.spaces.expand import RunSpec
+from platform.spaces.space import SearchSpace
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
-__all__ = [
-    "SCHEDULE",
-    "OptunaPlanner",
-    "PlannedSearcher",
-    "Race",
-    "Schedule",
-    "SweepStopper",
-    "WarmASHA",
-]
+__all__ = ["METRIC", "SCHEDULE", "Race", "Schedule"]
 
-SCHEDULE = "schedule.json"
+SCHEDULE = OutputRoot.SCHEDULE
 METRIC = "platform_samples_per_s"  # what ASHA and Optuna rank runs by (set by the driver)
 
 
@@ -56,7 +45,7 @@ class Schedule:
     """What the scheduler and the searcher decided, kept in ``schedule.json``."""
 
     def __init__(self, output_root: Path, space: SearchSpace, runs: list[RunSpec]):
-        self.path = Path(output_root) / SCHEDULE
+        self.path = OutputRoot.of(output_root).schedule
         groups = list(dict.fromkeys(r.group for r in runs))
         self.state: dict[str, Any] = {
             "scheduler": asdict(space.scheduler),
@@ -75,8 +64,6 @@ class Schedule:
 
     def load(self) -> None:
         """``--resume``: the decisions of the earlier attempt."""
-        import json
-
         if self.path.is_file():
             old = json.loads(self.path.read_text())
             for key in ("stops", "eliminated", "skipped", "picked"):
@@ -188,10 +175,10 @@ class Race:
         mean = statistics.fmean(means)
         half = self.plan.noise_floor * mean
         q = (1 + self.plan.confidence) / 2
-        if len(values) > 1:
-            half = max(half, _t(q, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5)
-        if len(means) > 1:
-            half = max(half, _t(q, len(means) - 1) * statistics.stdev(means) / len(means) ** 0.5)
+        for sample in (values, means):  # Student's t over the windows, then over the runs
+            if len(sample) > 1:
+                t = stats.t_quantile(q, len(sample) - 1)
+                half = max(half, t * statistics.stdev(sample) / len(sample) ** 0.5)
         return {"mean": mean, "low": mean - half, "high": mean + half, "windows": len(values),
                 "runs": len(means)}  # fmt: skip
 
@@ -281,7 +268,7 @@ def _window(
     result: dict[str, Any], history: list[dict[str, Any]], alert_ratio: float, warmup: int
 ) -> dict[str, Any]:
     """One window as the race sees it; ``clean``: past the warm-up, no stall alert (the
-    recorder's rule, platform/stats.py) and no epoch boundary inside it."""
+    recorder's rule, platform.analysis.stats) and no epoch boundary inside it."""
     p50 = float(result.get("iter_ms_p50") or math.nan)
     p90 = float(result.get("iter_ms_p90") or math.nan)
     epoch = result.get("epoch")
@@ -292,260 +279,21 @@ def _window(
         "epoch": epoch,
         "samples_per_s": float(result.get("samples_per_s") or math.nan),
         "iter_ms_p50": p50,
+        "iter_ms_p90": p90,
         "iter_ratio": stats.window_ratio(p90, p50),
         "clean": len(history) >= warmup and not boundary and alert is None and math.isfinite(p50),
     }
 
 
 def _tail_figures(history: list[dict[str, Any]], cfg) -> dict[str, float] | None:
-    """A finished run's tail (its last ``tail_timing_points`` windows) as platform/stats.py
-    defines it: mean iter p90/p50 (p50 floored) and mean iter p50."""
+    """A finished run's tail (its last ``tail_timing_points`` windows) as
+    platform.analysis.stats defines it: mean iter p90/p50 (p50 floored) and mean iter p50."""
     tail = history[-cfg.tail_timing_points :]
     if not tail:
         return None
     return {
-        "iter_ratio": statistics.fmean(w["iter_ratio"] for w in tail),
+        "iter_ratio": stats.tail_ratio(
+            [w["iter_ms_p90"] for w in tail], [w["iter_ms_p50"] for w in tail]
+        ),
         "iter_p50": statistics.fmean(w["iter_ms_p50"] for w in tail),
     }
-
-
-def _t(q: float, dof: int) -> float:
-    from scipy.stats import t
-
-    return float(t.ppf(q, dof))
-
-
-class SweepStopper(RunTimeout):
-    """Tune's stopper for a sweep: ``run_timeout_s`` (platform.callbacks.RunTimeout) and, with
-    ``scheduler: race``, the race's decisions (every window goes through the race first)."""
-
-    def __init__(self, runs: list[RunSpec], trial_runs: dict[str, str], race: Race | None):
-        super().__init__(runs, trial_runs)
-        self.race = race
-
-    def __call__(self, trial_id, result) -> bool:
-        run = self.trial_runs.get(trial_id, "")
-        if self.race is not None and run and self.race.observe(run, result):
-            return True
-        return super().__call__(trial_id, result)
-
-
-class WarmASHA(ASHAScheduler):
-    """Tune's ASHAScheduler on the mean samples/s of a run's windows after the warm-up
-    (``time_attr``: windows after the warm-up); its stops go into the schedule."""
-
-    def __init__(self, space: SearchSpace, runs: list[RunSpec], schedule: Schedule,
-                 trial_runs: dict[str, str]):  # fmt: skip
-        plan = space.scheduler
-        windows = max(math.ceil(r.config.max_steps / r.config.log_every) for r in runs)
-        max_t = max(1, windows - plan.warmup_windows)
-        super().__init__(
-            time_attr="platform_window",
-            metric=METRIC,
-            mode="max",
-            max_t=max_t,
-            grace_period=min(plan.grace_windows, max_t),
-            reduction_factor=plan.reduction_factor,
-        )
-        self.warmup = plan.warmup_windows
-        self.max_steps = {r.name: r.config.max_steps for r in runs}
-        self.schedule = schedule
-        self.trial_runs = trial_runs
-        self.history: dict[str, list[float]] = {}
-
-    def on_trial_result(self, tune_controller, trial, result):
-        values = self.history.setdefault(trial.trial_id, [])
-        values.append(float(result.get("samples_per_s") or math.nan))
-        if len(values) <= self.warmup:
-            return TrialScheduler.CONTINUE
-        after = values[self.warmup :]
-        seen = {**result, "platform_window": len(after), METRIC: statistics.fmean(after)}
-        decision = super().on_trial_result(tune_controller, trial, seen)
-        run = self.trial_runs.get(trial.trial_id, "")
-        step = int(result.get("step") or 0)
-        if decision == TrialScheduler.STOP and run and step < self.max_steps.get(run, 0):
-            self.schedule.stop(
-                run,
-                "asha",
-                step,
-                len(values),
-                f"asha: mean {seen[METRIC]:.2f} samples/s after the warm-up is below the "
-                f"rung cutoff (top 1/{self._reduction_factor:g}) at window {len(values)}",
-            )
-        return decision
-
-    def on_trial_complete(self, tune_controller, trial, result):
-        self.history.pop(trial.trial_id, None)
-        if trial.trial_id in self._trial_info:
-            del self._trial_info[trial.trial_id]
-
-
-class PlannedSearcher(Searcher):
-    """Hands out the planned runs in order (``search: grid`` or ``random``), passing over the
-    runs of groups that left the race (they are ``skipped``)."""
-
-    def __init__(self, runs: list[RunSpec], param: Callable[[RunSpec], dict],
-                 trial_runs: dict[str, str], race: Race | None = None):  # fmt: skip
-        super().__init__()
-        self.todo = list(runs)
-        self.param = param
-        self.trial_runs = trial_runs
-        self.race = race
-
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
-        return True
-
-    def suggest(self, trial_id: str):
-        while self.todo:
-            run = self.todo.pop(0)
-            if self.race is not None and not self.race.runnable(run.name):
-                self.race.skip(run.name)
-                continue
-            self.trial_runs[trial_id] = run.name
-            return {"run": self.param(run)}
-        return Searcher.FINISHED
-
-    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
-        run = self.trial_runs.get(trial_id)
-        if self.race is not None and run is not None:
-            self.race.complete(run, _outcome(self.race.runs[run].config, result, error))
-
-    def save(self, checkpoint_path: str) -> None:  # the record is schedule.json
-        Path(checkpoint_path).write_text("{}")
-
-    def restore(self, checkpoint_path: str) -> None:
-        pass
-
-
-class OptunaPlanner(Searcher):
-    """``search: optuna``: Tune's OptunaSearch (TPE, ``seed``) picks ``num_samples`` groups one
-    after another; each picked group runs its repeats, and OptunaSearch is told the mean of
-    their tail samples/s. The define-by-run space has one categorical parameter per swept key
-    (and ``case`` when the space has cases), so only valid combinations are proposed. A
-    proposal of a group already run is answered with its known value and asked again."""
-
-    MAX_ASKS = 50
-
-    def __init__(self, space: SearchSpace, runs: list[RunSpec], param: Callable[[RunSpec], dict],
-                 trial_runs: dict[str, str], schedule: Schedule,
-                 on_plan: Callable[[RunSpec], None]):  # fmt: skip
-        super().__init__()
-        from ray.tune.search.optuna import OptunaSearch
-
-        self.space, self.param, self.trial_runs = space, param, trial_runs
-        self.schedule, self.on_plan = schedule, on_plan
-        self.by_point: dict[tuple, str] = {}
-        self.group_runs: dict[str, list[RunSpec]] = {}
-        self.group_of_run = {r.name: r.group for r in runs}
-        for r in runs:
-            self.by_point.setdefault(_point_key(r.swept), r.group)
-            self.group_runs.setdefault(r.group, []).append(r)
-        self.budget = space.search.num_samples
-        self.inner = OptunaSearch(space=self._define, metric=METRIC, mode="max",
-                                  seed=space.search.seed)  # fmt: skip
-        self.queue: list[RunSpec] = []
-        self.asked: dict[str, str] = {}  # group -> the OptunaSearch trial id that proposed it
-        self.values: dict[str, list[float]] = {}  # group -> its finished runs' tail samples/s
-        self.pending: dict[str, int] = {}  # group -> runs not yet ended
-        self.windows: dict[str, list[float]] = {}  # Tune trial id -> samples/s per window
-        self.asks = 0
-
-    def _define(self, trial) -> None:
-        cases = self.space.cases or [{}]
-        c = trial.suggest_categorical("case", list(range(len(cases)))) if len(cases) > 1 else 0
-        case = cases[c]
-        for key, values in case.get("grid", {}).items():
-            trial.suggest_categorical(f"{key}@case{c}", values)
-        for key, values in self.space.grid.items():
-            trial.suggest_categorical(key, values)
-
-    def _group_of(self, params: dict[str, Any]) -> str:
-        cases = self.space.cases or [{}]
-        case = cases[int(params.get("case", 0))]
-        point = {k: v for k, v in case.items() if k != "grid"}
-        for key, value in params.items():
-            if key != "case":
-                point[key.split("@")[0]] = value
-        return self.by_point[_point_key(point)]
-
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
-        return True
-
-    def suggest(self, trial_id: str):
-        if not self.queue and not self._ask():
-            return Searcher.FINISHED
-        run = self.queue.pop(0)
-        self.trial_runs[trial_id] = run.name
-        self.on_plan(run)
-        return {"run": self.param(run)}
-
-    def _ask(self) -> bool:
-        """Ask OptunaSearch for the next group; False when the budget or the space is spent."""
-        while (
-            len(self.asked) < min(self.budget, len(self.group_runs)) and self.asks < self.MAX_ASKS
-        ):
-            self.asks += 1
-            tid = f"optuna_{self.asks}"
-            params = self.inner.suggest(tid)
-            group = self._group_of(params)
-            if group in self.asked:
-                known = self.values.get(group)
-                value = statistics.fmean(known) if known else None
-                self.inner.on_trial_complete(
-                    tid, result={METRIC: value} if value is not None else None, error=value is None
-                )
-                continue
-            self.asked[group] = tid
-            self.schedule.state["picked"].append(group)
-            self.schedule.save()
-            self.queue = list(self.group_runs[group])
-            self.pending[group] = len(self.queue)
-            return True
-        return False
-
-    def on_trial_result(self, trial_id: str, result: dict) -> None:
-        self.windows.setdefault(trial_id, []).append(float(result.get("samples_per_s") or 0.0))
-
-    def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
-        run = self.trial_runs.get(trial_id)
-        if run is None:
-            return
-        group = self.group_of_run[run]
-        cfg = self.group_runs[group][0].config
-        seen = self.windows.pop(trial_id, []) or [float((result or {}).get("samples_per_s") or 0)]
-        if not error and any(seen):
-            self.values.setdefault(group, []).append(
-                statistics.fmean(seen[-cfg.tail_timing_points :])
-            )
-        self.pending[group] -= 1
-        if self.pending[group] == 0:
-            del self.pending[group]
-            known = self.values.get(group)
-            self.inner.on_trial_complete(
-                self.asked[group],
-                result={METRIC: statistics.fmean(known)} if known else None,
-                error=not known,
-            )
-
-    def save(self, checkpoint_path: str) -> None:  # the record is schedule.json
-        Path(checkpoint_path).write_text("{}")
-
-    def restore(self, checkpoint_path: str) -> None:
-        pass
-
-
-def _outcome(cfg, result: dict | None, error: bool) -> str:
-    """How a trial ended, for the race: ok (at max_steps), error, timeout (run_timeout_s) or
-    cut (stopped short otherwise: the sweep was interrupted)."""
-    result = result or {}
-    if error:
-        return "error"
-    if (result.get("step") or 0) >= cfg.max_steps:
-        return "ok"
-    if cfg.run_timeout_s and (result.get("time_total_s") or 0) >= cfg.run_timeout_s:
-        return "timeout"
-    return "cut"
-
-
-def _point_key(point: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in point.items()))

@@ -1,7 +1,9 @@
-"""Starting (or joining) the Ray cluster of a sweep, with its dashboard and metrics endpoint."""
+"""Starting (or joining) the Ray cluster of a sweep, with its dashboard and metrics endpoint,
+and the environment every process of the sweep's Ray job gets."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +16,13 @@ from stage1_common.cluster import init_address, joining, runtime_env
 # What a joined cluster's workers import: shipped with the job (runtime_env py_modules).
 WORKER_PACKAGES = (trainables, data_prep, stage1_common)
 
-__all__ = ["ClusterInfo", "LOOPBACK_HOSTS", "start_cluster"]
+__all__ = [
+    "ClusterInfo",
+    "FORWARDED_ENV_PREFIXES",
+    "LOOPBACK_HOSTS",
+    "start_cluster",
+    "train_env_vars",
+]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -71,3 +79,23 @@ def start_cluster(
         metrics_url=f"http://{ip}:{port}/metrics" if port and port > 0 else None,
         joined=joined,
     )
+
+
+# Communication settings a user exported for the driver must reach every worker, also on a
+# cluster joined with --address (whose processes did not inherit this shell's environment).
+FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_")
+
+
+def train_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of every process of the sweep's Ray job.
+
+    A Ray Train V2 worker's result queue holds one report, and the controller drains it only on
+    its health-check poll (2 s by default): a window shorter than that would block in
+    ``ray.train.report``. A shorter poll keeps short windows honest; users can still set it.
+    """
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
+    env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = environ.get(
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
+    )
+    return env

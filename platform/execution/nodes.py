@@ -12,12 +12,13 @@ from typing import Any
 
 from platform.errors import UsageError
 from stage1_common.cluster import first_line, node_label, on_every_node, probe_file
+from stage1_common.output_root import OutputRoot
 
 __all__ = ["check_nodes", "node_problem"]
 
 
 def check_nodes(
-    output_root: Path | None = None,
+    output_root: OutputRoot | Path | None = None,
     manifests: list[tuple[str, str]] | None = None,
     *,
     timeout_s: float = 180.0,
@@ -40,7 +41,10 @@ def check_nodes(
 
 
 def node_problem(
-    node: dict[str, Any], fact: Any, mine: dict[str, str], output_root: Path | None = None
+    node: dict[str, Any],
+    fact: Any,
+    mine: dict[str, str],
+    output_root: OutputRoot | Path | None = None,
 ) -> str | None:
     """What one node's answer to the node check says is wrong (one line with the fix), or
     None. ``fact`` is ``node_facts``' dict, or the exception the task ended with."""

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
-from platform.spaces.space import RunSpec
+from platform.spaces.expand import RunSpec
 from platform.storage import results
 from stage1_common.fileio import remove_stale_temporaries
+from stage1_common.output_root import OutputRoot
 
 __all__ = ["EARLY_STATUSES", "previous_status", "drop_rows"]
 
@@ -24,15 +25,18 @@ EARLY_STATUSES = ("stopped_early", "skipped")
 _COUNTS = ("gpu_telemetry_rows", "host_telemetry_rows", "stall_alerts")
 
 
-def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
+def previous_status(
+    output_root: OutputRoot | Path, runs: list[RunSpec]
+) -> dict[str, dict[str, Any]]:
     """The recorded status of every run that finished ok, in the recorder's form. Refuses an
     output root without a sweep, or one holding a different sweep."""
-    manifest = Path(output_root) / results.MANIFEST
-    if not manifest.is_file() and _started(Path(output_root)):
+    root = OutputRoot.of(output_root)
+    manifest = root.manifest
+    if not manifest.is_file() and _started(root):
         return {}  # the earlier attempt stopped before its manifest was written: nothing ran
     if not manifest.is_file():
         raise UsageError(
-            f"--resume: {output_root} holds no sweep ({results.MANIFEST} is missing); "
+            f"--resume: {output_root} holds no sweep ({OutputRoot.MANIFEST} is missing); "
             "drop --resume to start one there"
         )
     with manifest.open(encoding="utf-8", newline="") as fh:
@@ -64,31 +68,34 @@ def previous_status(output_root: Path, runs: list[RunSpec]) -> dict[str, dict[st
     return done
 
 
-def _started(output_root: Path) -> bool:
+def _started(root: OutputRoot) -> bool:
     """A sweep was started here (the driver writes these before the manifest)."""
-    return any((output_root / name).is_dir() for name in ("runs", "data"))
+    return root.runs.is_dir() or root.data.is_dir()
 
 
-# What one attempt of a run leaves in runs/<run>/ that a new attempt must not inherit (a stale
-# stack dump would make the next failure look like a hang).
-_ATTEMPT_FILES = ("stacks-rank*.txt", "fail_tail.txt", "workers/rank*.json")
-
-
-def drop_rows(output_root: Path, run_names: list[str], *, keep_parts: bool = False) -> int:
+def drop_rows(
+    output_root: OutputRoot | Path, run_names: list[str], *, keep_parts: bool = False
+) -> int:
     """Delete the part files of these runs from every dataset (unless ``keep_parts``: a
     training run resumes from a checkpoint and keeps what it measured), the files their
     earlier attempt left in ``runs/<run>/``, and the temporaries of writes a SIGKILL cut short;
     returns how many part files went."""
-    output_root = Path(output_root)
+    root = OutputRoot.of(output_root)
     removed = 0
     for folder, _ in () if keep_parts else results.DATASETS.values():
         for run in run_names:
-            for part in (output_root / folder).glob(f"{run}-*.parquet"):
+            for part in (root / folder).glob(f"{run}-*.parquet"):
                 part.unlink()
                 removed += 1
     for run in run_names:
-        for pattern in _ATTEMPT_FILES:
-            for path in (output_root / "runs" / run).glob(pattern):
-                path.unlink(missing_ok=True)
-    remove_stale_temporaries(output_root)
+        for path in _attempt_files(root, run):
+            path.unlink(missing_ok=True)
+    remove_stale_temporaries(root.path)
     return removed
+
+
+def _attempt_files(root: OutputRoot, run: str) -> list[Path]:
+    """What one attempt of a run leaves in ``runs/<run>/`` that a new attempt must not inherit
+    (a stale stack dump would make the next failure look like a hang)."""
+    patterns = (root.stacks(run), root.fail_tail(run), root.workers_dir(run) / "rank*.json")
+    return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]

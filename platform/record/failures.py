@@ -1,26 +1,32 @@
 """What the driver records about a run that did not finish: a one-line reason, an exit code in
-the runbooks' sense, and the tails of its workers' logs (``runs/<run>/fail_tail.txt``)."""
+the runbooks' sense, whether it stalled (the stall watchdog left stack dumps), and the tails of
+its workers' logs (``runs/<run>/fail_tail.txt``)."""
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from stage1_common.fileio import atomic_write_text
+from stage1_common.output_root import OutputRoot
 from trainables.worker_logs import read_registrations, tail_lines
 
 __all__ = [
     "EXIT_CODES",
-    "FAIL_TAIL",
+    "RunFailure",
+    "diagnose",
+    "error_text",
     "exit_code",
     "fail_tail",
     "failure_reason",
     "format_tails",
     "remote_tail",
+    "save_fail_tail",
     "stderr_tails",
     "worker_tails",
 ]
-
-FAIL_TAIL = "fail_tail.txt"
 
 # The exit status a shell runbook would have seen for the run (run_manifest.tsv: exit_code).
 EXIT_CODES = {
@@ -178,7 +184,7 @@ def stderr_tails(workers: list[dict]) -> dict[int, list[str]]:
 def format_tails(run_dir: Path, workers: list[dict]) -> str:
     if not workers:
         return (
-            f"no worker registered in {Path(run_dir) / 'workers'} "
+            f"no worker registered in {Path(run_dir) / OutputRoot.WORKERS} "
             "(the run failed before its workers started)\n"
         )
     parts = []
@@ -205,3 +211,58 @@ def fail_tail(run_dir: Path, lines: int) -> str:
     if lines <= 0:
         return ""
     return format_tails(run_dir, worker_tails(run_dir, lines))
+
+
+def error_text(trial) -> str | None:
+    """The error of a failed Tune trial. Tune writes it to the trial's local folder before
+    calling on_trial_error; the copy that ``trial.get_error()`` reads from storage is synced
+    only later."""
+    path = getattr(trial, "error_file", None)
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    try:
+        return trial.get_error()
+    except Exception:  # no error text anywhere: the reason says so
+        return None
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """How a run that raised ended: ``failed``, or ``stalled`` when the stall watchdog dumped
+    its ranks' stacks before the collectives timed out."""
+
+    status: str
+    reason: str
+    exit_code: int | None
+    workers: list[dict]  # worker_tails of the run, with at least 40 lines each
+
+
+def diagnose(root: OutputRoot, run: str, error: str | None, lines: int) -> RunFailure:
+    """Why ``run`` failed, from its error text, its workers' log tails (Ray cuts long error
+    snippets: the exception line may be only there) and its stack dumps. ``lines``: the run's
+    fail_tail_lines (the tails read are at least 40 lines, for the reason)."""
+    run_dir = root.run_dir(run)
+    workers = worker_tails(run_dir, max(lines, 40))
+    reason = failure_reason(error, stderr_tails(workers))
+    stacks = sorted(run_dir.glob(root.stacks(run).name))
+    if not stacks:
+        return RunFailure("failed", reason, exit_code("failed", error), workers)
+    names = ", ".join(p.name for p in stacks)
+    reason = (
+        f"stalled: no progress for stall_timeout_s; stacks in {OutputRoot.RUNS}/{run}/ "
+        f"({names}); {reason}"
+    )
+    return RunFailure("stalled", reason, exit_code("stalled"), workers)
+
+
+def save_fail_tail(root: OutputRoot, run: str, workers: list[dict], lines: int) -> str:
+    """Write the last ``lines`` lines of each worker's stderr and stdout (from ``workers``, as
+    worker_tails gives them) to ``runs/<run>/fail_tail.txt``; returns that text."""
+    cut = [
+        {**w, "tails": {k: v[-lines:] if isinstance(v, list) else v for k, v in w["tails"].items()}}
+        for w in workers
+    ]
+    text = format_tails(root.run_dir(run), cut)
+    atomic_write_text(root.fail_tail(run), text)
+    return text

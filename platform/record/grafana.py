@@ -5,22 +5,20 @@ data share, and GPU utilisation and power per rank.
 A local sweep's cluster writes it into the session's Grafana provisioning folder
 (``<session>/metrics/grafana/dashboards/``, beside Ray's own dashboards), so Grafana started with
 Ray's ``grafana.ini`` shows it in the folder "Ray" as "Stage-1 sweep"; ``python -m
-platform.grafana --out FILE`` writes it for any other Grafana (import it, pick the Prometheus
-data source). See the README, "Dashboards".
+platform.grafana --out FILE`` (the command line, platform/grafana.py) writes it for any other
+Grafana (import it, pick the Prometheus data source). See the README, "Dashboards".
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from platform.storage import results
 
-__all__ = ["FILENAME", "UID", "dashboard", "gauges_in", "install", "main"]
+__all__ = ["FILENAME", "UID", "board_json", "dashboard", "gauges_in", "install"]
 
 FILENAME = "stage1_grafana_dashboard.json"
 UID = "stage1-sweep"
@@ -97,6 +95,11 @@ def dashboard() -> dict[str, Any]:
     }
 
 
+def board_json() -> str:
+    """The dashboard as the file Grafana imports (indented JSON)."""
+    return json.dumps(dashboard(), indent=2) + "\n"
+
+
 def gauges_in(board: dict[str, Any]) -> set[str]:
     """Every metric name the dashboard's queries read."""
     names = set()
@@ -122,25 +125,5 @@ def install(session_dir: str | Path | None = None) -> Path | None:
     if not folder.is_dir():
         return None
     path = folder / FILENAME
-    results.atomic_write_text(path, json.dumps(dashboard(), indent=2) + "\n")
+    results.atomic_write_text(path, board_json())
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.grafana",
-        description="Write the Grafana dashboard of the platform's ray_stage1_* gauges.",
-    )
-    p.add_argument("--out", type=Path, default=Path(FILENAME), help=f"default ./{FILENAME}")
-    args = p.parse_args(argv)
-    try:
-        results.atomic_write_text(args.out, json.dumps(dashboard(), indent=2) + "\n")
-    except OSError as exc:
-        print(f"platform.grafana: error: --out {args.out}: {exc.strerror}", file=sys.stderr)
-        return 2
-    print(f"dashboard: {args.out} (uid {UID}); import it in Grafana with the Prometheus source")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Experiment loggers: ``--logger tensorboard|wandb|mlflow`` (repeatable, off by default).
 
-The recorder (platform/callbacks.py) hands every timing window of every run to each logger: one
+The recorder (platform/record/recorder.py) hands every timing window of every run to each logger: one
 series per run, keyed by the run's step, with the window metrics (``perf/samples_per_s``,
 ``perf/iter_ms_p50``, ... ``train/loss``; ``val/*`` and ``checkpoint/save_s`` in training). All
 three write to the output root unless told otherwise, so they work offline:
@@ -24,9 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
-from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
-__all__ = ["LOGGERS", "WINDOW_SCALARS", "add_logger_argument", "make_loggers", "scalars_of"]
+__all__ = [
+    "LOGGERS",
+    "WINDOW_SCALARS",
+    "RunLoggers",
+    "add_logger_argument",
+    "check_loggers",
+    "make_loggers",
+    "scalars_of",
+]
 
 LOGGERS = ("tensorboard", "wandb", "mlflow")
 
@@ -101,8 +109,8 @@ def check_loggers(names: list[str] | None, default: tuple[str, ...] = ()) -> lis
 
 
 class _TensorBoard:
-    def __init__(self, root: Path, experiment: str):
-        self.root = root / results.TENSORBOARD_DIR
+    def __init__(self, root: OutputRoot, experiment: str):
+        self.root = root.tensorboard
         self.runs: dict[str, Any] = {}  # run -> its SummaryWriter
 
     def log(self, run: str, group: str, config: dict, step: int, scalars: dict[str, float]):
@@ -125,10 +133,10 @@ class _TensorBoard:
 
 
 class _Wandb:
-    def __init__(self, root: Path, experiment: str):
+    def __init__(self, root: OutputRoot, experiment: str):
         import wandb
 
-        self.wandb, self.root, self.project = wandb, root, experiment
+        self.wandb, self.root, self.project = wandb, root.path, experiment
         self.runs: dict[str, Any] = {}
 
     def log(self, run: str, group: str, config: dict, step: int, scalars: dict[str, float]):
@@ -153,17 +161,18 @@ class _Wandb:
 
 
 class _Mlflow:
-    def __init__(self, root: Path, experiment: str):
+    def __init__(self, root: OutputRoot, experiment: str):
         from mlflow.tracking import MlflowClient
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root.resolve()}/mlflow.db"
+        here = root.path.resolve()
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{here / OutputRoot.MLFLOW_DB}"
         self.client = MlflowClient(tracking_uri=uri)
         found = self.client.get_experiment_by_name(experiment)
         self.experiment = (
             found.experiment_id
             if found is not None
             else self.client.create_experiment(
-                experiment, artifact_location=(root.resolve() / "mlflow_artifacts").as_uri()
+                experiment, artifact_location=(here / OutputRoot.MLFLOW_ARTIFACTS).as_uri()
             )
         )
         self.runs: dict[str, str] = {}
@@ -196,12 +205,14 @@ class RunLoggers:
     """The chosen loggers behind one call per window and one per finished run. A logger that
     fails is reported once and dropped: it never stops a sweep or loses a measured row."""
 
-    def __init__(self, names: list[str], root: Path, echo=print):
+    def __init__(self, names: list[str], root: OutputRoot | Path, echo=print):
         self.echo = echo
         self.loggers: dict[str, Any] = {}
+        root = OutputRoot.of(root)
         for name in names:
             try:
-                self.loggers[name] = _CLASSES[name](Path(root), Path(root).name)
+                # The output root's folder name is the W&B project and the MLflow experiment.
+                self.loggers[name] = _CLASSES[name](root, root.path.name)
             except Exception as exc:  # noqa: BLE001 - the sweep goes on without it
                 echo(f"logger {name} is off: {type(exc).__name__}: {exc}")
 
@@ -237,5 +248,6 @@ class RunLoggers:
             self.loggers.pop(name, None)
 
 
-def make_loggers(names: list[str], root: Path, echo=print) -> RunLoggers:
+def make_loggers(names: list[str], root: OutputRoot | Path, echo=print) -> RunLoggers:
+    """The ``--logger`` sinks ``names`` of the output root ``root``, behind one RunLoggers."""
     return RunLoggers(names, root, echo)

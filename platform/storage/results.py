@@ -1,5 +1,7 @@
-"""Files of an output root. Every write goes to a temporary name in the same folder and is then
-renamed, so a crash or Ctrl-C never leaves a truncated file behind."""
+"""Files of an output root: the Parquet schemas, atomic writes and the readers of what was
+written. Every write goes to a temporary name in the same folder and is then renamed, so a crash
+or Ctrl-C never leaves a truncated file behind. The files' names live in
+``stage1_common.output_root.OutputRoot``; the constants here are aliases of them."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from platform.errors import UsageError
 from stage1_common.fileio import atomic_write_bytes, atomic_write_text, tsv_text, write_json
+from stage1_common.output_root import OutputRoot
 
 __all__ = [
     "DATASETS",
@@ -20,19 +25,21 @@ __all__ = [
     "TIMING_SCHEMA",
     "atomic_write_text",
     "read_dataset",
+    "read_json",
+    "read_manifest",
     "write_json",
     "write_part",
     "write_tsv",
 ]
 
-TIMING_DIR = "timing.parquet"
-GPU_TELEMETRY_DIR = "gpu_telemetry.parquet"
-HOST_TELEMETRY_DIR = "host_telemetry.parquet"
-VALIDATION_DIR = "validation.parquet"
-CHECKPOINTS_DIR = "checkpoints.parquet"
-TENSORBOARD_DIR = "tensorboard"
-MANIFEST = "run_manifest.tsv"
-BEST_CONFIG = "best_config.json"
+TIMING_DIR = OutputRoot.TIMING
+GPU_TELEMETRY_DIR = OutputRoot.GPU_TELEMETRY
+HOST_TELEMETRY_DIR = OutputRoot.HOST_TELEMETRY
+VALIDATION_DIR = OutputRoot.VALIDATION
+CHECKPOINTS_DIR = OutputRoot.CHECKPOINTS
+TENSORBOARD_DIR = OutputRoot.TENSORBOARD
+MANIFEST = OutputRoot.MANIFEST
+BEST_CONFIG = OutputRoot.BEST_CONFIG
 
 # What a run actually used, as its workers report it (requested values are in its config).
 EFFECTIVE_KEYS = (
@@ -235,10 +242,33 @@ def read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
-def read_dataset(dataset_dir: Path, schema: pa.Schema):
+def read_dataset(dataset_dir: Path, schema: pa.Schema) -> pd.DataFrame:
     """All part files as one pandas DataFrame (empty, with the schema's columns, if none)."""
     dataset_dir = Path(dataset_dir)
     parts = sorted(dataset_dir.glob("*.parquet")) if dataset_dir.is_dir() else []
     if not parts:
         return schema.empty_table().to_pandas()
     return pq.ParquetDataset(dataset_dir, schema=schema).read().to_pandas()
+
+
+def read_manifest(output_root: OutputRoot | Path) -> pd.DataFrame:
+    """A sweep's run manifest (one row per run); UsageError when the folder holds no sweep or
+    the file is not a run manifest."""
+    root = OutputRoot.of(output_root)
+    if not root.manifest.is_file():
+        raise UsageError(
+            f"{root} holds no sweep ({MANIFEST} is missing); give the output root "
+            "of a platform.tune sweep"
+        )
+    try:
+        manifest = pd.read_csv(root.manifest, sep="\t")
+    except (ValueError, OSError) as exc:
+        raise UsageError(
+            f"{root.manifest} cannot be read ({exc}); rerun the sweep with --resume"
+        ) from None
+    missing = [c for c in ("run", "group", "repeat", "status") if c not in manifest]
+    if missing:
+        raise UsageError(
+            f"{root.manifest} lacks column(s) {', '.join(missing)}; it is not a run manifest"
+        )
+    return manifest

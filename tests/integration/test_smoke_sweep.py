@@ -14,6 +14,7 @@ import pytest
 
 from platform.spaces.runbook import VARIABLES
 from tests.cli import run_module
+from tests.output_layout import check_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
@@ -63,7 +64,8 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     for line in ("[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in", "groups ranked by tail samples/s"):
         assert line in log and line in out.stdout
     # The YAML it printed is the sweep it ran: the same runs from --space FILE.
-    from platform.spaces.space import expand_runs, load_space
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
 
     mine = root.parent / "from_runbook.yaml"
     mine.write_text(out.stdout.split("\n---\n")[1].split("\n---")[0])
@@ -75,6 +77,11 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     planned = {k: v for k, v in runs[0].config.to_dict().items() if k not in filled}
     assert planned == {k: v for k, v in saved.items() if k in planned}
     assert list(manifest["strategy"]) == ["ddp", "ddp"]  # strategy auto: z0 is DDP
+
+
+def test_the_sweep_writes_the_files_and_columns_recorded_before_the_restructuring(sweep):
+    """Issue 23 moved every module; the files, their columns and keys stay the same."""
+    assert check_layout(sweep[0], "smoke_sweep") == []
 
 
 def test_tensorboard_finds_every_runs_samples_per_s_series(sweep):

@@ -17,6 +17,7 @@ import pytest
 from tests.cli import run_module
 from tests.conftest import prepare_serial
 from tests.integration.helpers import LiveCli
+from tests.output_layout import check_layout
 
 pytestmark = pytest.mark.integration
 RUN = "train_z0_mb16_nw0_pf2_r1"
@@ -73,6 +74,8 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert list((clean / "tensorboard" / RUN).glob("events.out.tfevents.*"))
     assert (run_dir / "curves.png").stat().st_size > 10_000
     assert "validation at step 30" in done.stdout and "best val_mean_r1" in done.stdout
+    # Issue 23 moved every module; the files, their columns and keys stay the same.
+    assert check_layout(clean, "train_smoke") == []
     from trainables.export import load_exported
 
     model, info = load_exported(run_dir / "export")

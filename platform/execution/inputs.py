@@ -1,0 +1,200 @@
+"""What a run reads and where it writes, made ready before its first trial: the output root
+(``--output-root``: new, or the one ``--resume`` finishes), the space's synthetic corpus, each
+manifest's tokenizer (built once, under the output root, for every rank on every node), and the
+manifests every node must read."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from platform.errors import UsageError
+from platform.spaces.expand import RunSpec
+from platform.spaces.plans import DataPlan
+from platform.spaces.space import SearchSpace
+from platform.storage import results
+from stage1_common.fileio import ensure_writable_dir
+from stage1_common.output_root import OutputRoot
+
+__all__ = [
+    "needs_corpus",
+    "output_root_arg",
+    "prepare_corpus",
+    "prepare_inputs",
+    "prepare_output_root",
+    "prepare_tokenizers",
+    "remove_if_empty",
+    "run_manifests",
+]
+
+
+def output_root_arg(text: str) -> Path:
+    """``--output-root``: a path, or a ``file://`` URI (read with pyarrow.fs). On a cluster it
+    must be storage every node mounts at that path; object stores are refused with the fix."""
+    import argparse
+    from urllib.parse import urlparse
+
+    scheme = urlparse(text).scheme
+    if not scheme or len(scheme) == 1:  # a plain path (or a Windows drive letter)
+        return Path(text)
+    if scheme == "file":
+        import pyarrow.fs
+
+        fs, path = pyarrow.fs.FileSystem.from_uri(text)
+        if isinstance(fs, pyarrow.fs.LocalFileSystem):
+            return Path(path)
+    raise argparse.ArgumentTypeError(
+        f"{text}: {scheme}:// output roots are not supported yet; mount the bucket on every node "
+        "(s3fs, gcsfuse) or use a shared filesystem path"
+    )
+
+
+def prepare_output_root(output_root: Path | None, space_name: str) -> OutputRoot:
+    """Create the output root and prove it writable, before Ray starts."""
+    if output_root is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        output_root = Path("outputs") / f"{space_name}_{stamp}"
+    root = OutputRoot(output_root.expanduser().resolve())
+    if root.manifest.exists() or root.timing.exists():
+        raise UsageError(f"output root {root} already holds a sweep; choose another --output-root")
+    try:
+        ensure_writable_dir(root.path)
+    except OSError as exc:
+        raise UsageError(
+            f"output root {root} cannot be written ({exc.strerror or exc}); "
+            "choose a writable --output-root"
+        ) from None
+    return root
+
+
+def prepare_inputs(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    *,
+    address: str | None,
+    resume: bool,
+    output_root: Path | None,
+    what: str = "sweep",
+) -> tuple[OutputRoot, dict[str, dict[str, Any]]]:
+    """Before Ray starts: the runs' inputs, the cluster address, and the output root (a new
+    one, or with ``resume`` the one to finish and its runs that finished ok). Raises UsageError
+    with the fix."""
+    from platform.execution.resume import previous_status
+    from platform.spaces.preflight import check_inputs
+    from stage1_common.ray_address import address_problem
+
+    check_inputs(space, runs)
+    problem = address_problem(address)
+    if problem:
+        raise UsageError(
+            f"cannot reach Ray at --address {address}: {problem}; check the address "
+            "or drop --address to start a local cluster"
+        )
+    if not resume:
+        return prepare_output_root(output_root, space.name), {}
+    if output_root is None:
+        raise UsageError(f"--resume needs the --output-root of the {what} to finish")
+    root = OutputRoot(output_root.expanduser().resolve())
+    return root, previous_status(root, runs)
+
+
+def remove_if_empty(output_root: OutputRoot | Path) -> None:
+    """A sweep refused before it wrote anything leaves no empty output root behind."""
+    try:
+        OutputRoot.of(output_root).path.rmdir()
+    except OSError:
+        pass
+
+
+def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
+    """A space's ``data`` corpus is made only when no run names a manifest of its own."""
+    return space.data is not None and not any(r.config.manifest_path for r in runs)
+
+
+def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
+    """Generate the space's synthetic corpus under ``<output_root>/data/`` and prepare it with
+    data_prep on the sweep's cluster; returns the manifest path."""
+    from data_prep import synth
+    from data_prep.layout import discover
+    from data_prep.librispeech import prepare
+
+    root = OutputRoot.of(output_root)
+    raw, prepared = root.synth_data, root.prepared_data
+    manifest = prepared / f"manifest_{plan.target_sr // 1000}k{'_trim' if plan.trim else ''}.tsv"
+    if manifest.is_file():  # --resume: written last and atomically, so the corpus is complete
+        print(f"data: reusing {manifest}", flush=True)
+        return manifest
+    print(f"data: {plan.describe()}", flush=True)
+    synth.make_corpus(raw, **plan.synth)
+    counts = prepare(
+        discover(raw),
+        raw,
+        prepared,
+        manifest,
+        target_sr=plan.target_sr,
+        trim=plan.trim,
+        log_every=100,
+        stream=sys.stdout,
+    )
+    if counts["written"] + counts["skipped"] == 0:
+        raise RuntimeError(f"data preparation produced no utterance; see {manifest}")
+    return manifest
+
+
+def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> list[RunSpec]:
+    """Build each manifest's tokenizer once, here, and put it under the output root
+    (``tokenizers/``); every rank of every run loads that file (``tokenizer_path``), on any node
+    of a cluster, instead of training its own or relying on a cache of its node. Runs whose
+    text checkpoint has a tokenizer, or that name a ``tokenizer_path`` themselves, keep theirs."""
+    from trainables.manifest import read_manifest_table
+    from trainables.model import text_vocab_size
+    from trainables.pretrained import has_tokenizer
+    from trainables.text import load_or_build_tokenizer
+
+    root = OutputRoot.of(output_root)
+    built: dict[tuple[str, int], str] = {}
+    out = []
+    for run in runs:
+        cfg = run.config
+        if (
+            cfg.dataset != "manifest"
+            or has_tokenizer(cfg.text_pretrained_path)
+            or cfg.tokenizer_path
+        ):
+            out.append(run)
+            continue
+        key = (cfg.manifest_path, text_vocab_size(cfg.model_size, cfg.text_pretrained_path))
+        if key not in built:
+            manifest = Path(cfg.manifest_path)
+            table = read_manifest_table(manifest)
+            tok = load_or_build_tokenizer(
+                manifest, [str(t) for t in table.column("transcript").to_pylist()], key[1]
+            )
+            text = tok.to_str()
+            digest = hashlib.sha1(text.encode()).hexdigest()[:12]
+            path = root.tokenizers / f"{manifest.stem}-{key[1]}-{digest}.json"
+            if not path.is_file():
+                results.atomic_write_text(path, text)
+            built[key] = str(path)
+        out.append(
+            dataclasses.replace(run, config=dataclasses.replace(cfg, tokenizer_path=built[key]))
+        )
+    return out
+
+
+def run_manifests(runs: list[RunSpec]) -> list[tuple[str, str]]:
+    """(manifest, audio_root) of every manifest the runs read, training and validation."""
+    out: dict[tuple[str, str], None] = {}
+    for run in runs:
+        cfg = run.config
+        if cfg.dataset != "manifest":
+            continue
+        if cfg.manifest_path:
+            out[(cfg.manifest_path, cfg.audio_root)] = None
+        if cfg.val_manifest_path:
+            out[(cfg.val_manifest_path, "")] = None
+    return list(out)

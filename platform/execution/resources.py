@@ -1,0 +1,69 @@
+"""Whether the runs fit the cluster: ``use_gpu: auto`` decided from its GPUs, every trial's CPUs
+and GPUs within its totals, and placements that span nodes given enough nodes that can each
+hold their share, so that no trial waits forever for resources that do not exist."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from platform.errors import UsageError
+from platform.spaces.expand import RunSpec
+
+__all__ = ["resolve_resources"]
+
+
+def resolve_resources(
+    runs: list[RunSpec],
+    cluster: dict[str, float],
+    nodes: list[dict[str, float]] | None = None,
+) -> list[RunSpec]:
+    """Decide ``use_gpu: auto`` and check that every trial fits the cluster (``cluster``: its
+    totals; ``nodes``: each alive node's resources), so that no trial waits forever for
+    resources that do not exist, or for nodes a placement strategy needs."""
+    cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
+    out = []
+    for run in runs:
+        cfg = run.config
+        use_gpu = cfg.use_gpu if cfg.use_gpu != "auto" else gpus >= cfg.train_workers
+        if cfg.precision == "fp16" and not use_gpu:
+            raise UsageError(
+                f"run {run.name}: precision fp16 needs GPUs, the run has none; use fp32, bf16 or auto"
+            )
+        need_cpu = cfg.train_workers * cfg.cpus_per_train_worker
+        need_gpu = cfg.train_workers if use_gpu else 0
+        if need_cpu > cpus or need_gpu > gpus:
+            raise UsageError(
+                f"run {run.name} needs {need_cpu} CPUs and {need_gpu} GPUs "
+                f"({cfg.train_workers} train workers x {cfg.cpus_per_train_worker} CPUs), the "
+                f"cluster has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
+                "or cpus_per_worker"
+            )
+        if nodes is not None:
+            _check_placement(run, cfg, bool(use_gpu), nodes)
+        out.append(dataclasses.replace(run, config=dataclasses.replace(cfg, use_gpu=use_gpu)))
+    return out
+
+
+def _check_placement(run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, float]]) -> None:
+    """A placement that spans nodes (``nodes`` > 0, STRICT_SPREAD, STRICT_PACK) needs enough
+    nodes that can each hold their share of the workers."""
+    per_node = cfg.workers_per_node
+    want = cfg.train_workers // per_node
+    if cfg.placement_strategy == "STRICT_PACK":
+        per_node, want = cfg.train_workers, 1
+    elif not cfg.nodes and cfg.placement_strategy != "STRICT_SPREAD":
+        return
+    cpu, gpu = per_node * cfg.cpus_per_train_worker, (per_node if use_gpu else 0)
+    able = sum(1 for n in nodes if n.get("CPU", 0.0) >= cpu and n.get("GPU", 0.0) >= gpu)
+    if able < want:
+        how = (
+            f"placement_strategy {cfg.placement_strategy}"
+            if not cfg.nodes
+            else f"nodes {cfg.nodes}, placement_strategy {cfg.placement_strategy}"
+        )
+        raise UsageError(
+            f"run {run.name} places {cfg.train_workers} train workers on {want} nodes of "
+            f"{per_node} each ({how}), which needs {want} nodes with {cpu} CPUs and {gpu} GPUs "
+            f"free; the cluster has {able} such node(s) of {len(nodes)}; add nodes, or lower "
+            "train_workers, or use placement_strategy PACK"
+        )

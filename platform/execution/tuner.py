@@ -1,0 +1,172 @@
+"""The ``Tuner`` of a sweep or a training run, and what it is built from: the recorder (Parquet,
+manifest, telemetry, failures), the search algorithm that hands out the runs, the early-stopping
+scheduler and the stopper (all sharing ``schedule.json``, platform/control/), and the
+``RunConfig``. Each trial runs one run (trainables.trial.run_trial, one ``TorchTrainer``).
+
+This module imports Ray and the workload: ``launch`` imports it only once the environment Ray
+reads at import is set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ray import tune
+
+from platform.control.asha import WarmASHA
+from platform.control.race import Race, Schedule
+from platform.control.searchers import OptunaPlanner, PlannedSearcher
+from platform.control.stoppers import SweepStopper
+from platform.record.manifest import write_manifest, write_run_record
+from platform.record.provenance import git_facts
+from platform.record.recorder import SweepRecorder
+from platform.spaces.expand import RunSpec
+from platform.spaces.space import SearchSpace
+from platform.storage import results
+from stage1_common.output_root import OutputRoot
+from trainables.trial import run_trial
+
+__all__ = ["Sweep", "build_sweep"]
+
+
+@dataclass
+class Sweep:
+    """A sweep ready to run: its ``Tuner``, the recorder, the runs still to run (``todo``), the
+    runs the manifest lists (``planned``: optuna adds a group's runs when it picks the group)
+    and the git facts every manifest row carries."""
+
+    root: OutputRoot
+    recorder: SweepRecorder
+    todo: list[RunSpec]
+    planned: list[RunSpec]
+    facts: dict[str, Any]
+    tuner: tune.Tuner | None = None
+
+    def write_manifest(self) -> list[dict[str, Any]]:
+        return write_manifest(self.root, self.planned, self.recorder.status, self.facts)
+
+    def run(self, stop) -> tuple[list[dict[str, Any]], list[str]]:
+        """Fit inside ``stop`` (StopSignals); returns the final manifest rows and the runs a
+        signal cut short."""
+        try:
+            if self.todo:
+                with stop:
+                    self.tuner.fit()
+        finally:
+            # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
+            # written and the manifest says where every run stands.
+            self.recorder.on_experiment_end(trials=[])
+            interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
+            self.recorder.mark_skipped()
+            manifest = self.write_manifest()
+        self.recorder.close()
+        return manifest, interrupted
+
+
+def build_sweep(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    root: OutputRoot,
+    done: dict[str, dict[str, Any]],
+    *,
+    resume: bool,
+    loggers: list[str],
+) -> Sweep:
+    """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
+    ``done`` (the runs an earlier attempt finished ok); writes the first manifest."""
+    facts = git_facts()
+    recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
+    recorder.status.update({k: dict(v) for k, v in done.items()})
+    sweep = Sweep(
+        root=root,
+        recorder=recorder,
+        todo=[r for r in runs if r.name not in done],
+        # search: optuna plans a group's runs when it picks the group; every other search
+        # plans all of them now (the manifest lists the planned runs).
+        planned=[r for r in runs if space.search.name != "optuna" or r.name in done],
+        facts=facts,
+    )
+    recorder.on_change = sweep.write_manifest
+    tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
+    sweep.write_manifest()
+    sweep.tuner = tune.Tuner(
+        # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
+        # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
+        tune.with_resources(run_trial, {"cpu": 0, "memory": 2**20}),
+        tune_config=tune_config,
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str(root),
+            callbacks=[recorder],
+            stop=stopper,
+            failure_config=tune.FailureConfig(fail_fast=space.stop_on_error),
+            verbose=0,
+        ),
+    )
+    return sweep
+
+
+def _search_and_stop(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    done: dict[str, dict[str, Any]],
+    sweep: Sweep,
+    resume: bool,
+) -> tuple[tune.TuneConfig, SweepStopper]:
+    """The Tune search algorithm that hands out the runs (``search``), the early-stopping
+    scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
+    (platform/control/race.py)."""
+    root, recorder = sweep.root, sweep.recorder
+    schedule = Schedule(root, space, runs)
+    if resume:
+        schedule.load()
+    schedule.save()
+    recorder.schedule = schedule
+    trial_runs = recorder.trial_runs
+
+    def param(run: RunSpec) -> dict[str, Any]:
+        return _trial_param(run, root)
+
+    race = None
+    if space.scheduler.name == "race":
+        race = Race(runs, space, schedule, echo=recorder.echo)
+        if resume:
+            race.restore(results.read_dataset(root.timing, results.TIMING_SCHEMA), done)
+    if space.search.name == "optuna":
+
+        def on_plan(run: RunSpec) -> None:
+            if run not in sweep.planned:
+                sweep.planned.append(run)
+                write_run_record(root, run, space.ref)
+
+        searcher = OptunaPlanner(space, sweep.todo, param, trial_runs, schedule, on_plan)
+    else:
+        searcher = PlannedSearcher(sweep.todo, param, trial_runs, race)
+    scheduler = (
+        WarmASHA(space, runs, schedule, trial_runs) if space.scheduler.name == "asha" else None
+    )
+    tune_config = tune.TuneConfig(
+        search_alg=searcher,
+        scheduler=scheduler,
+        num_samples=-1,  # until the search algorithm says it is finished
+        max_concurrent_trials=space.max_concurrent_trials,
+        trial_name_creator=_trial_name,
+        trial_dirname_creator=_trial_name,
+    )
+    return tune_config, SweepStopper(runs, trial_runs, race)
+
+
+def _trial_name(trial) -> str:
+    return trial.config["run"]["name"]
+
+
+def _trial_param(run: RunSpec, root: OutputRoot) -> dict[str, Any]:
+    """What a trial receives (plain values: it crosses the Ray boundary)."""
+    return {
+        "name": run.name,
+        "group": run.group,
+        "repeat": run.repeat,
+        "storage_path": str(root.runs),
+        "config": run.config.to_dict(),
+    }

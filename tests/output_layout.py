@@ -1,0 +1,87 @@
+"""What an output root holds, as a comparable record: every file (names that carry a time stamp,
+a hash or a counter are folded into a pattern) with its columns (Parquet schema, CSV/TSV
+header) or top-level JSON keys.
+
+The integration tests compare a fresh smoke sweep's and a train_smoke run's layout with the one
+recorded before the restructuring of issue 23 (``tests/data/layout_*.json``), so a refactor that
+drops, renames or reshapes a file fails. ``RECORD_OUTPUT_LAYOUT=1`` writes the record instead
+(that is how the committed files were made, on the commit before the change).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+__all__ = ["check_layout", "differences", "layout"]
+
+RECORDS = Path(__file__).resolve().parent / "data"
+SKIPPED = ("data/", "tune/")  # the generated corpus; Ray Tune's own experiment state
+FOLDS = [
+    (re.compile(r"^(.*\.parquet)/[^/]+\.parquet$"), r"\1/*.parquet"),  # part files
+    (re.compile(r"^cache/flops-[0-9a-f]+\.json$"), "cache/flops-*.json"),
+    (re.compile(r"^tokenizers/.+\.json$"), "tokenizers/*.json"),
+    (re.compile(r"events\.out\.tfevents\..*$"), "events.out.tfevents.*"),
+    (re.compile(r"checkpoint_step\d+"), "checkpoint_step*"),
+]
+NO_KEYS = ("tokenizers/", "cache/", "/export/")  # JSON whose keys are data, not a format
+
+
+def _fold(rel: str) -> str:
+    for pattern, repl in FOLDS:
+        rel = pattern.sub(repl, rel)
+    return rel
+
+
+def _columns(path: Path, rel: str) -> list[str]:
+    if path.suffix == ".parquet":
+        return list(pq.read_schema(path).names)
+    if path.suffix in (".csv", ".tsv"):
+        with path.open(newline="") as f:
+            return next(csv.reader(f, delimiter="\t" if path.suffix == ".tsv" else ","), [])
+    if path.suffix == ".json" and not any(part in rel for part in NO_KEYS):
+        data = json.loads(path.read_text())
+        return sorted(data) if isinstance(data, dict) else []
+    return []
+
+
+def layout(root: Path) -> dict[str, list[str]]:
+    """Folded relative path -> its columns or keys, for every file under ``root``."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(p for p in Path(root).rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(SKIPPED):
+            continue
+        folded = _fold(rel)
+        cols = _columns(path, rel)
+        if folded in out and out[folded] != cols:  # part files that disagree: their union
+            cols = sorted(set(out[folded]) | set(cols))
+        out[folded] = cols
+    return out
+
+
+def differences(recorded: dict[str, list[str]], now: dict[str, list[str]]) -> list[str]:
+    """One line per file that is missing, new, or whose columns changed."""
+    out = [f"missing: {p}" for p in sorted(set(recorded) - set(now))]
+    out += [f"new: {p}" for p in sorted(set(now) - set(recorded))]
+    for p in sorted(set(recorded) & set(now)):
+        if recorded[p] != now[p]:
+            gone = [c for c in recorded[p] if c not in now[p]]
+            added = [c for c in now[p] if c not in recorded[p]]
+            out.append(f"{p}: columns changed (gone {gone}, added {added}, or reordered)")
+    return out
+
+
+def check_layout(root: Path, name: str) -> list[str]:
+    """The differences between ``root`` and ``tests/data/layout_<name>.json``; with
+    RECORD_OUTPUT_LAYOUT=1 the record is (re)written from ``root`` first."""
+    record = RECORDS / f"layout_{name}.json"
+    now = layout(root)
+    if os.environ.get("RECORD_OUTPUT_LAYOUT") == "1":
+        record.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+    return differences(json.loads(record.read_text()), now)

@@ -1,0 +1,98 @@
+"""build_engine: the run's model, its FLOPs count, optimizer and compile settings, wrapped by
+the strategy (DDP or DeepSpeed) into the Engine the loop drives."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from trainables.config import TrialConfig
+from trainables.engine.compile import setup_compile
+from trainables.engine.core import Engine, EngineParts
+from trainables.engine.ddp import wrap_ddp
+from trainables.engine.deepspeed_engine import wrap_deepspeed
+from trainables.engine.mfu import cached_flops_per_sample, peak_tflops
+from trainables.engine.optim import build_optimizer
+from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
+from trainables.model import build_model_with_attention
+
+__all__ = ["build_engine"]
+
+
+def _set_matmul_flags(cfg: TrialConfig) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = cfg.tf32
+    torch.backends.cudnn.allow_tf32 = cfg.tf32
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+
+def _build_model(cfg: TrialConfig, device: torch.device, precision: str, load_dtype: str):
+    """The bare model and its attention notes. Weights made from configs are built (and
+    initialised) on the device itself: no CPU init followed by a copy. Checkpoints load on the
+    CPU, then move (by the caller)."""
+    on_device = not (cfg.speech_pretrained_path or cfg.text_pretrained_path)
+    with torch.device(device) if on_device else contextlib.nullcontext():
+        return build_model_with_attention(
+            cfg.model_size,
+            cfg.proj_dim,
+            speech=cfg.speech_attention,
+            text=cfg.text_attention,
+            device=device,
+            precision=precision,
+            speech_path=cfg.speech_pretrained_path,
+            text_path=cfg.text_pretrained_path,
+            dtype=DTYPES[load_dtype],
+        )
+
+
+def build_engine(
+    cfg: TrialConfig, device: torch.device, *, clock=None, flops_cache: Path | None = None
+) -> Engine:
+    """The run's model, optimizer and wrapper. ``clock`` (a startup.StartupClock) times the
+    parts; ``flops_cache``: a folder where FLOPs per sample are kept per model shape, so each
+    shape is counted once, not in every run (rank 0 counts or reads, the others are sent it)."""
+
+    def lap(name: str) -> None:
+        if clock is not None:
+            clock.lap(name)
+
+    _set_matmul_flags(cfg)
+    precision = resolve_precision(cfg.precision, device)
+    load_dtype = resolve_load_dtype(cfg.model_load_dtype, cfg.strategy, precision)
+    on_gpu = device.type == "cuda"
+    torch.manual_seed(cfg.seed)  # identical init on every rank
+    model, attention = _build_model(cfg, device, precision, load_dtype)
+    lap("model_build")
+    model = model.to(device)
+    lap("to_device")
+    # The forward clamps the temperature too (the only clamp under DeepSpeed, whose master
+    # weights live in its optimizer).
+    model.logit_scale_max = cfg.logit_scale_max
+    # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
+    flops = cached_flops_per_sample(cfg, model, device, load_dtype, attention, flops_cache)
+    lap("flops")
+    peak = peak_tflops(device, precision)
+    optimizer = build_optimizer(cfg, model.parameters(), on_gpu)
+    effective = {
+        "precision_effective": precision,
+        "strategy_effective": cfg.strategy,
+        "model_load_dtype_effective": load_dtype,
+        "compile_effective": "off",
+        **attention,
+    }
+    compile_kwargs, compiled = setup_compile(cfg, on_gpu, effective)
+    parts = EngineParts(
+        model=model,
+        optimizer=optimizer,
+        device=device,
+        precision=precision,
+        load_dtype=load_dtype,
+        effective=effective,
+        flops_per_sample=flops,
+        peak_tflops=peak,
+        compile_kwargs=compile_kwargs,
+        compiled=compiled,
+    )
+    wrap = wrap_deepspeed if cfg.strategy == "deepspeed" else wrap_ddp
+    return wrap(cfg, parts, lap)

@@ -1,0 +1,182 @@
+"""torch.compile of a run: the whole wrapped model or its regions (each encoder layer and the
+wav2vec2 feature encoder), the settings that go with it, and the warm-up that compiles every
+known shape before the first timed step. A compile error falls back to eager (engine.core)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from trainables.config import TrialConfig
+from trainables.engine.shapes import shape_batch
+from trainables.model import contrastive_loss
+
+__all__ = [
+    "compile_ddp",
+    "compile_deepspeed",
+    "compile_regions",
+    "setup_compile",
+    "warm_up",
+]
+
+
+def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:
+    dynamic = None if cfg.compile_dynamic == "auto" else cfg.compile_dynamic
+    if cfg.compile_dynamic == "auto" and cfg.crop_buckets:
+        dynamic = False  # a few known shapes: each compiled once, statically
+    return {
+        "backend": cfg.compile_backend,
+        "mode": None if cfg.compile_mode == "default" else cfg.compile_mode,
+        "dynamic": dynamic,
+    }
+
+
+def _allow_recompiles(cfg: TrialConfig) -> None:
+    """Dynamo gives up recompiling a frame after 8 shapes and runs it eagerly from then on; a
+    run with more static shapes than that keeps every one compiled."""
+    import torch._dynamo.config as dynamo_config
+
+    shapes = len(cfg.static_shapes or ())
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 2 * shapes + 8))
+            break
+
+
+def _compile_errors() -> tuple[type[BaseException], ...]:
+    # Every dynamo and inductor failure (BackendCompilerFailed, InductorError, ...) derives from
+    # TorchDynamoException; errors of the model itself (shapes, out of memory) do not.
+    import torch._dynamo.exc
+
+    return (torch._dynamo.exc.TorchDynamoException,)
+
+
+def setup_compile(
+    cfg: TrialConfig, on_gpu: bool, effective: dict[str, str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """With torch_compile: the torch.compile arguments and the Engine fields that go with
+    them (its compile errors, CUDA graphs), and ``compile_effective`` (and a fallback note) in
+    ``effective``. Without: two empty dicts."""
+    if not cfg.torch_compile:
+        return {}, {}
+    # transformers calls an lru_cache'd helper inside forward; dynamo warns once per process
+    # that it traces through the cache, which is harmless here.
+    warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+    kwargs = _compile_kwargs(cfg)
+    _allow_recompiles(cfg)
+    effective["compile_effective"] = f"{cfg.compile_backend}/{cfg.compile_mode}"
+    if cfg.compile_scope == "layers":
+        effective["compile_effective"] += "/layers"
+    compiled: dict[str, Any] = {
+        "_compile_errors": _compile_errors(),
+        "_cudagraphs": cfg.compile_mode == "reduce-overhead" and on_gpu,
+    }
+    if cfg.compile_mode == "reduce-overhead" and not on_gpu:
+        note = "compile: reduce-overhead: no CUDA graphs off a GPU"
+        effective["fallbacks"] = "; ".join(filter(None, [effective["fallbacks"], note]))
+    return kwargs, compiled
+
+
+def compile_regions(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """compile_scope layers: the modules compiled one by one (regional compilation): every
+    transformer layer of both encoders and the wav2vec2 convolutional feature encoder. The
+    layers of one encoder are instances of one class with one code object, so dynamo compiles
+    their forward once per shape and reuses it for all of them."""
+    speech, text = model.speech, model.text
+    regions: list[torch.nn.Module] = [speech.feature_extractor]
+    regions += list(speech.encoder.layers)
+    regions += list(text.encoder.layer)
+    return regions
+
+
+def _compile_layers(model: torch.nn.Module, kwargs: dict[str, Any], wrapper: torch.nn.Module):
+    """Compile each region of ``model`` in place (nn.Module.compile); returns the engine's
+    ``_to_eager``: undo it and run ``wrapper`` (DDP or the DeepSpeed engine) as it is."""
+    regions = compile_regions(model)
+    for region in regions:
+        region.compile(**kwargs)
+
+    def to_eager() -> torch.nn.Module:
+        for region in regions:
+            region._compiled_call_impl = None
+        return wrapper
+
+    return to_eager
+
+
+def compile_ddp(
+    cfg: TrialConfig,
+    model: torch.nn.Module,
+    ddp: torch.nn.Module,
+    kwargs: dict[str, Any],
+    compiled: dict[str, Any],
+) -> torch.nn.Module:
+    """The module a DDP engine calls: ``ddp`` compiled whole, or with its model's regions
+    compiled in place, or as it is; ``compiled["_to_eager"]`` undoes the compilation."""
+    if cfg.torch_compile and cfg.compile_scope == "layers":
+        compiled["_to_eager"] = _compile_layers(model, kwargs, ddp)
+    elif cfg.torch_compile:
+        # The DDP module, not the inner one: dynamo's DDPOptimizer then splits the graph at
+        # bucket boundaries, so gradient all-reduce still overlaps the backward pass.
+        compiled["_to_eager"] = lambda: ddp
+        return torch.compile(ddp, **kwargs)
+    return ddp
+
+
+def compile_deepspeed(
+    cfg: TrialConfig, engine: Any, kwargs: dict[str, Any], compiled: dict[str, Any]
+) -> None:
+    """Compile a DeepSpeed engine in place: its module's regions, or engine.compile of the
+    whole; ``compiled["_to_eager"]`` undoes it."""
+    if cfg.torch_compile and cfg.compile_scope == "layers":
+        compiled["_to_eager"] = _compile_layers(engine.module, kwargs, engine)
+    elif cfg.torch_compile:
+        backend = kwargs.pop("backend")
+        engine.compile(backend=backend, compile_kwargs=kwargs)
+
+        def to_eager():
+            # engine.compile is nn.Module.compile of the wrapped module, which keeps the
+            # compiled call in _compiled_call_impl; without it the module runs eagerly.
+            engine.module._compiled_call_impl = None
+            return engine
+
+        compiled["_to_eager"] = to_eager
+
+
+def warm_up(engine, cfg: TrialConfig) -> float:
+    """compile_warmup: compile (and with reduce-overhead, record the CUDA graphs of) every
+    static shape of the run before its first timed step, in a forward and backward pass of a
+    made-up batch of each shape; no optimizer step, gradients cleared, RNG states put back
+    (dropout masks of the real steps are unchanged). Returns the seconds it took (compile_s; 0
+    when nothing was compiled ahead). DDP only: DeepSpeed counts its micro-steps and would
+    take the pass as one."""
+    shapes = cfg.static_shapes
+    if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind == "ddp"):
+        return 0.0
+    device = next(engine.bare.parameters()).device
+    passes = 3 if engine.cudagraphs else 1  # cudagraph trees: warm-up runs, then recording
+    t0 = time.perf_counter()
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        for audio_n, text_n in shapes:
+            for _ in range(passes):
+                batch = shape_batch(cfg.micro_batch, audio_n, text_n, device)
+                try:
+                    speech, text, scale = engine(batch)
+                    if not engine.compiling:  # fell back to eager: nothing to warm up
+                        break
+                    loss = contrastive_loss(
+                        speech.float(), text.float(), scale.float(), scope=cfg.contrastive_scope
+                    )
+                    engine.backward(loss)  # the backward graph compiles at its first call
+                except engine.compile_errors as exc:
+                    engine.fall_back(exc)
+                engine.bare.zero_grad(set_to_none=True)
+                if not engine.compiling:
+                    break
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0

@@ -1,0 +1,127 @@
+"""Model FLOPs utilisation: FLOPs of one training step per sample, the peak table, and the
+FLOPs cache (each model shape counted once per output root, not in every run).
+
+FLOPs are counted once, at start-up, with ``torch.utils.flop_counter.FlopCounterMode`` over a
+forward and backward pass of the bare model (matmuls, convolutions and attention, the usual MFU
+convention) on a batch of the run's mean crop length. MFU = samples/s x FLOPs per sample /
+(peak x GPUs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import torch
+
+from stage1_common.fileio import write_json
+from trainables.config import TrialConfig
+from trainables.engine.precision import DTYPES
+from trainables.engine.shapes import probe_batch, probe_shape
+
+__all__ = ["PEAK_TFLOPS", "cached_flops_per_sample", "flops_per_sample", "peak_tflops"]
+
+# Dense peak TFLOP/s per GPU from the vendors' data sheets (no sparsity). Low precision is the
+# tensor-core rate with fp32 accumulation; fp32 is the non-tensor-core rate (TF32 is not used
+# unless enabled). Matched by substring of torch.cuda.get_device_name, first match wins.
+PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
+    ("H200", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
+    ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "fp32": 51.0}),
+    ("H100", {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0}),
+    ("A100", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}),
+    ("L40S", {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6}),
+    ("RTX 4090", {"bf16": 165.2, "fp16": 165.2, "fp32": 82.6}),
+    ("V100", {"fp16": 125.0, "fp32": 15.7}),
+]
+
+
+def peak_tflops(device: torch.device, precision: str) -> float:
+    """Peak TFLOP/s of one device at this precision; NaN when unknown (CPU, other GPUs)."""
+    if device.type != "cuda":
+        return math.nan
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in PEAK_TFLOPS:
+        if key in name:
+            return peaks.get(precision, math.nan)
+    return math.nan
+
+
+def flops_per_sample(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> float:
+    """FLOPs of a forward and backward pass per sample of ``batch`` (gradients are cleared)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        speech, text, scale = model(**batch)
+        (speech.float().sum() + text.float().sum() + scale.float().sum()).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops() / batch["audio"].shape[0]
+
+
+def _cache_key(cfg: TrialConfig, load_dtype: str, attention: dict) -> str:
+    """What the count depends on: the model's shape and dtype, its attention kernels, the probe
+    batch's shape, and the torch and transformers versions."""
+    import transformers
+
+    audio_n, text_n = probe_shape(cfg)
+    return json.dumps(
+        [
+            cfg.model_size,
+            cfg.proj_dim,
+            cfg.speech_pretrained_path,
+            cfg.text_pretrained_path,
+            load_dtype,
+            attention.get("speech_attention_effective"),
+            attention.get("text_attention_effective"),
+            [2, audio_n],
+            [2, text_n],
+            torch.__version__,
+            transformers.__version__,
+        ]
+    )
+
+
+def _read_cached(path: Path | None) -> float | None:
+    try:
+        return float(json.loads(path.read_text())["flops_per_sample"]) if path else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _write_cached(path: Path | None, key: str, value: float) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"key": key, "flops_per_sample": value})
+    except OSError:
+        pass  # a read-only output root: count again next time
+
+
+def cached_flops_per_sample(
+    cfg: TrialConfig, model, device, load_dtype: str, attention: dict, cache: Path | None
+) -> float:
+    """FLOPs per sample of the run's model shape: from ``cache`` when a run of the same shape
+    counted them, else counted; rank 0 only, sent to the others (no rank counts twice)."""
+    key = _cache_key(cfg, load_dtype, attention)
+    path = None
+    if cache is not None:
+        path = Path(cache) / f"flops-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    rank = torch.distributed.get_rank() if distributed else 0
+    value = [math.nan]
+    if rank == 0:
+        value[0] = _read_cached(path)
+        if value[0] is None:
+            # Its forward draws dropout masks: the RNG goes on as if it had not run.
+            devices = [device] if device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):
+                value[0] = flops_per_sample(
+                    model, probe_batch(cfg, device, dtype=DTYPES[load_dtype])
+                )
+            _write_cached(path, key, value[0])
+    if distributed and torch.distributed.get_world_size() > 1:
+        torch.distributed.broadcast_object_list(value, src=0)
+    return float(value[0])

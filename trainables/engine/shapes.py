@@ -1,0 +1,41 @@
+"""Made-up batches of a known shape, as the loader gives them: for counting FLOPs and for the
+compile warm-up, where only shapes and dtypes matter."""
+
+from __future__ import annotations
+
+import torch
+
+from trainables.config import TrialConfig
+
+__all__ = ["probe_batch", "probe_shape", "shape_batch"]
+
+
+def shape_batch(
+    rows: int, audio_n: int, text_n: int, device, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """A made-up batch of one shape, as the loader gives it (silent audio, unpadded): for
+    counting FLOPs and for the compile warm-up, where only shapes and dtypes matter."""
+    return {
+        "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
+        "audio_mask": torch.ones(rows, audio_n, dtype=torch.long, device=device),
+        "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
+        "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
+    }
+
+
+def probe_shape(cfg: TrialConfig) -> tuple[int, int]:
+    """(audio samples, text tokens) of the run's mean crop length and longest transcripts."""
+    if cfg.dataset == "synthetic":
+        seconds = cfg.audio_s
+    elif cfg.crop_policy == "fixed_slice":
+        seconds = cfg.fixed_slice_s
+    else:
+        seconds = (cfg.min_audio_s + cfg.max_audio_s) / 2
+    return int(seconds * 16_000), cfg.text_tokens
+
+
+def probe_batch(
+    cfg: TrialConfig, device: torch.device, samples: int = 2, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
+    """A small batch of the run's probe shape, for counting."""
+    return shape_batch(samples, *probe_shape(cfg), device, dtype)

@@ -1,0 +1,74 @@
+"""Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, host
+memory that is never freed. Built once from the config for one rank; with every key off (or
+none aimed at this rank) it is a no-op object, so the step itself holds no injection branch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from trainables.config import TrialConfig
+
+__all__ = ["NoFaults", "build_faults"]
+
+_LEAKED: list[bytes] = []  # inject_leak_mb_per_step keeps its allocations here
+
+
+class NoFaults:
+    """Nothing injected: what every real run gets."""
+
+    def after_step(self, step: int) -> None:
+        """Called once per optimizer step, after its last micro-batch."""
+
+
+class _Faults(NoFaults):
+    """The faults aimed at this rank, each a function of the step, in the order they act."""
+
+    def __init__(self, faults: list[Callable[[int], None]]):
+        self._faults = faults
+
+    def after_step(self, step: int) -> None:
+        for fault in self._faults:
+            fault(step)
+
+
+def _sleep(cfg: TrialConfig) -> Callable[[int], None]:
+    first, steps, every = cfg.inject_sleep_at_step, cfg.inject_sleep_steps, cfg.inject_sleep_every
+
+    def sleep(step: int) -> None:
+        if first <= step < first + steps and (step - first) % every == 0:
+            time.sleep(cfg.inject_sleep_s)  # a slow step on this rank
+
+    return sleep
+
+
+def _leak(cfg: TrialConfig) -> Callable[[int], None]:
+    size = int(cfg.inject_leak_mb_per_step * 2**20)
+
+    def leak(step: int) -> None:
+        _LEAKED.append(b"\x01" * size)  # memory that is never freed
+
+    return leak
+
+
+def _error(cfg: TrialConfig, rank: int) -> Callable[[int], None]:
+    def error(step: int) -> None:
+        if step == cfg.inject_error_at_step:
+            raise RuntimeError(
+                f"injected error at step {step} on rank {rank} (inject_error_at_step)"
+            )
+
+    return error
+
+
+def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
+    """The faults the config injects on ``rank``: a sleep from inject_sleep_at_step, a leak
+    every step, an error at inject_error_at_step; ``NoFaults()`` when there are none."""
+    faults: list[Callable[[int], None]] = []
+    if cfg.inject_sleep_at_step > 0 and cfg.inject_sleep_rank in (-1, rank):
+        faults.append(_sleep(cfg))
+    if cfg.inject_leak_mb_per_step:
+        faults.append(_leak(cfg))
+    if cfg.inject_error_at_step > 0 and cfg.inject_error_rank in (-1, rank):
+        faults.append(_error(cfg, rank))
+    return _Faults(faults) if faults else NoFaults()

@@ -1,0 +1,158 @@
+"""One timing window's metrics: what the loop accumulates between two reports (Window), the
+metrics dict rank 0 reports for it (WindowMetrics), and what rank 0 gathers from every rank
+for it (their windows, telemetry samples and checkpoint parts)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from trainables.config import TrialConfig
+from trainables.distributed import gather_to_rank0
+from trainables.run_state import RunState
+from trainables.timing import WindowTimer
+
+__all__ = ["Window", "WindowMetrics", "gathered_extras", "rank_window_fields"]
+
+
+@dataclass
+class Window:
+    """What the current window accumulates between two reports."""
+
+    loss_sum: torch.Tensor  # on the device: summed without a sync, read once per window
+    timer: WindowTimer = field(default_factory=WindowTimer)
+    index: int = 0
+    audio_valid: int = 0
+    audio_total: int = 0
+    report_ms: float = 0.0  # how long the previous window's report took
+
+    @classmethod
+    def on(cls, device: torch.device) -> Window:
+        return cls(loss_sum=torch.zeros((), device=device))
+
+    def add_audio(self, audio_mask: torch.Tensor) -> None:
+        """From the CPU-side mask: no device sync. Summed over the window, scaled at report."""
+        self.audio_valid += int(audio_mask.sum())
+        self.audio_total += audio_mask.numel()
+
+    def next(self) -> None:
+        """Start the next window."""
+        self.timer.reset()
+        self.loss_sum.zero_()
+        self.audio_valid = self.audio_total = 0
+        self.index += 1
+
+
+class WindowMetrics:
+    """Builds the metrics dict of each window from the run's fixed facts: the config, this
+    worker (a loop.WorkerContext), the engine, the run's notes (filled as start-up goes on)
+    and rank 0's environment facts (sent with the first window)."""
+
+    def __init__(self, cfg: TrialConfig, worker, engine, notes: dict, env_facts: dict | None):
+        self.cfg, self.worker, self.engine = cfg, worker, engine
+        self.notes, self.env_facts = notes, env_facts
+        self.global_batch = cfg.micro_batch * worker.world_size * cfg.grad_accum_steps
+
+    def _throughput(self, metrics: dict[str, Any], window: Window) -> dict[str, Any]:
+        worker, engine = self.worker, self.engine
+        window_s = metrics["iter_ms_mean"] * len(window.timer) / 1000.0
+        tflops = engine.flops_per_sample * metrics["samples_per_s"] / 1e12
+        on_gpu = worker.device.type == "cuda"
+        return {
+            "model_tflops_per_s": tflops,
+            "mfu": tflops / (engine.peak_tflops * worker.world_size),  # NaN: peak unknown
+            "peak_mem_gib": torch.cuda.max_memory_allocated(worker.device) / 2**30
+            if on_gpu
+            else math.nan,
+            "flops_per_sample": engine.flops_per_sample,
+            # Rank 0's audio x world size: every rank reads the same crop distribution.
+            "audio_s_per_s": window.audio_valid * worker.world_size / 16_000 / window_s,
+            "padding_ratio": 1.0 - window.audio_valid / max(window.audio_total, 1),
+        }
+
+    def build(
+        self,
+        window: Window,
+        state: RunState,
+        *,
+        epoch: int,
+        first_step_ts: float,
+        loop_start: float,
+    ) -> dict[str, Any]:
+        """The window ending at ``state.step``; validation, checkpoint and gathered fields are
+        added by the loop."""
+        cfg, worker, step = self.cfg, self.worker, state.step
+        metrics: dict[str, Any] = window.timer.summary(self.global_batch)
+        metrics.update(self._throughput(metrics, window))
+        metrics.update(
+            step=step,
+            max_steps=cfg.max_steps,
+            window=window.index,
+            # note: .item() is a CPU-GPU sync point; once per window, never per step
+            loss=float((window.loss_sum / len(window.timer)).item()),
+            lr=self.engine.lr(),
+            epoch=epoch,
+            rank=worker.rank,
+            node=worker.node,
+            node_id=worker.node_id,
+            world_size=worker.world_size,
+            global_batch=self.global_batch,
+            startup_s=first_step_ts - worker.start_ts,
+            elapsed_s=time.perf_counter() - loop_start,
+            window_end_ts=time.time(),
+            report_ms=window.report_ms,
+            attempt_start_ts=state.attempt_start_ts,
+            resumed_from_step=state.resumed_from_step,
+            resume_notes=state.resume_notes,
+            **self.engine.effective,
+        )
+        metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
+        metrics.update(self.notes)
+        if window.index == 0 and self.env_facts is not None:
+            metrics["env_facts"] = self.env_facts
+        return metrics
+
+
+def rank_window_fields(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """timing_ranks: all: the other ranks' windows and ``rank_skew``, the max over min
+    iter_ms_p50 across ranks."""
+    iters = [w["iter_ms_p50"] for w in windows]
+    return {"rank_windows": windows[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
+
+
+def gathered_extras(
+    cfg, metrics, telemetry, rank: int, world_size: int, checkpoint: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One gather per window for what rank 0 reports on behalf of every rank: their windows
+    (timing_ranks: all), their telemetry samples, and their checkpoint save times and sizes."""
+    share: dict[str, Any] = {}
+    if checkpoint:
+        share["checkpoint"] = checkpoint
+    if cfg.timing_ranks == "all" and world_size > 1:
+        share["window"] = {
+            k: v
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) or k in ("node", "node_id")
+        }
+    if cfg.telemetry:
+        share["telemetry"] = telemetry.drain() if telemetry is not None else {}
+    if not share:
+        return {}
+    gathered = gather_to_rank0(share, rank, world_size)
+    if not gathered:
+        return {}
+    extras: dict[str, Any] = {}
+    if "window" in share:
+        extras.update(rank_window_fields([g["window"] for g in gathered]))
+    if "checkpoint" in share:
+        parts = [g["checkpoint"] for g in gathered]
+        extras["checkpoint_save_s"] = max(p["save_s"] for p in parts)
+        extras["checkpoint_size_bytes"] = sum(p["size_bytes"] for p in parts)
+    if "telemetry" in share:
+        for kind in ("gpu", "host"):
+            extras[f"{kind}_samples"] = [r for g in gathered for r in g["telemetry"].get(kind, [])]
+    return extras
