@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--from-env",
         action="store_true",
         help="the old runbook's environment variables (MODE, SWEEP_*, INCLUDE, ...; see "
-        "platform/runbook.py) set the sweep, on the base space `runbook` or --space; prints "
+        "platform/spaces/runbook.py) set the sweep, on the base space `runbook` or --space; prints "
         "the equivalent space YAML",
     )
     add_logger_argument(p)

@@ -5,7 +5,7 @@
 #   SWEEP_MICRO_BATCHES=128,160,192 SWEEP_NUM_WORKERS_LIST=4,6,8 SWEEP_PREFETCH_LIST=2,4 \
 #   DATASET_MANIFEST_PATH=/data/ls16k/manifest_16k_trim.tsv ./scripts/run_stage1_ab_bench.sh
 #
-# The variables (platform/runbook.py lists them all) become a sweep of python -m platform.tune;
+# The variables (platform/spaces/runbook.py lists them all) become a sweep of python -m platform.tune;
 # it prints the same sweep as a space file to move to. DRY_RUN=1 prints the runs only. Any
 # arguments are passed on to platform.tune (e.g. --space NAME as the base, --logger tensorboard).
 set -euo pipefail

@@ -1,5 +1,5 @@
 """What one node of a cluster can do, checked by a small task on that node before the first trial
-(the driver: platform/nodes.py): its versions, where it imports the workload from, whether it
+(the driver: platform/execution/nodes.py): its versions, where it imports the workload from, whether it
 sees the output root, and whether it can read a manifest and a sample of its audio files.
 
 It lives here, not in ``platform``, because it runs in a Ray worker on every node.

@@ -4,7 +4,7 @@ Ray redirects a worker process's stdout and stderr to files in its session's log
 (``worker-<id>-<job>-<pid>.out`` / ``.err``). At start, every rank writes
 ``runs/<run>/workers/rank<r>.json`` with its pid, node and those two paths; when the run fails
 (an exception, a rank killed, a hang), the driver reads the last ``fail_tail_lines`` lines of each
-(platform/failures.py). The record is written before anything can fail, so it exists even for a
+(platform/record/failures.py). The record is written before anything can fail, so it exists even for a
 rank killed during start-up.
 """
 

@@ -183,7 +183,7 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
         half = t_quantile(0.975, n - 1) * std / math.sqrt(n) if n > 1 else math.nan
         flags = ok["unstable_run_flag"].astype(bool)
         ratio = float(flags.mean()) if n else math.nan
-        # Runs the scheduler stopped early (platform/race.py): partial, shown, never ranked
+        # Runs the scheduler stopped early (platform/control/race.py): partial, shown, never ranked
         # above a group with a finished run.
         stopped = runs[runs["status"] == "stopped_early"]["tail_samples_per_sec_mean"].dropna()
         rows.append(

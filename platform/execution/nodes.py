@@ -57,8 +57,8 @@ def node_problem(
     if isinstance(fact, BaseException):
         return (
             f"node {where} cannot run the workload's code: {first_line(fact)}; the driver "
-            "ships trainables/ and data_prep/ with the job (runtime_env py_modules): install "
-            "the project's dependencies (pip install -e .) on every node"
+            "ships trainables/, data_prep/ and stage1_common/ with the job (runtime_env "
+            "py_modules): install the project's dependencies (pip install -e .) on every node"
         )
     differ = [
         f"{k} {fact['versions'].get(k)} (driver {v})"

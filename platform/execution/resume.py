@@ -19,7 +19,7 @@ from stage1_common.output_root import OutputRoot
 
 __all__ = ["EARLY_STATUSES", "previous_status", "drop_rows"]
 
-# Runs the scheduler ended on purpose (platform/race.py): kept by --resume like ok runs.
+# Runs the scheduler ended on purpose (platform/control/race.py): kept by --resume like ok runs.
 EARLY_STATUSES = ("stopped_early", "skipped")
 
 _COUNTS = ("gpu_telemetry_rows", "host_telemetry_rows", "stall_alerts")

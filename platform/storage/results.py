@@ -59,7 +59,7 @@ EFFECTIVE_KEYS = (
 PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
 
 # Where a run's start-up went ("ray_workers=4.1 loader_start=0.3 imports=3.9 ...", seconds per
-# part, trainables/loop.py: StartupClock), and the compile warm-up ahead of the timed windows.
+# part, trainables/startup.py: StartupClock), and the compile warm-up ahead of the timed windows.
 STARTUP_KEYS = ("startup_breakdown", "compile_s")
 
 TRAINING_KEYS = (
