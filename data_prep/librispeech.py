@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(
             address=init_address(args.address),
             logging_level="WARNING",
-            # Joining a cluster: data_prep/ (and stage1_common/ below it) travels with the job, so nodes need only its
-            # dependencies; a local cluster starts without the dashboard.
+            # Joining a cluster: data_prep/ and stage1_common/ travel with the job, so nodes need
+            # only their dependencies; a local cluster starts without the dashboard.
             runtime_env=(
                 runtime_env(ship_code=True, modules=(data_prep, stage1_common)) if joined else None
             ),

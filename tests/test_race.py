@@ -312,3 +312,37 @@ def test_a_group_with_only_stopped_runs_shows_its_partial_figure_in_brackets():
     ]  # fmt: skip
     lines = format_ranked(rows).splitlines()
     assert "50.0" in lines[2] and "(41.2)" in lines[3]
+
+
+def test_a_finished_runs_tail_is_the_analysis_tail_even_with_a_gap_window():
+    """One definition of the tail ratio (issue 23): the race judges a finished run on the same
+    figure per_run_metrics.csv gets from stats.run_figures, a window without an iter p50
+    (NaN) left out by both, where the race's own mean used to turn the whole tail NaN."""
+    import math
+
+    import pandas as pd
+
+    from platform.control.race import _tail_figures
+    from trainables.config import TrialConfig
+
+    windows = [(10.0, 11.0), (math.nan, math.nan), (10.0, 40.0), (12.0, 13.0)]
+    history = [{"iter_ms_p50": p50, "iter_ms_p90": p90} for p50, p90 in windows]
+    race_tail = _tail_figures(history, TrialConfig(tail_timing_points=3))
+    timing = pd.DataFrame(
+        {
+            "run": "r",
+            "window": range(4),
+            "step": range(5, 25, 5),
+            "startup_s": 1.0,
+            "samples_per_s": 1.0,
+            "iter_ms_p50": [w[0] for w in windows],
+            "iter_ms_p90": [w[1] for w in windows],
+            **{f"{k}_ms_p{q}": 1.0 for k in ("data", "step") for q in (50, 90)},
+            "data_ms_mean": 1.0,
+            "iter_ms_mean": 1.0,
+            "peak_mem_gib": 0.0,
+            "mfu": 0.0,
+        }
+    )
+    analysis = stats.run_figures(timing, {"r": 3})["r"]["iter_p90_over_p50"]
+    assert race_tail["iter_ratio"] == pytest.approx(analysis) == (4.0 + 13 / 12) / 2
