@@ -36,6 +36,7 @@ class OutputRoot:
     SUMMARY_MD = "summary.md"
     SUMMARY_JSON = "summary.json"
     SCHEDULE = "schedule.json"
+    GROUPS = "groups.json"  # the resident worker groups of a sweep and the runs each trained
     REPORT = "report.html"
     TENSORBOARD = "tensorboard"
     RUNS = "runs"
@@ -94,6 +95,15 @@ class OutputRoot:
     @property
     def schedule(self) -> Path:
         return self.path / self.SCHEDULE
+
+    @property
+    def groups(self) -> Path:
+        return self.path / self.GROUPS
+
+    @property
+    def group_runs(self) -> Path:
+        """Ray Train's own state of the resident groups (beside Tune's, under ``tune/``)."""
+        return self.path / self.TUNE / "groups"
 
     @property
     def runs(self) -> Path:

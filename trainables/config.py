@@ -48,6 +48,7 @@ BestMetric = Literal[
 ]
 ExportModel = Literal["none", "final", "best"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+Executor = Literal["auto", "resident", "fresh"]
 
 
 def _doc(text: str, **kwargs: Any) -> Any:
@@ -119,6 +120,13 @@ class TrialConfig:
         "refuses a cluster without that many nodes able to hold their share, and the manifest "
         "says where each rank ran.",
         default=0,
+    )
+    executor: Executor = _doc(
+        "Where a sweep's run trains: `resident` in a worker group kept alive across the runs of "
+        "one resource shape (no process start-up per run), `fresh` in new Ray Train workers of "
+        "its own; `auto`: resident, unless the run needs its own processes (injected leaks or "
+        "kills, checkpoints with restarts) or is platform.train's.",
+        default="auto",
     )
     # --- batch and loader ---
     micro_batch: int = _doc("Samples per worker per step.", default=8)

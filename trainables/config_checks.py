@@ -18,6 +18,7 @@ __all__ = [
     "check_config",
     "describe_type",
     "is_union",
+    "needs_own_processes",
     "match_type",
 ]
 
@@ -72,6 +73,7 @@ def check_config(cfg) -> None:
     _check_load_dtype(cfg)
     _check_training(cfg)
     _check_observing(cfg)
+    _check_executor(cfg)
 
 
 def _check_strategy(cfg) -> None:
@@ -295,3 +297,21 @@ def describe_type(hint: Any) -> str:
         else:
             parts.append(getattr(option, "__name__", str(option)))
     return " or ".join(parts)
+
+
+def needs_own_processes(cfg) -> str:
+    """Why a run must train in processes of its own (``executor: fresh``), or '' when a resident
+    worker group can run it."""
+    if cfg.checkpoint_every and cfg.max_failures:
+        return "it restarts its workers from its checkpoints (checkpoint_every, max_failures)"
+    if cfg.inject_leak_mb_per_step:
+        return "it plants a host-memory leak (inject_leak_mb_per_step), which must be its own"
+    return ""
+
+
+def _check_executor(cfg) -> None:
+    why = needs_own_processes(cfg) if cfg.executor == "resident" else ""
+    if why:
+        raise ConfigError(
+            f"executor: resident cannot run this run: {why}; set executor=fresh (or auto)"
+        )

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from trainables.config import TrialConfig
 
-__all__ = ["NoFaults", "build_faults"]
+__all__ = ["NoFaults", "build_faults", "release"]
 
 _LEAKED: list[bytes] = []  # inject_leak_mb_per_step keeps its allocations here
 
@@ -72,3 +72,8 @@ def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
     if cfg.inject_error_at_step > 0 and cfg.inject_error_rank in (-1, rank):
         faults.append(_error(cfg, rank))
     return _Faults(faults) if faults else NoFaults()
+
+
+def release() -> None:
+    """Free what inject_leak_mb_per_step kept (a resident worker's next run starts clean)."""
+    _LEAKED.clear()

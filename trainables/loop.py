@@ -8,7 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from trainables.config import TrialConfig
 from trainables.data import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
 from trainables.engine import build_engine
+from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.model import contrastive_loss
@@ -31,10 +32,23 @@ from trainables.watchdog import StallWatchdog
 from trainables.window_metrics import Window, WindowMetrics, gathered_extras
 from trainables.worker_logs import register_worker
 
-__all__ = ["WorkerContext", "run_training", "train_loop_per_worker"]
+__all__ = [
+    "WorkerContext",
+    "quiet_report_log",
+    "ray_gauges",
+    "ray_worker_context",
+    "run_training",
+    "train_loop_per_worker",
+]
 
 
-def _quiet_report_log() -> None:
+# A resident worker stuck this long past its stall dump ends its process (trainables/watchdog.py):
+# more than the process-group timeout's margin over stall_timeout_s, so that with several
+# workers the collectives' timeout ends the run first, as in a fresh run.
+_RESIDENT_STALL_END_S = 30.0
+
+
+def quiet_report_log() -> None:
     """Ray Train V2 logs every report of every rank at INFO, under a logger named after its
     source file (so RunConfig's LoggingConfig does not reach it); the driver prints progress."""
     try:
@@ -62,26 +76,24 @@ class WorkerContext:
     node_id: str = ""
     entry_ts: float = 0.0  # when this worker entered the loop function (0: at run_training)
     cache_dir: Path | None = None  # shared by the runs of an output root (FLOPs per model shape)
+    # When this worker's process started (0: it served earlier runs, a resident group's).
+    process_ts: float = field(default_factory=process_start)
+    resident: bool = False  # a resident group's worker (trainables/serve.py)
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point: one call per worker."""
     entry_ts = time.time()
     import ray.train
-    import ray.train.torch
 
-    from trainables.telemetry import RayGauges
-
-    _quiet_report_log()
-    ctx = ray.train.get_context()
+    quiet_report_log()
     cfg = TrialConfig.from_dict(loop_config["config"])
-    run_dir = Path(loop_config["run"]["storage_path"]) / loop_config["run"]["name"]
-    # First, before anything can fail: where this rank's log files are (fail_tail_lines).
-    record = register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
-    gauges = RayGauges(loop_config["run"]["name"]) if cfg.telemetry else None
+    run = loop_config["run"]
+    gauges = ray_gauges(run["name"]) if cfg.telemetry else None
+    rank = ray.train.get_context().get_world_rank()
 
     def report(metrics: dict[str, Any], checkpoint: tuple[Path, str] | None = None) -> None:
-        if gauges is not None and ctx.get_world_rank() == 0:
+        if gauges is not None and rank == 0:
             gauges.update(metrics)
         # In Ray Train V2 every report is a barrier across workers: once per window only.
         if checkpoint is None:
@@ -99,27 +111,54 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
         )
 
-    run_training(
-        cfg,
-        WorkerContext(
-            rank=ctx.get_world_rank(),
-            world_size=ctx.get_world_size(),
-            device=ray.train.torch.get_device(),
-            report=report,
-            start_ts=loop_config["run"]["trial_start_ts"],
-            local_rank=ctx.get_local_rank(),
-            run_dir=run_dir,
-            node=record["node_ip"],
-            node_id=record["node_id"],
-            entry_ts=entry_ts,
-            cache_dir=OutputRoot.of(run_dir.parent.parent).cache,
-        ),
+    run_training(cfg, ray_worker_context(run, report, entry_ts, resident=False))
+
+
+_GAUGES: dict[str, Any] = {}  # one set per process (a resident worker serves many runs)
+
+
+def ray_gauges(run: str):
+    """This process's RayGauges, set to ``run``'s tags."""
+    from trainables.telemetry import RayGauges
+
+    if "gauges" not in _GAUGES:
+        _GAUGES["gauges"] = RayGauges(run)
+    _GAUGES["gauges"].run = run
+    return _GAUGES["gauges"]
+
+
+def ray_worker_context(
+    run: dict[str, Any], report: Callable[..., None], entry_ts: float, *, resident: bool
+) -> WorkerContext:
+    """The WorkerContext of this Ray Train worker for ``run`` (the plain dict the driver put in
+    the param space); registers the worker's log files first, before anything can fail."""
+    import ray.train
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    run_dir = Path(run["storage_path"]) / run["name"]
+    # First, before anything can fail: where this rank's log files are (fail_tail_lines).
+    record = register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
+    return WorkerContext(
+        rank=ctx.get_world_rank(),
+        world_size=ctx.get_world_size(),
+        device=ray.train.torch.get_device(),
+        report=report,
+        start_ts=run["trial_start_ts"],
+        local_rank=ctx.get_local_rank(),
+        run_dir=run_dir,
+        node=record["node_ip"],
+        node_id=record["node_id"],
+        entry_ts=entry_ts,
+        cache_dir=OutputRoot.of(run_dir.parent.parent).cache,
+        process_ts=0.0 if resident else process_start(),
+        resident=resident,
     )
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     """The stage-1 loop, the same under Ray Train and under torchrun."""
-    clock = StartupClock(worker.start_ts, worker.entry_ts or time.time(), process_start())
+    clock = StartupClock(worker.start_ts, worker.entry_ts or time.time(), worker.process_ts)
     if worker.device.type == "cuda":
         torch.cuda.set_device(worker.device)  # DeepSpeed places its state on the current device
     # The loader first: its workers start (and prefetch) while the model is built.
@@ -132,6 +171,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     clock.lap("loader_start")
     import_model_code()
     clock.lap("imports")
+    if cfg.torch_compile:
+        use_compile_cache(worker.cache_dir)
     engine = build_engine(cfg, worker.device, clock=clock, flops_cache=worker.cache_dir)
     val_data = build_val_dataset(cfg)
     if resume_from is not None:
@@ -140,7 +181,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     telemetry, notes = _start_observing(cfg, worker, loader)
     env_facts = collect_env(worker.device) if worker.rank == 0 else None
     clock.lap("val_placement_telemetry")
-    watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, worker.rank).start()
+    end_after = _RESIDENT_STALL_END_S if worker.resident else 0.0
+    watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, worker.rank, end_after).start()
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
         notes["compile_s"] = engine.warm_up(cfg)
@@ -237,6 +279,7 @@ def _train(run: _Run) -> None:
             run.clock.lap("first_step")
             run.clock.add("first_batch", data_s, out_of="first_step")
             run.notes["startup_breakdown"] = run.clock.breakdown()
+            run.notes["compile_cache"] = cache_counts() if cfg.torch_compile else ""
         if step % cfg.log_every == 0 or step == cfg.max_steps:
             metrics = run.metrics.build(
                 window,

@@ -1,4 +1,6 @@
-"""The Tune trial function: one run of the sweep as a Ray Train ``TorchTrainer``."""
+"""The Tune trial function: one run of the sweep, trained in a Ray Train ``TorchTrainer`` of its
+own (``executor: fresh``) or in the sweep's resident group of its shape (``resident``: the trial
+submits the run to the group pool, trainables/groups.py, and relays its windows to Tune)."""
 
 from __future__ import annotations
 
@@ -6,25 +8,23 @@ import time
 from typing import Any
 
 from trainables.config import TrialConfig
-from trainables.loop import train_loop_per_worker
 from trainables.watchdog import pg_timeout_for
 
-__all__ = ["run_trial", "build_trainer"]
+__all__ = ["build_group_trainer", "build_trainer", "group_shape", "relay", "run_trial"]
+
+RELAY_POLL_S = 0.5
 
 
 def build_trainer(run: dict[str, Any]):
     """``run`` is the plain dict the driver puts in the param space: name, group, repeat,
     storage_path, trial_start_ts and the resolved ``config``."""
-    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from trainables.loop import train_loop_per_worker  # torch: only where the run trains
 
     cfg = TrialConfig.from_dict(run["config"])
-    if cfg.use_gpu == "auto":
-        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
-    resources = {"CPU": cfg.cpus_per_train_worker}
-    if cfg.use_gpu:
-        resources["GPU"] = 1
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     # Forwards rank 0's window reports to the Tune trial, where the platform's Tune callback
     # (in the driver) records them.
@@ -35,12 +35,7 @@ def build_trainer(run: dict[str, Any]):
             "config": cfg.to_dict(),
             "run": {k: v for k, v in run.items() if k != "config"},
         },
-        scaling_config=ScalingConfig(
-            num_workers=cfg.train_workers,
-            use_gpu=cfg.use_gpu,
-            resources_per_worker=resources,
-            placement_strategy=cfg.placement_strategy,
-        ),
+        scaling_config=_scaling(cfg),
         torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(
             name=run["name"],
@@ -63,7 +58,103 @@ def build_trainer(run: dict[str, Any]):
     )
 
 
+def _scaling(cfg: TrialConfig):
+    """The worker group of a run: one worker per GPU (or CPU worker), its CPUs, its placement."""
+    from ray.train import ScalingConfig
+
+    if cfg.use_gpu == "auto":
+        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
+    resources = {"CPU": cfg.cpus_per_train_worker}
+    if cfg.use_gpu:
+        resources["GPU"] = 1
+    return ScalingConfig(
+        num_workers=cfg.train_workers,
+        use_gpu=cfg.use_gpu,
+        resources_per_worker=resources,
+        placement_strategy=cfg.placement_strategy,
+    )
+
+
+def group_shape(cfg: TrialConfig) -> tuple:
+    """What a resident group is made for (groups.SHAPE_KEYS): runs of one shape share one."""
+    return (
+        cfg.train_workers,
+        bool(cfg.use_gpu),
+        cfg.cpus_per_train_worker,
+        cfg.placement_strategy,
+        cfg.nodes,
+        pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s),
+    )
+
+
+def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
+    """A resident group's ``TorchTrainer``, shaped by the first run it trains: its workers serve
+    runs until the pool closes the group (trainables/serve.py). No restarts: a failed worker
+    ends the group (the pool fails its run and builds a new group for the next)."""
+    from ray.train import FailureConfig, LoggingConfig, RunConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from trainables.serve import serve_loop_per_worker
+
+    cfg = TrialConfig.from_dict(first["config"])
+    return TorchTrainer(
+        serve_loop_per_worker,
+        train_loop_config={"pool": pool, "group": group},
+        scaling_config=_scaling(cfg),
+        torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
+        run_config=RunConfig(
+            name=group,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=0),
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
+    )
+
+
+class ResidentRunError(RuntimeError):
+    """A run that failed in its resident group; the message is the group's error text."""
+
+
+def relay(run: dict[str, Any], pool_name: str) -> None:
+    """Submit ``run`` to the sweep's group pool and pass its windows to Tune until it ends. A
+    trial stopped by Tune stops polling (its actor ends), which the pool takes as a cancel."""
+    import ray
+    from ray import tune
+
+    pool = ray.get_actor(pool_name)
+    job = ray.get(pool.submit.remote(run))
+    ended = False
+    try:
+        while not ended and not _stopping():
+            for kind, payload in ray.get(pool.poll.remote(job, RELAY_POLL_S)):
+                if kind == "window":
+                    tune.report(payload)
+                elif kind == "error":
+                    raise ResidentRunError(payload)
+                else:
+                    ended = True
+    finally:
+        if not ended:
+            pool.cancel.remote(job)
+
+
+def _stopping() -> bool:
+    """Whether Tune asked this trial to stop (its session's stop event; Tune sets it when it
+    stops or reuses the trial's actor)."""
+    try:
+        from ray.train._internal.session import get_session
+
+        session = get_session()
+        return bool(session is not None and session.stop_event.is_set())
+    except Exception:  # noqa: BLE001 - moved in another Ray: the pool's lease still cancels
+        return False
+
+
 def run_trial(config: dict[str, Any]) -> None:
-    """Tune entry point; ``config["run"]`` is one run of the sweep."""
+    """Tune entry point; ``config["run"]`` is one run of the sweep (for a resident run, with the
+    name of the sweep's group pool, ``pool``)."""
     run = dict(config["run"], trial_start_ts=time.time())
-    build_trainer(run).fit()
+    if run["config"]["executor"] == "resident":
+        relay(run, run["pool"])
+    else:
+        build_trainer(run).fit()

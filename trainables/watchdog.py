@@ -11,6 +11,7 @@ Train tears the run down: a hang is explained, not waited out.
 from __future__ import annotations
 
 import faulthandler
+import os
 import threading
 import time
 from pathlib import Path
@@ -27,8 +28,15 @@ def pg_timeout_for(stall_timeout_s: float, pg_timeout_s: int) -> int:
 
 
 class StallWatchdog:
-    def __init__(self, stall_timeout_s: float, dump_dir: Path | None, rank: int):
+    """``end_after_s`` > 0 (a resident group's worker): once the stacks are written, a process
+    still stuck that much later ends itself, so that its group is rebuilt and the sweep goes
+    on (with one worker there is no collective whose timeout would end it)."""
+
+    def __init__(
+        self, stall_timeout_s: float, dump_dir: Path | None, rank: int, end_after_s: float = 0.0
+    ):
         self.stall_timeout_s = stall_timeout_s
+        self.end_after_s = end_after_s
         self.dump_path = Path(dump_dir) / f"stacks-rank{rank}.txt" if dump_dir else None
         self.last_beat = time.monotonic()
         self.step = 0
@@ -51,6 +59,8 @@ class StallWatchdog:
         poll_s = min(1.0, self.stall_timeout_s / 4)
         while not self.stop_event.wait(poll_s):
             idle = time.monotonic() - self.last_beat
+            if self.dumped and self.end_after_s and idle > self.stall_timeout_s + self.end_after_s:
+                os._exit(70)  # EX_SOFTWARE: the stacks say why
             if idle < self.stall_timeout_s or self.dumped:
                 continue
             self.dumped = True

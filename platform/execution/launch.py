@@ -24,7 +24,7 @@ from platform.execution.inputs import (
     remove_if_empty,
     run_manifests,
 )
-from platform.execution.resources import resolve_resources
+from platform.execution.resources import resolve_executors, resolve_resources
 from platform.execution.resume import drop_rows
 from platform.execution.signals import StopSignals
 from platform.record.manifest import write_run_record
@@ -167,11 +167,12 @@ def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
                 "sees the output root",
                 flush=True,
             )
-        return resolve_resources(
+        runs = resolve_resources(
             request.runs,
             ray.cluster_resources(),
             [n["Resources"] for n in ray.nodes() if n.get("Alive")],
         )
+        return resolve_executors(runs, training=request.training)
     except UsageError as exc:
         _refuse(request, exc)
 

@@ -8,8 +8,9 @@ import dataclasses
 
 from platform.errors import UsageError
 from platform.spaces.expand import RunSpec
+from trainables.config_checks import needs_own_processes
 
-__all__ = ["resolve_resources"]
+__all__ = ["resolve_executors", "resolve_resources"]
 
 
 def resolve_resources(
@@ -67,3 +68,22 @@ def _check_placement(run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, flo
             f"free; the cluster has {able} such node(s) of {len(nodes)}; add nodes, or lower "
             "train_workers, or use placement_strategy PACK"
         )
+
+
+def resolve_executors(runs: list[RunSpec], *, training: bool) -> list[RunSpec]:
+    """Decide ``executor: auto``: a sweep's run trains in the resident group of its shape, unless
+    it needs processes of its own (config_checks.needs_own_processes); platform.train's run
+    always has its own (one TorchTrainer with restarts from its checkpoints)."""
+    out = []
+    for run in runs:
+        executor = run.config.executor
+        if training and executor == "resident":
+            raise UsageError(
+                f"run {run.name}: executor resident is for sweeps; platform.train trains in "
+                "processes of its own, drop executor=resident"
+            )
+        if executor == "auto":
+            executor = "fresh" if training or needs_own_processes(run.config) else "resident"
+        config = dataclasses.replace(run.config, executor=executor)
+        out.append(dataclasses.replace(run, config=config))
+    return out

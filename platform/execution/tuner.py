@@ -42,6 +42,8 @@ class Sweep:
     planned: list[RunSpec]
     facts: dict[str, Any]
     tuner: tune.Tuner | None = None
+    pool: Any = None  # the resident groups' GroupPool actor (None: every run is fresh)
+    pool_name: str = ""
 
     def write_manifest(self) -> list[dict[str, Any]]:
         return write_manifest(self.root, self.planned, self.recorder.status, self.facts)
@@ -60,8 +62,24 @@ class Sweep:
             interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
             self.recorder.mark_skipped()
             manifest = self.write_manifest()
+            self.close_groups()
         self.recorder.close()
         return manifest, interrupted
+
+    def close_groups(self) -> None:
+        """Close the resident groups; ``groups.json`` says what each trained and how it ended
+        (the memory before and after each run)."""
+        if self.pool is None:
+            return
+        import ray
+
+        try:
+            ray.get(self.pool.shutdown.remote(), timeout=30)
+            history = ray.get(self.pool.history.remote(), timeout=30)
+        except ray.exceptions.RayError as exc:  # the pool is gone: nothing more to say
+            print(f"resident groups: no record ({type(exc).__name__})", flush=True)
+            return
+        results.write_json(self.root.groups, {"groups": history})
 
 
 def build_sweep(
@@ -88,6 +106,8 @@ def build_sweep(
         facts=facts,
     )
     recorder.on_change = sweep.write_manifest
+    if any(r.config.executor == "resident" for r in sweep.todo):
+        sweep.pool_name, sweep.pool = _start_pool(root, space)
     tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
     sweep.write_manifest()
     sweep.tuner = tune.Tuner(
@@ -125,8 +145,10 @@ def _search_and_stop(
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs
 
+    pool = sweep.pool_name
+
     def param(run: RunSpec) -> dict[str, Any]:
-        return _trial_param(run, root)
+        return _trial_param(run, root) | ({"pool": pool} if pool else {})
 
     race = None
     if space.scheduler.name == "race":
@@ -153,8 +175,34 @@ def _search_and_stop(
         max_concurrent_trials=space.max_concurrent_trials,
         trial_name_creator=_trial_name,
         trial_dirname_creator=_trial_name,
+        # A resident run's trial only relays windows: its actor serves the next trial.
+        reuse_actors=sweep.pool is not None,
     )
     return tune_config, SweepStopper(runs, trial_runs, race)
+
+
+def _start_pool(root: OutputRoot, space: SearchSpace) -> tuple[str, Any]:
+    """The sweep's GroupPool actor (trainables/groups.py), on the driver's node: at most
+    max_concurrent_trials resident groups, their Ray Train state under tune/groups/."""
+    import uuid
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from trainables.groups import GroupPool
+
+    node = ray.get_runtime_context().get_node_id()
+    name = f"stage1-groups-{uuid.uuid4().hex[:8]}"
+    return name, (
+        ray.remote(GroupPool)
+        .options(
+            name=name,
+            num_cpus=0,
+            max_concurrency=1000,  # every trial's poll and every rank's ask wait in a thread
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+        )
+        .remote(name, space.max_concurrent_trials, str(root.group_runs), node)
+    )
 
 
 def _trial_name(trial) -> str:

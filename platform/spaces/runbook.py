@@ -357,6 +357,9 @@ def _telemetry(values: dict[str, Any], sets: dict[str, Any], plan: RunbookPlan) 
         return
     on = any(given.values())
     sets["telemetry"] = on
+    if given.get("ENABLE_HOST_TELEMETRY"):
+        # The runbooks sampled host memory to hunt leaks: growth must be each run's own.
+        sets["executor"] = "fresh"
     off = [name for name, value in given.items() if not value]
     if on and off:
         plan.warnings.append(

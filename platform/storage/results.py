@@ -52,6 +52,7 @@ EFFECTIVE_KEYS = (
     "telemetry_effective",
     "fallbacks",
     "missing_files",
+    "resident_group",
 )
 
 # What a training run's manifest row adds (platform.train; empty for sweep runs).
@@ -60,7 +61,7 @@ PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
 
 # Where a run's start-up went ("ray_workers=4.1 loader_start=0.3 imports=3.9 ...", seconds per
 # part, trainables/startup.py: StartupClock), and the compile warm-up ahead of the timed windows.
-STARTUP_KEYS = ("startup_breakdown", "compile_s")
+STARTUP_KEYS = ("startup_breakdown", "compile_s", "compile_cache")
 
 TRAINING_KEYS = (
     "restarts",

@@ -4,8 +4,10 @@ known shape before the first timed step. A compile error falls back to eager (en
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,12 +17,47 @@ from trainables.engine.shapes import shape_batch
 from trainables.model import contrastive_loss
 
 __all__ = [
+    "cache_counts",
     "compile_ddp",
     "compile_deepspeed",
     "compile_regions",
     "setup_compile",
+    "use_compile_cache",
     "warm_up",
 ]
+
+
+def use_compile_cache(cache_dir: Path | None) -> None:
+    """Inductor's FX-graph and AOTAutograd caches and Triton's kernels under the output root's
+    ``cache/`` (``inductor/``, ``triton/``), shared by every run, resident group, resumed sweep
+    and final training of that root: a shape compiled once is not compiled cold again. A
+    user's own TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR wins. The counters of
+    ``cache_counts`` start from zero."""
+    from torch._dynamo.utils import counters
+
+    if cache_dir is not None:
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir) / "inductor"))
+        os.environ.setdefault("TRITON_CACHE_DIR", str(Path(cache_dir) / "triton"))
+    for group in ("inductor", "aot_autograd"):
+        counters[group].clear()
+
+
+def cache_counts() -> str:
+    """What the compile caches saved since ``use_compile_cache``: graphs found in (hit) and
+    compiled anew for (miss) inductor's FX-graph cache and the AOTAutograd cache (the
+    manifest's ``compile_cache``); '' when nothing was compiled."""
+    from torch._dynamo.utils import counters
+
+    fx, aot = counters["inductor"], counters["aot_autograd"]
+    seen = (
+        fx["fxgraph_cache_hit"],
+        fx["fxgraph_cache_miss"],
+        aot["autograd_cache_hit"],
+        aot["autograd_cache_miss"],
+    )
+    if not any(seen):
+        return ""
+    return "fxgraph hit={} miss={} aot_autograd hit={} miss={}".format(*seen)
 
 
 def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:

@@ -1,0 +1,304 @@
+"""Time to answer: the same sweep with fresh worker processes per run and with one resident
+worker group (config key ``executor``), side by side in one run: wall time, the share of it
+spent in timed training steps, the gap between runs, and whether samples/s stayed the same.
+
+    python -m benchmarks.time_to_answer --space SPACE [--set KEY=VALUE ...] [--output-root DIR]
+        [--executors fresh,resident] [--schedulers fifo[,race]] [--label cpu2]
+        [--json PATH] [--markdown PATH]
+
+Each sweep is ``python -m platform.tune --set executor=E --set scheduler=S`` in a subprocess
+from the repo root (its progress passes through) into DIR/<scheduler>_<executor>; wall time is
+the subprocess's. From rank 0's timing windows (a window spans steps_in_window x iter_ms_mean,
+ending at window_end_ts): busy share = timed training / (last window end - first window start),
+so the first run's cold start is left out; per-trial overhead = a run's first window start minus
+the previous run's last window end (runs in the order they started). Tail samples/s per group:
+summary.json's robust figure, and the median over the group's runs of the mean of their last 3
+windows. The manifest gives start-up and compile figures; a resident sweep's groups.json the
+memory after each run against the group's first run. Writes JSON (default
+benchmarks/results/time_to_answer_<label>/time_to_answer.json) and markdown beside it; exits 1
+when any sweep failed, after writing what was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SAME = 0.03  # tail samples/s within 3 %: "the same"
+
+
+def num(x: Any) -> Any:
+    """A JSON-safe scalar: NaN and missing become None, numpy numbers plain ones."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    if hasattr(x, "item"):
+        return num(x.item())
+    return x
+
+
+def median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def sweep(space: str, root: Path, scheduler: str, executor: str, sets: list[str]) -> dict:
+    cmd = [sys.executable, "-m", "platform.tune", "--space", space, "--output-root", str(root)]
+    cmd += ["--set", f"executor={executor}", "--set", f"scheduler={scheduler}"]
+    cmd += [a for s in sets for a in ("--set", s)]
+    print("running:", " ".join(cmd), flush=True)
+    launched, t0 = time.time(), time.monotonic()
+    code = subprocess.call(cmd, cwd=ROOT)
+    rec = {"scheduler": scheduler, "executor": executor, "command": cmd, "exit_code": code}
+    rec["wall_s"] = time.monotonic() - t0
+    try:
+        rec.update(measure(root, launched))
+    except Exception as exc:  # what it did not write: say so, keep the rest
+        rec["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"time_to_answer: {root}: {rec['error']}", file=sys.stderr)
+    return rec
+
+
+def measure(root: Path, launched: float) -> dict[str, Any]:
+    import pandas as pd
+
+    t = pd.read_parquet(root / "timing.parquet")
+    t = t[t["rank"] == 0].sort_values("window_end_ts").copy()
+    t["dur_s"] = t["steps_in_window"] * t["iter_ms_mean"] / 1000
+    t["start_ts"] = t["window_end_ts"] - t["dur_s"]
+    man = pd.read_csv(root / "run_manifest.tsv", sep="\t").set_index("run")
+    runs = []
+    for run, w in t.groupby("run", sort=False):
+        m = man.loc[run] if run in man.index else {}
+        runs.append(
+            {
+                "run": run,
+                "group": w["group"].iloc[0],
+                "status": num(m.get("status")),
+                "first_start_ts": float(w["start_ts"].min()),
+                "last_end_ts": float(w["window_end_ts"].max()),
+                "train_s": float(w["dur_s"].sum()),
+                "tail_samples_per_s": float(w["samples_per_s"].tail(3).mean()),
+                "startup_s": num(m.get("startup_s")),
+                "startup_breakdown": num(m.get("startup_breakdown")),
+                "compile_s": num(m.get("compile_s")),
+                "compile_cache": num(m.get("compile_cache")),
+                "resident_group": num(m.get("resident_group")),
+            }
+        )
+    runs.sort(key=lambda r: r["first_start_ts"])
+    prev_end = launched  # the first run's gap is its cold start, from the subprocess's launch
+    for r in runs:
+        r["to_first_window_s"], prev_end = r["first_start_ts"] - prev_end, r["last_end_ts"]
+    gaps = [r["to_first_window_s"] for r in runs[1:]]
+    span = max(r["last_end_ts"] for r in runs) - min(r["first_start_ts"] for r in runs)
+    timed = sum(r["train_s"] for r in runs)
+    summary = json.loads((root / "summary.json").read_text())
+    groups = {}
+    for g in summary.get("ranking", []):
+        tails = [r["tail_samples_per_s"] for r in runs if r["group"] == g["group"]]
+        groups[g["group"]] = {
+            "robust": num(g.get("tail_samples_per_sec_robust")),
+            "run_tail_median": median(tails),
+        }
+    return {
+        "runs_started": len(runs),
+        "timed_train_s": timed,
+        "busy_share": timed / span if span > 0 else None,
+        "cold_start_s": runs[0]["to_first_window_s"] if runs else None,
+        "overheads_s": gaps,
+        "overhead_median_s": median(gaps),
+        "overhead_max_s": max(gaps) if gaps else None,
+        "best_group": summary.get("best_group"),
+        "groups": groups,
+        "runs": runs,
+        "memory": memory(root / "groups.json"),
+    }
+
+
+def memory(path: Path) -> list[dict[str, Any]] | None:
+    """Each resident group's runs: rank 0's RSS and GPU memory after the run, and their growth
+    since the group's first run ended."""
+    if not path.is_file():
+        return None
+    out = []
+    for g in json.loads(path.read_text()).get("groups", []):
+        first = (g["runs"][0].get("memory_after") or {}) if g["runs"] else {}
+        for r in g["runs"]:
+            after = r.get("memory_after") or {}
+            row = {"resident_group": g["group"], "run": r["run"], "outcome": r.get("outcome")}
+            for key in ("rss_mb", "gpu_allocated_mb"):
+                if key in after:
+                    row[key] = after[key]
+                    row[key.replace("_mb", "_growth_mb")] = after[key] - first.get(key, after[key])
+            out.append(row)
+    return out
+
+
+def compare(variants: dict[str, dict], schedulers: list[str], executors: list[str]) -> dict:
+    """The top-level figures: per executor of the first scheduler, resident vs fresh, and race
+    vs grid per executor."""
+    out: dict[str, Any] = {}
+    first = schedulers[0]
+    for e in executors:
+        v = variants[f"{first}_{e}"]
+        for key in ("wall_s", "busy_share", "overhead_median_s", "overhead_max_s", "cold_start_s"):
+            out[f"{key}_{e}"] = v.get(key)
+    fresh, res = variants.get(f"{first}_fresh"), variants.get(f"{first}_resident")
+    if fresh and res:
+        out["wall_ratio_resident_over_fresh"] = res["wall_s"] / fresh["wall_s"]
+        tails = {}
+        for g in fresh.get("groups", {}):
+            a, b = fresh["groups"][g], res.get("groups", {}).get(g)
+            if not b:
+                continue
+            tails[g] = {
+                "fresh": a["robust"],
+                "resident": b["robust"],
+                "fresh_run_tail_median": a["run_tail_median"],
+                "resident_run_tail_median": b["run_tail_median"],
+            }
+            if a["robust"] and b["robust"]:
+                tails[g]["ratio"] = b["robust"] / a["robust"]
+                tails[g]["within_3pct"] = abs(tails[g]["ratio"] - 1) <= SAME
+        out["tail_samples_per_s"] = tails
+    if "race" in schedulers and "fifo" in schedulers:
+        out["race_over_grid_wall"] = {
+            e: variants[f"race_{e}"]["wall_s"] / variants[f"fifo_{e}"]["wall_s"] for e in executors
+        }
+    return out
+
+
+def f(x: Any, fmt: str = ".1f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
+    rows = [
+        f"# Time to answer: `{space}`",
+        "",
+        "| variant | exit | wall s | runs | busy share | cold start s | overhead median s "
+        "| overhead max s | per-run overheads s |",
+        "| --- " * 9 + "|",
+    ]
+    for name, v in variants.items():
+        gaps = ", ".join(f(g) for g in v.get("overheads_s", []))
+        rows.append(
+            f"| {name} | {v['exit_code']} | {f(v['wall_s'], '.0f')} | "
+            f"{v.get('runs_started', '-')} | {f(v.get('busy_share'), '.2f')} | "
+            f"{f(v.get('cold_start_s'))} | {f(v.get('overhead_median_s'))} | "
+            f"{f(v.get('overhead_max_s'))} | {gaps} |"
+        )
+    if "wall_ratio_resident_over_fresh" in cmp:
+        rows += [
+            "",
+            f"resident / fresh wall: {cmp['wall_ratio_resident_over_fresh']:.2f}; busy "
+            f"share {f(cmp['busy_share_fresh'], '.2f')} fresh, "
+            f"{f(cmp['busy_share_resident'], '.2f')} resident; per-trial overhead median "
+            f"{f(cmp['overhead_median_s_fresh'])} s fresh, "
+            f"{f(cmp['overhead_median_s_resident'])} s resident",
+            "",
+            "| group | fresh samples/s | resident samples/s | resident / fresh | within 3 % "
+            "| run tails fresh | run tails resident |",
+            "| --- " * 7 + "|",
+        ]
+        for g, c in cmp["tail_samples_per_s"].items():
+            same = {True: "yes", False: "no"}.get(c.get("within_3pct"), "-")
+            rows.append(
+                f"| {g} | {f(c['fresh'])} | {f(c['resident'])} | "
+                f"{f(c.get('ratio'), '.3f')} | {same} | "
+                f"{f(c['fresh_run_tail_median'])} | {f(c['resident_run_tail_median'])} |"
+            )
+    for e, ratio in (cmp.get("race_over_grid_wall") or {}).items():
+        rows.append(f"\nrace / grid wall ({e}): {ratio:.2f}")
+    rows += [
+        "",
+        "| variant | run | status | startup s | to first window s | tail samples/s "
+        "| compile s | compile cache |",
+        "| --- " * 8 + "|",
+    ]
+    for name, v in variants.items():
+        for r in v.get("runs", []):
+            rows.append(
+                f"| {name} | {r['run']} | {r['status']} | {f(r['startup_s'])} | "
+                f"{f(r['to_first_window_s'])} | {f(r['tail_samples_per_s'])} | "
+                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} |"
+            )
+    mem = [(n, m) for n, v in variants.items() for m in v.get("memory") or []]
+    if mem:
+        rows += [
+            "",
+            "| variant | resident group | run | outcome | rss MB after | rss growth MB "
+            "| GPU alloc MB after | GPU alloc growth MB |",
+            "| --- " * 8 + "|",
+        ]
+        for n, m in mem:
+            rows.append(
+                f"| {n} | {m['resident_group']} | {m['run']} | {m['outcome']} | "
+                f"{f(m.get('rss_mb'), '.0f')} | {f(m.get('rss_growth_mb'), '+.0f')} | "
+                f"{f(m.get('gpu_allocated_mb'), '.0f')} | "
+                f"{f(m.get('gpu_allocated_growth_mb'), '+.0f')} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.time_to_answer", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--space", required=True)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--output-root", type=Path, default=Path("outputs") / f"time_to_answer_{int(time.time())}"
+    )
+    p.add_argument("--executors", default="fresh,resident")
+    p.add_argument("--schedulers", default="fifo")
+    p.add_argument("--label", default="cpu2")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--markdown", type=Path)
+    given = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(given)
+    executors = args.executors.split(",")
+    schedulers = args.schedulers.split(",")
+    out_json = (
+        args.json
+        or ROOT / "benchmarks" / "results" / f"time_to_answer_{args.label}" / "time_to_answer.json"
+    )
+    out_md = args.markdown or out_json.with_name("time_to_answer.md")
+    root = args.output_root.resolve()
+    variants = {}
+    for s in schedulers:
+        for e in executors:
+            variants[f"{s}_{e}"] = sweep(args.space, root / f"{s}_{e}", s, e, args.set)
+    failed = [n for n, v in variants.items() if v["exit_code"] != 0 or "error" in v]
+    try:
+        cmp = compare(variants, schedulers, executors)
+    except Exception as exc:  # a sweep measured nothing: keep the per-variant records
+        cmp = {"compare_error": f"{type(exc).__name__}: {exc}"}
+    text = markdown(args.space, variants, cmp)
+    print("\n" + text)
+    record = {
+        "space": args.space,
+        "sets": args.set,
+        "label": args.label,
+        "command": shlex.join([sys.executable, "-m", "benchmarks.time_to_answer", *given]),
+        "failed": failed,
+        **cmp,
+        "variants": variants,
+    }
+    for path, body in ((out_json, json.dumps(record, indent=2, default=str)), (out_md, text)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    print(f"wrote {out_json} and {out_md}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

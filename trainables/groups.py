@@ -1,0 +1,300 @@
+"""Resident worker groups: a sweep's runs trained in Ray Train workers kept alive across runs.
+
+``GroupPool`` (one Ray actor per sweep, on the driver's node) keeps one group per resource
+shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout), at most
+``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function serves runs
+(trainables/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A Tune trial
+submits its run and relays the windows (trainables/trial.py: ``relay``).
+
+- A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
+  are alive; else an idle group of another shape is closed to make room; else it waits.
+- A trial that stops polling (stopped by the race, ASHA, a timeout or Ctrl-C: Tune ends its
+  actor) or cancels stops its run at the run's next window. A run that does not stop within its
+  grace (a hang) has its group killed.
+- A group whose ``fit()`` ends in an error (an exception in a run, a dead worker, a stall the
+  watchdog ended) fails the run it was training with that error's text; the next run of its
+  shape gets a new group of fresh processes.
+
+Everything runs inside Ray workers: nothing here may import ``platform``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+__all__ = ["GroupHost", "GroupPool", "LEASE_S"]
+
+LEASE_S = 10.0  # a run whose trial has not polled for this long is cancelled
+MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
+
+
+@dataclass
+class _Job:
+    id: str
+    run: dict[str, Any]
+    shape: tuple
+    submitted: float
+    state: str = "queued"  # queued, running, done, failed, stopped
+    group: str = ""
+    label: str = ""
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    last_poll: float = 0.0
+    cancelled: bool = False
+    deadline: float = 0.0  # when a cancelled run that has not stopped gets its group killed
+    window_ts: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    id: str
+    shape: tuple
+    host: Any
+    started: float
+    state: str = "starting"  # starting, ready, closing, dead
+    job: str | None = None
+    delivered: dict[int, str] = field(default_factory=dict)  # rank -> the job it was given
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    ended: str = ""
+
+
+@ray.remote(num_cpus=0)
+class GroupHost:
+    """Runs one resident group's ``TorchTrainer.fit()``; killing this actor ends the group (the
+    Ray Train controller and its workers are owned by it)."""
+
+    def run(self, first: dict[str, Any], pool: str, group: str, storage_path: str) -> str:
+        from trainables.trial import build_group_trainer
+
+        build_group_trainer(first, pool, group, storage_path).fit()
+        return "closed"
+
+
+class GroupPool:
+    """The sweep's resident groups and the runs they train (a threaded Ray actor)."""
+
+    def __init__(self, name: str, max_groups: int, storage_path: str, node_id: str):
+        self.name, self.max_groups = name, max(1, int(max_groups))
+        self.storage_path, self.node_id = storage_path, node_id
+        self.jobs: dict[str, _Job] = {}
+        self.pending: list[str] = []
+        self.groups: dict[str, _Group] = {}
+        self.cond = threading.Condition()
+        self.ids = itertools.count(1)
+        self.closed = False
+        threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
+
+    # --- the trials' side ---
+    def submit(self, run: dict[str, Any]) -> str:
+        from trainables.config import TrialConfig
+        from trainables.trial import group_shape
+
+        with self.cond:
+            job = _Job(
+                id=f"{run['name']}#{next(self.ids)}",
+                run=run,
+                shape=group_shape(TrialConfig.from_dict(run["config"])),
+                submitted=time.time(),
+                last_poll=time.monotonic(),
+            )
+            self.jobs[job.id] = job
+            self.pending.append(job.id)
+            self._dispatch()
+            return job.id
+
+    def poll(self, job_id: str, timeout: float) -> list[tuple[str, Any]]:
+        """The run's new events: ("window", metrics), ("done", outcome), ("error", text)."""
+        with self.cond:
+            job = self.jobs[job_id]
+            job.last_poll = time.monotonic()
+            self.cond.wait_for(lambda: job.events, timeout=timeout)
+            job.last_poll = time.monotonic()
+            events, job.events = job.events, []
+            return events
+
+    def cancel(self, job_id: str) -> None:
+        with self.cond:
+            self._cancel(self.jobs[job_id])
+
+    # --- the groups' side ---
+    def next_job(self, group_id: str, rank: int, timeout: float) -> dict[str, Any] | None:
+        """The run ``rank`` of the group trains next; {"shutdown": True} when the group closes;
+        None when there is none yet."""
+        with self.cond:
+            group = self.groups[group_id]
+            group.state = "ready" if group.state == "starting" else group.state
+
+            def given() -> bool:
+                return group.state == "closing" or (
+                    group.job is not None and group.delivered.get(rank) != group.job
+                )
+
+            if not self.cond.wait_for(given, timeout=timeout):
+                return None
+            if group.state == "closing":
+                return {"shutdown": True}
+            job = self.jobs[group.job]
+            group.delivered[rank] = job.id
+            return {"id": job.id, "run": job.run, "config": job.run["config"], "label": job.label}
+
+    def window(self, job_id: str, metrics: dict[str, Any]) -> bool:
+        """Rank 0's window of the run; returns whether the run must stop."""
+        with self.cond:
+            job = self.jobs[job_id]
+            job.window_ts.append(time.monotonic())
+            if not job.cancelled:
+                job.events.append(("window", metrics))
+                self.cond.notify_all()
+            return job.cancelled
+
+    def finished(self, job_id: str, outcome: str, before: dict, after: dict) -> None:
+        """Rank 0: the run ended ("ok" or "stopped") and its group released it."""
+        with self.cond:
+            job = self.jobs[job_id]
+            group = self.groups[job.group]
+            job.state = "done" if outcome == "ok" else "stopped"
+            job.events.append(("done", outcome))
+            group.runs.append(
+                {
+                    "run": job.run["name"],
+                    "outcome": outcome,
+                    "memory_before": before,
+                    "memory_after": after,
+                }
+            )
+            group.job = None
+            self._dispatch()
+            self.cond.notify_all()
+
+    # --- the driver's side ---
+    def history(self) -> list[dict[str, Any]]:
+        """Every group: its shape, when it started, the runs it trained (with the memory before
+        and after each), how it ended."""
+        with self.cond:
+            return [
+                {
+                    "group": g.id,
+                    "shape": dict(zip(SHAPE_KEYS, g.shape, strict=True)),
+                    "started_ts": g.started,
+                    "runs": list(g.runs),
+                    "ended": g.ended or g.state,
+                }
+                for g in self.groups.values()
+            ]
+
+    def shutdown(self) -> None:
+        with self.cond:
+            self.closed = True
+            for group in self.groups.values():
+                if group.state in ("starting", "ready"):
+                    group.state, group.ended = "closing", "closed at the end of the sweep"
+            self.cond.notify_all()
+
+    # --- inside ---
+    def _dispatch(self) -> None:
+        """Hand queued runs to groups (the rules are in the module's docstring)."""
+        for job_id in list(self.pending):
+            job = self.jobs[job_id]
+            alive = [g for g in self.groups.values() if g.state in ("starting", "ready")]
+            group = next((g for g in alive if g.shape == job.shape and g.job is None), None)
+            if group is None and len(alive) >= self.max_groups:
+                idle = next((g for g in alive if g.job is None), None)
+                if idle is None:
+                    continue
+                idle.state, idle.ended = "closing", "closed to make room for another shape"
+            if group is None:
+                group = self._start_group(job)
+            self.pending.remove(job_id)
+            group.job, job.group, job.state = job.id, group.id, "running"
+            job.label = f"{group.id} run {len(group.runs) + 1}"
+        self.cond.notify_all()
+
+    def _start_group(self, job: _Job) -> _Group:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        gid = f"g{len(self.groups) + 1}"
+        host = GroupHost.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=True)
+        ).remote()
+        group = _Group(id=gid, shape=job.shape, host=host, started=time.time())
+        self.groups[gid] = group
+        ref = host.run.remote(job.run, self.name, gid, self.storage_path)
+        threading.Thread(target=self._watch, args=(group, ref), daemon=True).start()
+        return group
+
+    def _watch(self, group: _Group, ref) -> None:
+        """Wait for the group's fit() to end; an error fails the run it was training."""
+        try:
+            ray.get(ref)
+            error = ""
+        except Exception as exc:  # noqa: BLE001 - every way a group ends is recorded
+            error = _error_text(exc)
+        with self.cond:
+            was = group.state
+            group.state = "dead"
+            if error and not group.ended:
+                group.ended = f"failed: {error.strip().splitlines()[-1][:200]}"
+            if group.job is not None:
+                job = self.jobs[group.job]
+                if job.state == "running":
+                    job.state = "failed"
+                    job.events.append(("error", error or f"the group ended ({was})"))
+                group.job = None
+            ray.kill(group.host)
+            self._dispatch()
+
+    def _cancel(self, job: _Job) -> None:
+        if job.cancelled or job.state not in ("queued", "running"):
+            return
+        job.cancelled = True
+        if job.state == "queued":
+            self.pending.remove(job.id)
+            job.state = "stopped"
+            return
+        longest = max(
+            (b - a for a, b in itertools.pairwise(job.window_ts)), default=0.0
+        )  # the run gets two of its longest windows to reach the next one
+        stall = float(job.run["config"].get("stall_timeout_s") or 0.0)
+        grace = max(MIN_GRACE_S, 2 * longest) if job.window_ts else max(MIN_GRACE_S, stall)
+        job.deadline = time.monotonic() + grace
+
+    def _monitor(self) -> None:
+        """Cancel runs whose trial stopped polling; kill groups whose cancelled run hangs."""
+        while True:
+            time.sleep(0.5)
+            with self.cond:
+                now = time.monotonic()
+                for job in self.jobs.values():
+                    if job.state in ("queued", "running") and now - job.last_poll > LEASE_S:
+                        self._cancel(job)
+                    if job.cancelled and job.state == "running" and now > job.deadline:
+                        group = self.groups[job.group]
+                        if group.state != "dead":
+                            group.ended = f"killed: {job.run['name']} did not stop when cancelled"
+                            ray.kill(group.host)
+                        job.deadline = float("inf")
+
+
+SHAPE_KEYS = (
+    "train_workers",
+    "use_gpu",
+    "cpus_per_worker",
+    "placement_strategy",
+    "nodes",
+    "pg_timeout_s",
+)
+
+
+def _error_text(exc: BaseException) -> str:
+    """The text of the error a group's fit() ended with: Ray Train's own error (with each failed
+    rank's snippet) when the host passed it on, as a fresh trial's error file would hold it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

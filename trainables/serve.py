@@ -1,0 +1,193 @@
+"""A resident worker group's train function: the Ray Train workers of one resource shape stay
+alive across a sweep's runs and train each run the group pool hands them
+(trainables/groups.py), one after the other.
+
+Per run, every rank asks the pool for it (no collective while the group is idle, so an idle
+group never meets the process group's timeout), trains it with the same ``run_training`` a fresh
+run uses, and sends each window to the pool instead of ``ray.train.report``; rank 0's send
+returns whether the trial was stopped (race, ASHA, run_timeout_s, Ctrl-C), which every rank
+learns in one broadcast, so the run stops at that window. Between runs, whatever a run built is
+freed and the state it changed is put back (``release``); an exception leaves the train function,
+so Ray Train tears the group down and the pool fails the run's trial and builds a new group.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainables.config import TrialConfig
+from trainables.distributed import broadcast_from_rank0
+from trainables.loop import (
+    WorkerContext,
+    quiet_report_log,
+    ray_gauges,
+    ray_worker_context,
+    run_training,
+)
+
+__all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
+
+POLL_S = 2.0  # how long one ask for the next run waits in the pool
+
+
+class RunStopped(Exception):
+    """The run's trial was stopped from outside (the pool said so at a window)."""
+
+
+def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """Ray Train entry point of a resident group: serve runs until the pool says stop."""
+    import ray
+    import ray.train
+
+    quiet_report_log()
+    pool = ray.get_actor(loop_config["pool"])
+    group = loop_config["group"]
+    rank = ray.train.get_context().get_world_rank()
+    torch_seed = torch.initial_seed()  # a new process's default seed, before any run
+    while True:
+        job = ray.get(pool.next_job.remote(group, rank, POLL_S))
+        if job is None:
+            continue
+        if job.get("shutdown"):
+            return
+        before = memory_now()
+        outcome = _serve_one(pool, dict(job, torch_seed=torch_seed), rank)
+        release(job["config"])
+        if rank == 0:
+            ray.get(pool.finished.remote(job["id"], outcome, before, memory_now()))
+
+
+def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
+    """Train one run of the pool; returns "ok" or "stopped" (an exception propagates)."""
+    import ray
+
+    entry_ts = time.time()
+    cfg = TrialConfig.from_dict(job["config"])
+    run = job["run"]
+    gauges = ray_gauges(run["name"]) if cfg.telemetry else None
+    # The RNG states a fresh process starts the run with: torch's default seed (what the loader
+    # draws before build_engine seeds torch with cfg.seed), and fixed ones for Python and numpy.
+    torch.manual_seed(job["torch_seed"])
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed % 2**32)
+
+    def report(metrics: dict[str, Any], checkpoint=None) -> None:
+        if checkpoint is not None:  # refused by config_checks: checkpoints need fresh runs
+            raise RuntimeError("a resident run cannot register checkpoints with Ray Train")
+        stop = [False]
+        if rank == 0:
+            if gauges is not None:
+                gauges.update(metrics)
+            metrics = dict(metrics, resident_group=job["label"])
+            stop = [ray.get(pool.window.remote(job["id"], metrics))]
+        if broadcast_from_rank0(stop, worker.world_size)[0]:
+            raise RunStopped(run["name"])
+
+    worker: WorkerContext = ray_worker_context(run, report, entry_ts, resident=True)
+    try:
+        run_training(cfg, worker)
+    except RunStopped:
+        return "stopped"
+    return "ok"
+
+
+def release(config: dict[str, Any]) -> None:
+    """Free what a finished run built and put back what it changed: its model, optimizer,
+    engine, loader workers and CUDA graphs (unreachable once the run returned: collected here),
+    compiled code and cudagraph trees (``torch._dynamo.reset``), the caching allocator's free
+    blocks, the peak-memory statistics, the heap's free pages (``malloc_trim``), the planted leak of fault drills, and the
+    distributed state DeepSpeed set (its process groups; the default group stays)."""
+    from trainables import faults
+
+    faults.release()
+    gc.collect()
+    if TrialConfig.from_dict(config).torch_compile or _dynamo_loaded():
+        import torch._dynamo
+
+        torch._dynamo.reset()
+    _reset_deepspeed()
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc keeps them otherwise, and the
+    process's resident set would hold every earlier run's peak)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def _dynamo_loaded() -> bool:
+    import sys
+
+    return "torch._dynamo" in sys.modules
+
+
+def _reset_deepspeed() -> None:
+    """DeepSpeed keeps the process groups it made (a clone of the world for data parallelism,
+    ZeRO's parameter groups) in module globals, and the next run's engine would make new ones
+    beside them: destroyed here (their communicators hold memory), the globals emptied."""
+    import sys
+
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is None:
+        return
+    import torch.distributed as dist
+
+    for name, value in list(vars(groups).items()):
+        if not name.endswith("_GROUP") or callable(value):
+            continue
+        made = value.values() if isinstance(value, dict) else [value]
+        for group in made:
+            if isinstance(group, dist.ProcessGroup) and group is not dist.group.WORLD:
+                dist.destroy_process_group(group)
+        setattr(groups, name, {} if isinstance(value, dict) else None)
+
+
+def memory_now() -> dict[str, float]:
+    """This process's resident set, and the GPU memory its tensors hold (allocated) and the
+    caching allocator keeps (reserved), in MB."""
+    import psutil
+
+    out: dict[str, Any] = {"rss_mb": psutil.Process(os.getpid()).memory_info().rss / 2**20}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["gpu_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
+        out["gpu_reserved_mb"] = torch.cuda.memory_reserved() / 2**20
+        if out["gpu_allocated_mb"] > 1:
+            out["gpu_leftover"] = leftover_tensors()
+    return out
+
+
+def leftover_tensors(top: int = 4) -> str:
+    """What still holds GPU memory once a run was released: the live CUDA tensors the garbage
+    collector sees, their total, and the largest with the types of what refers to them."""
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and obj.is_cuda:
+                found.append(obj)
+        except Exception:  # noqa: BLE001 - objects that fail isinstance (lazy proxies)
+            continue
+    total = sum(t.untyped_storage().nbytes() for t in found) / 2**20
+    found.sort(key=lambda t: t.untyped_storage().nbytes(), reverse=True)
+    parts = []
+    for t in found[:top]:
+        held_by = sorted({type(r).__name__ for r in gc.get_referrers(t) if r is not found})
+        parts.append(f"{tuple(t.shape)} {t.dtype} held by {','.join(held_by[:4])}")
+    return f"{len(found)} tensors {total:.0f} MB; " + "; ".join(parts)
