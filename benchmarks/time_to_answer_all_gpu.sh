@@ -4,7 +4,6 @@
 # after the other on one host, in the background (each device command is capped at 10 minutes):
 #   source .gpu/setup.sh && setsid nohup bash benchmarks/time_to_answer_all_gpu.sh &
 # Progress in /tmp/tta_out/progress.txt, results under /tmp/tta_out.
-# the device commands' background job (issue 24): every phase on one host, one after the other
 set -u
 export OUT=/tmp/tta_out
 mkdir -p $OUT

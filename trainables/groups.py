@@ -153,24 +153,26 @@ class GroupPool:
                 self.cond.notify_all()
             return job.cancelled
 
-    def finished(self, job_id: str, outcome: str, before: dict, after: dict) -> None:
-        """Rank 0: the run ended ("ok" or "stopped") and its group released it."""
+    def finished(self, job_id: str, outcome: str, before: dict) -> None:
+        """Rank 0: the run ended ("ok" or "stopped"); its ranks release it next, and ask for the
+        next run once done (``released``)."""
         with self.cond:
             job = self.jobs[job_id]
             group = self.groups[job.group]
             job.state = "done" if outcome == "ok" else "stopped"
             job.events.append(("done", outcome))
-            group.runs.append(
-                {
-                    "run": job.run["name"],
-                    "outcome": outcome,
-                    "memory_before": before,
-                    "memory_after": after,
-                }
-            )
+            group.runs.append({"run": job.run["name"], "outcome": outcome, "memory_before": before})
             group.job = None
             self._dispatch()
             self.cond.notify_all()
+
+    def released(self, job_id: str, after: dict) -> None:
+        """Rank 0: what the run left in memory once released."""
+        with self.cond:
+            group = self.groups[self.jobs[job_id].group]
+            mine = [r for r in group.runs if r["run"] == self.jobs[job_id].run["name"]]
+            if mine:
+                mine[-1]["memory_after"] = after
 
     # --- the driver's side ---
     def history(self) -> list[dict[str, Any]]:
@@ -188,17 +190,24 @@ class GroupPool:
                 for g in self.groups.values()
             ]
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Close every group; returns once their workers left (each released its last run and
+        said what it left in memory), or after ``timeout``."""
         with self.cond:
             self.closed = True
             for group in self.groups.values():
                 if group.state in ("starting", "ready"):
                     group.state, group.ended = "closing", "closed at the end of the sweep"
             self.cond.notify_all()
+            self.cond.wait_for(
+                lambda: all(g.state == "dead" for g in self.groups.values()), timeout=timeout
+            )
 
     # --- inside ---
     def _dispatch(self) -> None:
         """Hand queued runs to groups (the rules are in the module's docstring)."""
+        if self.closed:
+            return
         for job_id in list(self.pending):
             job = self.jobs[job_id]
             alive = [g for g in self.groups.values() if g.state in ("starting", "ready")]
@@ -248,6 +257,7 @@ class GroupPool:
                 group.job = None
             ray.kill(group.host)
             self._dispatch()
+            self.cond.notify_all()
 
     def _cancel(self, job: _Job) -> None:
         if job.cancelled or job.state not in ("queued", "running"):

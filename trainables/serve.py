@@ -59,9 +59,11 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
             return
         before = memory_now()
         outcome = _serve_one(pool, dict(job, torch_seed=torch_seed), rank)
+        if rank == 0:  # the trial ends now: Tune starts the next one while this rank releases
+            ray.get(pool.finished.remote(job["id"], outcome, before))
         release(job["config"])
         if rank == 0:
-            ray.get(pool.finished.remote(job["id"], outcome, before, memory_now()))
+            ray.get(pool.released.remote(job["id"], memory_now()))
 
 
 def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
@@ -102,20 +104,26 @@ def release(config: dict[str, Any]) -> None:
     """Free what a finished run built and put back what it changed: its model, optimizer,
     engine, loader workers and CUDA graphs (unreachable once the run returned: collected here),
     compiled code and cudagraph trees (``torch._dynamo.reset``), the caching allocator's free
-    blocks, the peak-memory statistics, the heap's free pages (``malloc_trim``), the planted leak of fault drills, and the
+    blocks, cuBLAS's workspaces and cached pinned host memory, the peak-memory statistics, the
+    heap's free pages (``malloc_trim``), the planted leak of fault drills, and the
     distributed state DeepSpeed set (its process groups; the default group stays)."""
     from trainables import faults
 
     faults.release()
     gc.collect()
     if TrialConfig.from_dict(config).torch_compile or _dynamo_loaded():
-        import torch._dynamo
+        import torch._dynamo as dynamo
 
-        torch._dynamo.reset()
+        dynamo.reset()
     _reset_deepspeed()
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+        # cuBLAS's per-stream workspaces and the pinned host blocks the loaders' pin_memory
+        # took stay cached otherwise (both are rebuilt on demand); private API: guarded.
+        for name in ("_cuda_clearCublasWorkspaces", "_host_emptyCache"):
+            if hasattr(torch._C, name):
+                getattr(torch._C, name)()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     _trim_heap()

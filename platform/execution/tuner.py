@@ -74,7 +74,7 @@ class Sweep:
         import ray
 
         try:
-            ray.get(self.pool.shutdown.remote(), timeout=30)
+            ray.get(self.pool.shutdown.remote(), timeout=60)
             history = ray.get(self.pool.history.remote(), timeout=30)
         except ray.exceptions.RayError as exc:  # the pool is gone: nothing more to say
             print(f"resident groups: no record ({type(exc).__name__})", flush=True)

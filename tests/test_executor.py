@@ -1,0 +1,107 @@
+"""Where a run trains (``executor``): ``auto`` decided by the driver, the runs a resident group
+may not run refused with one line, the resource shape that decides which runs share a group,
+what a resident worker frees between runs, and the stall watchdog ending a stuck resident
+worker's process (a real child process)."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from platform.errors import UsageError
+from platform.execution.resources import resolve_executors
+from platform.spaces.expand import RunSpec
+from trainables.config import ConfigError, TrialConfig
+from trainables.trial import group_shape
+
+
+def spec(name: str = "r", **values) -> RunSpec:
+    return RunSpec(name=name, group="g", repeat=1, swept={}, config=TrialConfig(**values))
+
+
+def test_auto_is_resident_for_a_sweep_and_fresh_where_a_run_needs_its_own_processes():
+    runs = [
+        spec("plain"),
+        spec("leak", inject_leak_mb_per_step=1.0),
+        spec("restarts", checkpoint_every=5, max_failures=1),
+        spec("checkpoints_only", checkpoint_every=5),
+        spec("asked_fresh", executor="fresh"),
+    ]
+    swept = {r.name: r.config.executor for r in resolve_executors(runs, training=False)}
+    assert swept == {
+        "plain": "resident",
+        "leak": "fresh",
+        "restarts": "fresh",
+        "checkpoints_only": "resident",
+        "asked_fresh": "fresh",
+    }
+    trained = resolve_executors([spec("final")], training=True)
+    assert trained[0].config.executor == "fresh"  # platform.train: one TorchTrainer, as before
+
+
+def test_resident_where_it_cannot_work_is_one_line_naming_the_key_and_the_fix():
+    with pytest.raises(ConfigError, match=r"^executor: resident cannot run this run: .*leak.*"):
+        TrialConfig(executor="resident", inject_leak_mb_per_step=1.0)
+    with pytest.raises(ConfigError, match=r"set executor=fresh \(or auto\)$"):
+        TrialConfig(executor="resident", checkpoint_every=5, max_failures=2)
+    with pytest.raises(UsageError, match=r"platform.train trains in processes of its own"):
+        resolve_executors([spec("final", executor="resident")], training=True)
+    with pytest.raises(ConfigError, match=r"executor"):
+        TrialConfig(executor="warm")
+
+
+def test_runs_share_a_group_only_when_their_workers_would_be_the_same():
+    base = TrialConfig(use_gpu=False)
+    assert group_shape(base) == group_shape(TrialConfig(use_gpu=False, micro_batch=64, lr=1e-3))
+    for other in (
+        dict(train_workers=4),
+        dict(use_gpu=True),
+        dict(num_workers=3),  # cpus per worker: num_workers + 1
+        dict(placement_strategy="SPREAD"),
+        dict(stall_timeout_s=30.0),  # the process group's timeout follows it
+    ):
+        assert group_shape(TrialConfig(**{"use_gpu": False, **other})) != group_shape(base), other
+
+
+def test_release_frees_the_planted_leak_and_keeps_the_process_usable():
+    from trainables import faults
+    from trainables.serve import memory_now, release
+
+    leak = faults.build_faults(TrialConfig(inject_leak_mb_per_step=1.0), rank=0)
+    leak.after_step(1)
+    assert len(faults._LEAKED) == 1
+    release(TrialConfig().to_dict())
+    assert faults._LEAKED == []
+    assert memory_now()["rss_mb"] > 0
+
+
+def test_a_stuck_resident_worker_writes_its_stacks_then_ends_its_process(tmp_path):
+    child = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from trainables.watchdog import StallWatchdog
+        StallWatchdog(0.5, Path({str(tmp_path)!r}), rank=0, end_after_s=1.0).start()
+        time.sleep(60)  # a step that never ends
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], timeout=30, capture_output=True)
+    assert done.returncode == 70, done.stderr.decode()[-2000:]
+    stacks = (tmp_path / "stacks-rank0.txt").read_text()
+    assert stacks.startswith("no progress for") and 'File "<string>"' in stacks, stacks
+
+
+def test_a_fresh_worker_only_writes_its_stacks(tmp_path):
+    child = textwrap.dedent(
+        f"""
+        import time
+        from pathlib import Path
+        from trainables.watchdog import StallWatchdog
+        StallWatchdog(0.3, Path({str(tmp_path)!r}), rank=0).start()
+        time.sleep(2.5)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", child], timeout=30, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert (tmp_path / "stacks-rank0.txt").is_file()
