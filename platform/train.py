@@ -62,6 +62,9 @@ def space_from_config(path: Path) -> SearchSpace:
     try:
         record = json.loads(Path(path).read_text())
         config = dict(record["config"])
+        # Where the sweep's run trained (a resident group) is no instruction for the training:
+        # it gets processes of its own (execution/resources.py: resolve_executors).
+        config.pop("executor", None)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(
             f"--config {path}: not a best_config.json ({type(exc).__name__}: {exc}); pass the "

@@ -40,6 +40,19 @@ def test_auto_is_resident_for_a_sweep_and_fresh_where_a_run_needs_its_own_proces
     assert trained[0].config.executor == "fresh"  # platform.train: one TorchTrainer, as before
 
 
+def test_training_with_a_resident_sweeps_winner_gets_processes_of_its_own(tmp_path):
+    import json
+
+    from platform.train import build_parser, plan
+
+    best = tmp_path / "best_config.json"
+    config = TrialConfig(executor="resident", use_gpu=False).to_dict()
+    best.write_text(json.dumps({"space": "smoke", "group": "g", "config": config}))
+    _, runs = plan(build_parser().parse_args(["--config", str(best)]))
+    assert runs[0].config.executor == "auto" and runs[0].config.max_failures == 3
+    assert resolve_executors(runs, training=True)[0].config.executor == "fresh"
+
+
 def test_resident_where_it_cannot_work_is_one_line_naming_the_key_and_the_fix():
     with pytest.raises(ConfigError, match=r"^executor: resident cannot run this run: .*leak.*"):
         TrialConfig(executor="resident", inject_leak_mb_per_step=1.0)

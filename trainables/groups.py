@@ -7,7 +7,8 @@ shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout), 
 submits its run and relays the windows (trainables/trial.py: ``relay``).
 
 - A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
-  are alive; else an idle group of another shape is closed to make room; else it waits.
+  are alive; else an idle group of another shape is closed to make room; else it waits. A fresh
+  run of the same sweep closes the idle groups first (``close_idle``): it needs their resources.
 - A trial that stops polling (stopped by the race, ASHA, a timeout or Ctrl-C: Tune ends its
   actor) or cancels stops its run at the run's next window. A run that does not stop within its
   grace (a hang) has its group killed.
@@ -122,6 +123,17 @@ class GroupPool:
         with self.cond:
             self._cancel(self.jobs[job_id])
 
+    def close_idle(self, timeout: float) -> int:
+        """Close every idle group and wait (up to ``timeout``) until their workers left: a fresh
+        run is about to start and needs the resources they hold. Returns how many closed."""
+        with self.cond:
+            idle = [g for g in self.groups.values() if g.state == "ready" and g.job is None]
+            for group in idle:
+                group.state, group.ended = "closing", "closed to make room for a fresh run"
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: all(g.state == "dead" for g in idle), timeout=timeout)
+            return len(idle)
+
     # --- the groups' side ---
     def next_job(self, group_id: str, rank: int, timeout: float) -> dict[str, Any] | None:
         """The run ``rank`` of the group trains next; {"shutdown": True} when the group closes;
@@ -199,9 +211,10 @@ class GroupPool:
                 if group.state in ("starting", "ready"):
                     group.state, group.ended = "closing", "closed at the end of the sweep"
             self.cond.notify_all()
-            self.cond.wait_for(
-                lambda: all(g.state == "dead" for g in self.groups.values()), timeout=timeout
-            )
+            if timeout > 0:
+                self.cond.wait_for(
+                    lambda: all(g.state == "dead" for g in self.groups.values()), timeout=timeout
+                )
 
     # --- inside ---
     def _dispatch(self) -> None:

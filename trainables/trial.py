@@ -156,5 +156,9 @@ def run_trial(config: dict[str, Any]) -> None:
     run = dict(config["run"], trial_start_ts=time.time())
     if run["config"]["executor"] == "resident":
         relay(run, run["pool"])
-    else:
-        build_trainer(run).fit()
+        return
+    if run.get("pool"):  # resident groups of this sweep may hold the resources it needs
+        import ray
+
+        ray.get(ray.get_actor(run["pool"]).close_idle.remote(60.0))
+    build_trainer(run).fit()

@@ -62,19 +62,21 @@ class Sweep:
             interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
             self.recorder.mark_skipped()
             manifest = self.write_manifest()
-            self.close_groups()
+            # Interrupted: no waiting for runs to reach a window (Ray's shutdown ends them).
+            self.close_groups(wait_s=0.0 if stop.received or interrupted else 60.0)
         self.recorder.close()
         return manifest, interrupted
 
-    def close_groups(self) -> None:
-        """Close the resident groups; ``groups.json`` says what each trained and how it ended
-        (the memory before and after each run)."""
+    def close_groups(self, wait_s: float) -> None:
+        """Close the resident groups, waiting up to ``wait_s`` for their workers to leave;
+        ``groups.json`` says what each trained and how it ended (the memory before and after
+        each run)."""
         if self.pool is None:
             return
         import ray
 
         try:
-            ray.get(self.pool.shutdown.remote(), timeout=60)
+            ray.get(self.pool.shutdown.remote(wait_s), timeout=wait_s + 30)
             history = ray.get(self.pool.history.remote(), timeout=30)
         except ray.exceptions.RayError as exc:  # the pool is gone: nothing more to say
             print(f"resident groups: no record ({type(exc).__name__})", flush=True)
