@@ -98,6 +98,7 @@ def test_asha_with_the_optuna_searcher_runs_to_the_end(tmp_path):
         root,
         "repeats=1",
         "max_concurrent_trials=2",
+        "executor=resident",  # two resident groups at once; ASHA stops runs at their windows
         "scheduler={name: asha, grace_windows: 2, reduction_factor: 2}",
         "search={name: optuna, num_samples: 3, seed: 1}",
     )
@@ -108,6 +109,7 @@ def test_asha_with_the_optuna_searcher_runs_to_the_end(tmp_path):
     assert len(schedule["picked"]) == len(set(schedule["picked"])) == 3
     assert sorted(manifest["group"]) == sorted(schedule["picked"])
     assert set(manifest["status"]) <= {"ok", "stopped_early"}
+    assert set(manifest["executor"]) == {"resident"}
     assert set(timing["run"]) == set(manifest.index)
     for run in manifest.index:
         assert (root / "runs" / run / "config.json").is_file()

@@ -73,10 +73,12 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     assert [r.name for r in runs] == ["sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"]
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
     saved = json.loads((root / "runs" / runs[0].name / "config.json").read_text())["config"]
-    filled = ("manifest_path", "tokenizer_path")  # the driver's: the corpus it prepared
+    # The driver's: the corpus it prepared, and where the run trained (executor auto).
+    filled = ("manifest_path", "tokenizer_path", "executor")
     planned = {k: v for k, v in runs[0].config.to_dict().items() if k not in filled}
     assert planned == {k: v for k, v in saved.items() if k in planned}
     assert list(manifest["strategy"]) == ["ddp", "ddp"]  # strategy auto: z0 is DDP
+    assert list(manifest["executor"]) == ["resident", "resident"]  # executor auto: a sweep
 
 
 def test_the_sweep_writes_the_files_and_columns_recorded_before_the_restructuring(sweep):
