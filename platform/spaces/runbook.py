@@ -357,8 +357,7 @@ def _telemetry(values: dict[str, Any], sets: dict[str, Any], plan: RunbookPlan) 
         return
     on = any(given.values())
     sets["telemetry"] = on
-    if given.get("ENABLE_HOST_TELEMETRY"):
-        # The runbooks sampled host memory to hunt leaks: growth must be each run's own.
+    if given.get("ENABLE_HOST_TELEMETRY"):  # a leak hunt: host-memory growth must be the run's
         sets["executor"] = "fresh"
     off = [name for name, value in given.items() if not value]
     if on and off:
