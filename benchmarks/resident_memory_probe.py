@@ -1,7 +1,7 @@
 """What a resident worker keeps on the GPU after a run (issue 24): three runs of the base models
 in one process (DDP, world 1), ``serve.release`` after each, then the CUDA memory still
-allocated, what the garbage collector sees of it, and what freeing cuBLAS's workspaces and
-DDP's reducer would give back. ``python -m benchmarks.resident_memory_probe`` on a GPU."""
+allocated, what the garbage collector sees of it, and whether waiting or one more collective
+gives the rest back. ``python -m benchmarks.resident_memory_probe`` on a GPU."""
 
 import gc
 import os
@@ -48,15 +48,17 @@ def main() -> None:
         release(cfg.to_dict())
         alloc = torch.cuda.memory_allocated() / 2**20
         print(f"run {i} mb{mb}: allocated {alloc:.0f} MB; gc sees {leftover_tensors()}", flush=True)
-        if hasattr(torch._C, "_cuda_clearCublasWorkspaces"):
-            torch._C._cuda_clearCublasWorkspaces()
-            gc.collect()
-            torch.cuda.empty_cache()
-            print(
-                f"  after clearing cuBLAS workspaces: "
-                f"{torch.cuda.memory_allocated() / 2**20:.0f} MB",
-                flush=True,
-            )
+        # Memory no Python object holds: kept by a C++ owner. NCCL's work objects keep the
+        # tensors of their collectives until its watchdog thread reaps them, after they
+        # completed: does waiting, or one more collective, give it back?
+        time.sleep(1.0)
+        print(f"  after 1 s: {torch.cuda.memory_allocated() / 2**20:.0f} MB", flush=True)
+        dist.barrier()
+        torch.cuda.synchronize()
+        time.sleep(0.5)
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(f"  after a barrier: {torch.cuda.memory_allocated() / 2**20:.0f} MB", flush=True)
     print(torch.cuda.memory_summary(abbreviated=True)[:3000])
 
 

@@ -107,6 +107,7 @@ def measure(root: Path, launched: float) -> dict[str, Any]:
         groups[g["group"]] = {
             "robust": num(g.get("tail_samples_per_sec_robust")),
             "run_tail_median": median(tails),
+            "run_tails": tails,
         }
     return {
         "runs_started": len(runs),
@@ -138,6 +139,7 @@ def memory(path: Path) -> list[dict[str, Any]] | None:
                 if key in after:
                     row[key] = after[key]
                     row[key.replace("_mb", "_growth_mb")] = after[key] - first.get(key, after[key])
+            row["release_s"] = after.get("release_s")
             out.append(row)
     return out
 
@@ -168,6 +170,14 @@ def compare(variants: dict[str, dict], schedulers: list[str], executors: list[st
             if a["robust"] and b["robust"]:
                 tails[g]["ratio"] = b["robust"] / a["robust"]
                 tails[g]["within_3pct"] = abs(tails[g]["ratio"] - 1) <= SAME
+                # The repeat-to-repeat spread of the same group and executor in this command
+                # (max / min - 1 over its runs' tails; needs repeats >= 2).
+                spread = [spread_of(x.get("run_tails") or []) for x in (a, b)]
+                known = [s for s in spread if s is not None]
+                tails[g]["repeat_spread"] = max(known) if known else None
+                tails[g]["within_spread"] = (
+                    abs(tails[g]["ratio"] - 1) <= max(known) if known else None
+                )
         out["tail_samples_per_s"] = tails
     if "race" in schedulers and "fifo" in schedulers:
         out["race_over_grid_wall"] = {
@@ -176,8 +186,22 @@ def compare(variants: dict[str, dict], schedulers: list[str], executors: list[st
     return out
 
 
+def spread_of(tails: list[float]) -> float | None:
+    """How far apart one group's runs were: max / min - 1 (None with fewer than two)."""
+    tails = [t for t in tails if t]
+    return max(tails) / min(tails) - 1 if len(tails) >= 2 else None
+
+
 def f(x: Any, fmt: str = ".1f") -> str:
     return "-" if x is None else format(x, fmt)
+
+
+def runs_of(variants: dict[str, dict], executor: str, group: str) -> str:
+    """One group's run tails under the first scheduler's sweep with ``executor``."""
+    for name, v in variants.items():
+        if name.endswith(f"_{executor}"):
+            return ", ".join(f(t) for t in v["groups"].get(group, {}).get("run_tails", []))
+    return "-"
 
 
 def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
@@ -206,15 +230,16 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
             f"{f(cmp['overhead_median_s_resident'])} s resident",
             "",
             "| group | fresh samples/s | resident samples/s | resident / fresh | within 3 % "
-            "| run tails fresh | run tails resident |",
-            "| --- " * 7 + "|",
+            "| repeat spread | within spread | run tails fresh | run tails resident |",
+            "| --- " * 9 + "|",
         ]
         for g, c in cmp["tail_samples_per_s"].items():
-            same = {True: "yes", False: "no"}.get(c.get("within_3pct"), "-")
+            yes = {True: "yes", False: "no"}
             rows.append(
                 f"| {g} | {f(c['fresh'])} | {f(c['resident'])} | "
-                f"{f(c.get('ratio'), '.3f')} | {same} | "
-                f"{f(c['fresh_run_tail_median'])} | {f(c['resident_run_tail_median'])} |"
+                f"{f(c.get('ratio'), '.3f')} | {yes.get(c.get('within_3pct'), '-')} | "
+                f"{f(c.get('repeat_spread'), '.3f')} | {yes.get(c.get('within_spread'), '-')} | "
+                f"{runs_of(variants, 'fresh', g)} | {runs_of(variants, 'resident', g)} |"
             )
     for e, ratio in (cmp.get("race_over_grid_wall") or {}).items():
         rows.append(f"\nrace / grid wall ({e}): {ratio:.2f}")
@@ -236,15 +261,15 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
         rows += [
             "",
             "| variant | resident group | run | outcome | rss MB after | rss growth MB "
-            "| GPU alloc MB after | GPU alloc growth MB |",
-            "| --- " * 8 + "|",
+            "| GPU alloc MB after | GPU alloc growth MB | release s |",
+            "| --- " * 9 + "|",
         ]
         for n, m in mem:
             rows.append(
                 f"| {n} | {m['resident_group']} | {m['run']} | {m['outcome']} | "
                 f"{f(m.get('rss_mb'), '.0f')} | {f(m.get('rss_growth_mb'), '+.0f')} | "
                 f"{f(m.get('gpu_allocated_mb'), '.0f')} | "
-                f"{f(m.get('gpu_allocated_growth_mb'), '+.0f')} |"
+                f"{f(m.get('gpu_allocated_growth_mb'), '+.0f')} | {f(m.get('release_s'), '.2f')} |"
             )
     return "\n".join(rows) + "\n"
 

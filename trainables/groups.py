@@ -10,7 +10,7 @@ submits its run and relays the windows (trainables/trial.py: ``relay``).
   are alive; else an idle group of another shape is closed to make room; else it waits. A fresh
   run of the same sweep closes the idle groups first (``close_idle``): it needs their resources.
 - A trial that stops polling (stopped by the race, ASHA, a timeout or Ctrl-C: Tune ends its
-  actor) or cancels stops its run at the run's next window. A run that does not stop within its
+  actor) or cancels stops its run within two of the run's windows. A run that does not stop within its
   grace (a hang) has its group killed.
 - A group whose ``fit()`` ends in an error (an exception in a run, a dead worker, a stall the
   watchdog ended) fails the run it was training with that error's text; the next run of its
@@ -282,9 +282,9 @@ class GroupPool:
             return
         longest = max(
             (b - a for a, b in itertools.pairwise(job.window_ts)), default=0.0
-        )  # the run gets two of its longest windows to reach the next one
+        )  # the stop lands up to two windows later (serve.py): three of its longest windows
         stall = float(job.run["config"].get("stall_timeout_s") or 0.0)
-        grace = max(MIN_GRACE_S, 2 * longest) if job.window_ts else max(MIN_GRACE_S, stall)
+        grace = max(MIN_GRACE_S, 3 * longest) if job.window_ts else max(MIN_GRACE_S, stall)
         job.deadline = time.monotonic() + grace
 
     def _monitor(self) -> None:

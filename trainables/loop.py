@@ -79,6 +79,9 @@ class WorkerContext:
     # When this worker's process started (0: it served earlier runs, a resident group's).
     process_ts: float = field(default_factory=process_start)
     resident: bool = False  # a resident group's worker (trainables/serve.py)
+    # Seconds this worker spent importing the model code before the run (a resident group's
+    # first run: the group imports it when it starts), counted as the run's "imports" part.
+    imports_s: float = 0.0
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -128,7 +131,12 @@ def ray_gauges(run: str):
 
 
 def ray_worker_context(
-    run: dict[str, Any], report: Callable[..., None], entry_ts: float, *, resident: bool
+    run: dict[str, Any],
+    report: Callable[..., None],
+    entry_ts: float,
+    *,
+    resident: bool,
+    imports_s: float = 0.0,
 ) -> WorkerContext:
     """The WorkerContext of this Ray Train worker for ``run`` (the plain dict the driver put in
     the param space); registers the worker's log files first, before anything can fail."""
@@ -153,6 +161,7 @@ def ray_worker_context(
         cache_dir=OutputRoot.of(run_dir.parent.parent).cache,
         process_ts=0.0 if resident else process_start(),
         resident=resident,
+        imports_s=imports_s,
     )
 
 
@@ -171,6 +180,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     clock.lap("loader_start")
     import_model_code()
     clock.lap("imports")
+    if worker.imports_s:  # done by the resident group while the run waited for its workers
+        clock.add("imports", worker.imports_s, out_of="ray_workers")
     if cfg.torch_compile:
         use_compile_cache(worker.cache_dir)
     engine = build_engine(cfg, worker.device, clock=clock, flops_cache=worker.cache_dir)

@@ -4,9 +4,9 @@ alive across a sweep's runs and train each run the group pool hands them
 
 Per run, every rank asks the pool for it (no collective while the group is idle, so an idle
 group never meets the process group's timeout), trains it with the same ``run_training`` a fresh
-run uses, and sends each window to the pool instead of ``ray.train.report``; rank 0's send
-returns whether the trial was stopped (race, ASHA, run_timeout_s, Ctrl-C), which every rank
-learns in one broadcast, so the run stops at that window. Between runs, whatever a run built is
+run uses, and sends each window to the pool instead of ``ray.train.report``; the pool's answer
+to rank 0's send, read at the next window, says whether the trial was stopped (race, ASHA,
+run_timeout_s, Ctrl-C), which every rank learns in one broadcast, so the run stops there. Between runs, whatever a run built is
 freed and the state it changed is put back (``release``); an exception leaves the train function,
 so Ray Train tears the group down and the pool fails the run's trial and builds a new group.
 """
@@ -31,6 +31,7 @@ from trainables.loop import (
     ray_worker_context,
     run_training,
 )
+from trainables.startup import import_model_code
 
 __all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
 
@@ -51,6 +52,15 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     group = loop_config["group"]
     rank = ray.train.get_context().get_world_rank()
     torch_seed = torch.initial_seed()  # a new process's default seed, before any run
+    # The model code first (the first run's "imports" part), then every object alive is the
+    # process's own (torch, transformers, Ray): frozen out of the collector, so no release and
+    # no collection inside a run walks them again (the first release took 5.2 s on an H100,
+    # the later ones 1.2-1.5 s, before this).
+    t0 = time.monotonic()
+    import_model_code()
+    gc.collect()
+    gc.freeze()
+    imports_s = time.monotonic() - t0
     while True:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
         if job is None:
@@ -58,12 +68,15 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
         if job.get("shutdown"):
             return
         before = memory_now()
-        outcome = _serve_one(pool, dict(job, torch_seed=torch_seed), rank)
+        outcome = _serve_one(pool, dict(job, torch_seed=torch_seed, imports_s=imports_s), rank)
+        imports_s = 0.0
         if rank == 0:  # the trial ends now: Tune starts the next one while this rank releases
             ray.get(pool.finished.remote(job["id"], outcome, before))
-        release(job["config"])
+        parts = release(job["config"])
+        gc.freeze()  # what a run left alive on purpose (modules it imported, caches)
         if rank == 0:
-            ray.get(pool.released.remote(job["id"], memory_now()))
+            after = dict(memory_now(), release_s=round(sum(parts.values()), 3))
+            ray.get(pool.released.remote(job["id"], dict(after, release_parts=parts)))
 
 
 def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
@@ -80,6 +93,8 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
 
+    sent: list[Any] = []  # rank 0: the window in flight to the pool (at most one)
+
     def report(metrics: dict[str, Any], checkpoint=None) -> None:
         if checkpoint is not None:  # refused by config_checks: checkpoints need fresh runs
             raise RuntimeError("a resident run cannot register checkpoints with Ray Train")
@@ -87,36 +102,59 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
         if rank == 0:
             if gauges is not None:
                 gauges.update(metrics)
-            metrics = dict(metrics, resident_group=job["label"])
-            stop = [ray.get(pool.window.remote(job["id"], metrics))]
+            # The previous window's answer (it had a whole window to arrive: no wait), then
+            # this window on its way without waiting: a round trip to the pool in every
+            # window's first step would show in its iter_ms, on a busy machine as jitter. The
+            # windows keep their order (one in flight); a stop lands one window later.
+            stop = [bool(ray.get(sent.pop())) if sent else False]
+            sent.append(pool.window.remote(job["id"], dict(metrics, resident_group=job["label"])))
         if broadcast_from_rank0(stop, worker.world_size)[0]:
             raise RunStopped(run["name"])
 
-    worker: WorkerContext = ray_worker_context(run, report, entry_ts, resident=True)
+    worker: WorkerContext = ray_worker_context(
+        run, report, entry_ts, resident=True, imports_s=job["imports_s"]
+    )
     try:
         run_training(cfg, worker)
     except RunStopped:
         return "stopped"
+    finally:
+        ray.get(sent)  # the last window reaches the pool before the run's end does
     return "ok"
 
 
-def release(config: dict[str, Any]) -> None:
+def release(config: dict[str, Any]) -> dict[str, float]:
     """Free what a finished run built and put back what it changed: its model, optimizer,
     engine, loader workers and CUDA graphs (unreachable once the run returned: collected here),
-    compiled code and cudagraph trees (``torch._dynamo.reset``), the caching allocator's free
-    blocks, cuBLAS's workspaces and cached pinned host memory, the peak-memory statistics, the
+    compiled code and cudagraph trees (``torch._dynamo.reset``), the tensors NCCL keeps of the
+    last collectives, the caching allocator's free blocks, cuBLAS's workspaces and cached pinned host memory, the peak-memory statistics, the
     heap's free pages (``malloc_trim``), the planted leak of fault drills, and the
-    distributed state DeepSpeed set (its process groups; the default group stays)."""
+    distributed state DeepSpeed set (its process groups; the default group stays). Returns the
+    seconds each part took (``groups.json``'s ``release_parts``)."""
     from trainables import faults
+
+    took: dict[str, float] = {}
+    t = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        took[name] = round(took.get(name, 0.0) + now - t, 3)
+        t = now
 
     faults.release()
     gc.collect()
+    lap("collect")
     if TrialConfig.from_dict(config).torch_compile or _dynamo_loaded():
         import torch._dynamo as dynamo
 
         dynamo.reset()
+    lap("dynamo")
     _reset_deepspeed()
+    _flush_collectives()
+    lap("distributed")
     gc.collect()
+    lap("collect")
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
         # cuBLAS's per-stream workspaces and the pinned host blocks the loaders' pin_memory
@@ -126,7 +164,21 @@ def release(config: dict[str, Any]) -> None:
                 getattr(torch._C, name)()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        lap("cuda")
     _trim_heap()
+    lap("trim")
+    return took
+
+
+def _flush_collectives() -> None:
+    """One barrier on the default group (every rank releases, so every rank calls it): NCCL's
+    process group keeps the tensors of the last collectives (DDP's gradient buckets, up to the
+    size of all gradients) alive until a later collective; on the H100 probe 225-777 MB stayed
+    allocated after a run without it, 0 MB with it (benchmarks/resident_memory_probe.py)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def _trim_heap() -> None:
