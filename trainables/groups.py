@@ -10,8 +10,8 @@ submits its run and relays the windows (trainables/trial.py: ``relay``).
   are alive; else an idle group of another shape is closed to make room; else it waits. A fresh
   run of the same sweep closes the idle groups first (``close_idle``): it needs their resources.
 - A trial that stops polling (stopped by the race, ASHA, a timeout or Ctrl-C: Tune ends its
-  actor) or cancels stops its run within two of the run's windows. A run that does not stop within its
-  grace (a hang) has its group killed.
+  actor) or cancels stops its run within two of the run's windows. A run that does not stop
+  within its grace (a hang) has its group killed.
 - A group whose ``fit()`` ends in an error (an exception in a run, a dead worker, a stall the
   watchdog ended) fails the run it was training with that error's text; the next run of its
   shape gets a new group of fresh processes.

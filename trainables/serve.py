@@ -6,9 +6,10 @@ Per run, every rank asks the pool for it (no collective while the group is idle,
 group never meets the process group's timeout), trains it with the same ``run_training`` a fresh
 run uses, and sends each window to the pool instead of ``ray.train.report``; the pool's answer
 to rank 0's send, read at the next window, says whether the trial was stopped (race, ASHA,
-run_timeout_s, Ctrl-C), which every rank learns in one broadcast, so the run stops there. Between runs, whatever a run built is
-freed and the state it changed is put back (``release``); an exception leaves the train function,
-so Ray Train tears the group down and the pool fails the run's trial and builds a new group.
+run_timeout_s, Ctrl-C), which every rank learns in one broadcast, so the run stops there.
+Between runs, whatever a run built is freed and the state it changed is put back (``release``);
+an exception leaves the train function, so Ray Train tears the group down and the pool fails the
+run's trial and builds a new group.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def release(config: dict[str, Any]) -> dict[str, float]:
     """Free what a finished run built and put back what it changed: its model, optimizer,
     engine, loader workers and CUDA graphs (unreachable once the run returned: collected here),
     compiled code and cudagraph trees (``torch._dynamo.reset``), the tensors NCCL keeps of the
-    last collectives, the caching allocator's free blocks, cuBLAS's workspaces and cached pinned host memory, the peak-memory statistics, the
-    heap's free pages (``malloc_trim``), the planted leak of fault drills, and the
-    distributed state DeepSpeed set (its process groups; the default group stays). Returns the
-    seconds each part took (``groups.json``'s ``release_parts``)."""
+    last collectives, the caching allocator's free blocks, cuBLAS's workspaces and cached pinned
+    host memory, the peak-memory statistics, the heap's free pages (``malloc_trim``), the
+    planted leak of fault drills, and the distributed state DeepSpeed set (its process groups;
+    the default group stays). Returns the seconds each part took (``groups.json``'s
+    ``release_parts``)."""
     from trainables import faults
 
     took: dict[str, float] = {}
