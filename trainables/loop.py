@@ -28,7 +28,7 @@ from trainables.run_state import RunState, resume, resume_position, save
 from trainables.startup import StartupClock, import_model_code, process_start
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.validation import build_val_dataset, evaluate
-from trainables.watchdog import StallWatchdog
+from trainables.watchdog import StallWatchdog, resident_end_after
 from trainables.window_metrics import Window, WindowMetrics, gathered_extras
 from trainables.worker_logs import register_worker
 
@@ -40,12 +40,6 @@ __all__ = [
     "run_training",
     "train_loop_per_worker",
 ]
-
-
-# A resident worker stuck this long past its stall dump ends its process (trainables/watchdog.py):
-# more than the process-group timeout's margin over stall_timeout_s, so that with several
-# workers the collectives' timeout ends the run first, as in a fresh run.
-_RESIDENT_STALL_END_S = 30.0
 
 
 def quiet_report_log() -> None:
@@ -192,7 +186,9 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     telemetry, notes = _start_observing(cfg, worker, loader)
     env_facts = collect_env(worker.device) if worker.rank == 0 else None
     clock.lap("val_placement_telemetry")
-    end_after = _RESIDENT_STALL_END_S if worker.resident else 0.0
+    end_after = (
+        resident_end_after(cfg.stall_timeout_s, cfg.pg_timeout_s) if worker.resident else 0.0
+    )
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, worker.rank, end_after).start()
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).

@@ -27,6 +27,14 @@ def pg_timeout_for(stall_timeout_s: float, pg_timeout_s: int) -> int:
     return int(min(pg_timeout_s, stall_timeout_s + max(5.0, 0.1 * stall_timeout_s)))
 
 
+def resident_end_after(stall_timeout_s: float, pg_timeout_s: int) -> float:
+    """How long a resident worker still stuck after its stall dump waits before it ends its
+    process: past the process group's timeout (``pg_timeout_for``), so that with several
+    workers the collectives' timeout ends the run first, as in a fresh run; at least 30 s."""
+    margin = pg_timeout_for(stall_timeout_s, pg_timeout_s) - stall_timeout_s
+    return max(30.0, margin + 10.0)
+
+
 class StallWatchdog:
     """``end_after_s`` > 0 (a resident group's worker): once the stacks are written, a process
     still stuck that much later ends itself, so that its group is rebuilt and the sweep goes
