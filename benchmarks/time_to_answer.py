@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from stage1_common.output_root import OutputRoot
+
 ROOT = Path(__file__).resolve().parent.parent
 SAME = 0.03  # tail samples/s within 3 %: "the same"
 
@@ -93,6 +95,9 @@ def measure(root: Path, launched: float) -> dict[str, Any]:
                 "resident_group": num(m.get("resident_group")),
             }
         )
+    gpu = gpu_by_run(root)
+    for r in runs:
+        r["gpu"] = gpu.get(r["run"])
     runs.sort(key=lambda r: r["first_start_ts"])
     prev_end = launched  # the first run's gap is its cold start, from the subprocess's launch
     for r in runs:
@@ -122,6 +127,27 @@ def measure(root: Path, launched: float) -> dict[str, Any]:
         "runs": runs,
         "memory": memory(root / "groups.json"),
     }
+
+
+def gpu_by_run(root: Path) -> dict[str, dict[str, float]]:
+    """Rank 0's NVML samples per run (the sweep's GPU telemetry): median SM clock, mean power,
+    temperature and utilisation; empty without a GPU."""
+    import pandas as pd
+
+    path = root / OutputRoot.GPU_TELEMETRY
+    if not path.exists():
+        return {}
+    g = pd.read_parquet(path)
+    g = g[g["rank"] == 0]
+    if g.empty:
+        return {}
+    agg = g.groupby("run").agg(
+        sm_mhz=("sm_clock_mhz", "median"),
+        power_w=("power_w", "mean"),
+        temp_c=("temp_c", "mean"),
+        util_pct=("util_gpu_pct", "mean"),
+    )
+    return {run: {k: float(v) for k, v in row.items()} for run, row in agg.iterrows()}
 
 
 def memory(path: Path) -> list[dict[str, Any]] | None:
@@ -246,15 +272,19 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
     rows += [
         "",
         "| variant | run | status | startup s | to first window s | tail samples/s "
-        "| compile s | compile cache |",
-        "| --- " * 8 + "|",
+        "| compile s | compile cache | GPU SM MHz, W, C, util % |",
+        "| --- " * 9 + "|",
     ]
     for name, v in variants.items():
         for r in v.get("runs", []):
+            g = r.get("gpu") or {}
+            nvml = ", ".join(
+                f(g.get(k), ".0f") for k in ("sm_mhz", "power_w", "temp_c", "util_pct")
+            )
             rows.append(
                 f"| {name} | {r['run']} | {r['status']} | {f(r['startup_s'])} | "
                 f"{f(r['to_first_window_s'])} | {f(r['tail_samples_per_s'])} | "
-                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} |"
+                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} | {nvml if g else '-'} |"
             )
     mem = [(n, m) for n, v in variants.items() for m in v.get("memory") or []]
     if mem:

@@ -64,11 +64,12 @@ def test_a_stuck_resident_worker_outlives_the_process_groups_timeout():
     from trainables.watchdog import pg_timeout_for, resident_end_after
 
     # With several workers the collectives' timeout must end a hung run first (as in a fresh
-    # run): the worker's own end comes 10 s after it, at least 30 s after the stall dump.
+    # run): the worker's own end comes 10 s after it, at least 15 s after the stall dump.
     for stall, pg in ((4, 1800), (120, 1800), (900, 1800), (3000, 1800)):
         assert stall + resident_end_after(stall, pg) >= pg_timeout_for(stall, pg) + 10
-    assert resident_end_after(4, 1800) == 30.0  # the fault drill's: unchanged
+    assert resident_end_after(4, 1800) == 15.0  # the fault drill's (the timeout: 9 s)
     assert resident_end_after(900, 1800) == 100.0  # the default (was 30: before the timeout)
+    assert resident_end_after(3000, 1800) == 15.0  # the timeout (capped) fires before the stall
 
 
 def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):

@@ -29,10 +29,11 @@ def pg_timeout_for(stall_timeout_s: float, pg_timeout_s: int) -> int:
 
 def resident_end_after(stall_timeout_s: float, pg_timeout_s: int) -> float:
     """How long a resident worker still stuck after its stall dump waits before it ends its
-    process: past the process group's timeout (``pg_timeout_for``), so that with several
-    workers the collectives' timeout ends the run first, as in a fresh run; at least 30 s."""
+    process: 10 s past the process group's timeout (``pg_timeout_for``), so that with several
+    workers the collectives' timeout ends the run first, as in a fresh run; at least 15 s (the
+    timeout is 5 s or more past the stall, unless pg_timeout_s caps it below the stall)."""
     margin = pg_timeout_for(stall_timeout_s, pg_timeout_s) - stall_timeout_s
-    return max(30.0, margin + 10.0)
+    return max(15.0, margin + 10.0)
 
 
 class StallWatchdog:

@@ -39,6 +39,15 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     assert UNSTABLE in g_summary["unstable_groups"]
     grid_sps = g_summary["ranking"][0]["tail_samples_per_sec_robust"]
     assert g_summary["early_stopping"] is None  # fifo + grid: nothing to say
+    # Two resident groups served the 8 runs: whichever group and place in it a run got, it
+    # repeats its group's other run loss for loss (the same seeds and data; nothing an earlier
+    # run of the process built or changed leaks into a later one).
+    served = g_manifest["resident_group"].str.split(" run ").str[0]
+    assert served.nunique() == 2 and served.value_counts().max() >= 4, served
+    losses = g_timing[g_timing["rank"] == 0].pivot(index="window", columns="run", values="loss")
+    for group in g_manifest["group"].unique():
+        r1, r2 = (losses[f"{group}_r{i}"] for i in (1, 2))
+        assert (r1 == r2).all(), (group, r1.tolist(), r2.tolist())
 
     # The race, one run at a time; Ctrl-C once it has stopped a group, then --resume.
     root = tmp_path / "race"

@@ -81,6 +81,38 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     assert list(manifest["executor"]) == ["resident", "resident"]  # executor auto: a sweep
 
 
+def test_both_runs_trained_in_one_resident_group_that_gave_its_memory_back(sweep):
+    """Issue 24: executor auto puts a sweep's runs in the resident group of their shape; the
+    manifest and groups.json say where each trained, and what each run left behind."""
+    root, _ = sweep
+    m = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False).set_index("run")
+    assert list(m["resident_group"]) == ["g1 run 1", "g1 run 2"]
+    # No process start-up for the second run: the group's workers took it at once.
+    assert float(m["startup_s"].iloc[1]) < 5, m["startup_s"]
+    # The group imported the model code before its first run: counted as that run's imports.
+    parts = [dict(p.split("=") for p in b.split()) for b in m["startup_breakdown"]]
+    assert float(parts[0]["imports"]) > 0.5 and float(parts[1]["imports"]) < 0.1, parts
+    (group,) = json.loads((root / "groups.json").read_text())["groups"]
+    assert group["group"] == "g1" and group["ended"] == "closed at the end of the sweep"
+    assert group["shape"]["train_workers"] == 2
+    assert [r["run"] for r in group["runs"]] == list(m.index)
+    assert {r["outcome"] for r in group["runs"]} == {"ok"}
+    # Memory back at the baseline: the second run leaves the process (RSS) within 64 MB of where
+    # the first left it (the first imports transformers' models, once per process); no loader
+    # worker or thread of a run outlives it.
+    first, second = (r["memory_after"] for r in group["runs"])
+    assert abs(second["rss_mb"] - first["rss_mb"]) < 64, (first, second)
+    before = group["runs"][0]["memory_before"]
+    for done in (first, second):
+        assert done["children"] == 0 and done["threads"] == before["threads"], (before, done)
+    # Each release is timed by part. The heap was frozen after the imports, so its collections
+    # walk only the run's objects: a few ms (walking the ~460k objects torch, Ray and
+    # transformers made takes 0.2-0.4 s per collection here).
+    for done in (first, second):
+        assert sum(done["release_parts"].values()) == pytest.approx(done["release_s"], abs=0.01)
+        assert done["release_parts"]["collect"] < 0.1, done
+
+
 def test_the_sweep_writes_the_files_and_columns_recorded_before_the_restructuring(sweep):
     """Issue 23 moved every module; the files, their columns and keys stay the same."""
     assert check_layout(sweep[0], "smoke_sweep") == []

@@ -1,0 +1,236 @@
+"""Why a resident run's tail samples/s can trail a fresh run's (issue 24), without Ray: the same
+configuration (h200_fastest's eager mb256 crop-bucket case, DDP, world 1) trained
+
+- in fresh processes (``--runs 1`` in a subprocess, as a fresh trial would), before and after;
+- in one process several times, as a resident group does: after ``serve.release``, after a
+  light release (collect and ``empty_cache`` only), and after a pause that lets the GPU cool;
+
+with the GPU's SM clock, power and temperature (NVML) over each run's timed windows. One line per
+run and a table; ``--json`` keeps them.
+
+    python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+TAIL_WINDOWS = 3  # the tail: the last windows' mean samples/s (benchmarks/time_to_answer.py)
+
+
+STEPS = {  # --sequence's steps
+    "fresh": "fresh process",
+    "first": "in-process, its first run",
+    "release": "in-process, after serve.release",
+    "light": "in-process, after a light release (collect, empty_cache)",
+    "pause": "in-process, after serve.release and a pause",
+    "freeze": "in-process, after serve.release and gc.freeze",
+}
+
+
+def config(manifest: str, steps: int, micro_batch: int = 256, telemetry: bool = False):
+    from trainables.config import TrialConfig
+
+    return TrialConfig(
+        model_size="base",
+        use_gpu=True,
+        train_workers=1,
+        strategy="ddp",
+        zero_stage=0,
+        precision="auto",
+        dataset="manifest",
+        manifest_path=manifest,
+        crop_policy="limit_longest",
+        min_audio_s=1.0,
+        max_audio_s=3.0,
+        crop_buckets_s="1.0,1.5,2.0,2.5,3.0",
+        text_tokens=64,
+        micro_batch=micro_batch,
+        num_workers=6,
+        prefetch_factor=4,
+        max_steps=steps,
+        log_every=20,
+        telemetry=telemetry,
+        stall_timeout_s=0,
+    )
+
+
+class Gpu:
+    """NVML samples every 0.5 s while a run's windows are timed."""
+
+    def __init__(self) -> None:
+        import pynvml
+
+        pynvml.nvmlInit()
+        self.nvml = pynvml
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.samples: list[tuple[float, float, float]] = []
+        self.on = False
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        n, h = self.nvml, self.handle
+        while True:
+            if self.on:
+                self.samples.append(
+                    (
+                        n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                        n.nvmlDeviceGetPowerUsage(h) / 1000,
+                        n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+                    )
+                )
+            time.sleep(0.5)
+
+    def summary(self) -> dict[str, float]:
+        s, self.samples = self.samples, []
+        if not s:
+            return {}
+        return {
+            "sm_mhz": statistics.median(x[0] for x in s),
+            "power_w": statistics.fmean(x[1] for x in s),
+            "temp_c": statistics.fmean(x[2] for x in s),
+        }
+
+
+def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
+    import torch
+
+    from trainables.loop import WorkerContext, run_training
+
+    windows: list[dict[str, float]] = []
+
+    def report(m: dict[str, Any], checkpoint=None) -> None:
+        windows.append({k: float(m.get(k) or 0.0) for k in ("samples_per_s", "step_ms_p50")})
+        if gpu is not None:
+            gpu.on = len(windows) >= 1  # from the end of the first (warm-up) window on
+
+    t0 = time.time()
+    run_training(
+        cfg,
+        WorkerContext(
+            rank=0,
+            world_size=1,
+            device=torch.device("cuda", 0),
+            report=report,
+            start_ts=t0,
+            resident=True,
+            process_ts=0.0,
+        ),
+    )
+    if gpu is not None:
+        gpu.on = False
+    tail = windows[-TAIL_WINDOWS:]
+    return {
+        "tail_samples_per_s": statistics.fmean(w["samples_per_s"] for w in tail),
+        "step_ms_p50": statistics.median(w["step_ms_p50"] for w in windows[1:]),
+        "windows": [round(w["samples_per_s"], 1) for w in windows],
+        **(gpu.summary() if gpu is not None else {}),
+    }
+
+
+def light_release() -> None:
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def init_process_group(port: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+
+
+def fresh(args: argparse.Namespace) -> dict[str, Any]:
+    """One run in a new process (its own imports, CUDA context and process group)."""
+    cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
+    cmd += ["--manifest", args.manifest, "--steps", str(args.steps)]
+    cmd += ["--micro-batch", str(args.micro_batch)] + (["--telemetry"] if args.telemetry else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--pause-s", type=float, default=40.0)
+    p.add_argument("--micro-batch", type=int, default=256)
+    p.add_argument("--telemetry", action="store_true", help="NVML and host sampling on")
+    p.add_argument(
+        "--sequence",
+        default="fresh,first,release,light,pause,fresh",
+        help=f"comma-separated steps, one run each: {', '.join(STEPS)}",
+    )
+    p.add_argument("--json", type=Path)
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:  # a fresh run's child: one run, its record as the last line
+        init_process_group(29611)
+        cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
+        print(json.dumps(train_once(cfg, Gpu())), flush=True)
+        return 0
+
+    from trainables.serve import release
+
+    rows: list[dict[str, Any]] = []
+    cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
+    gpu = None
+    for i, step in enumerate(args.sequence.split(",")):
+        if step == "fresh":
+            if gpu is not None:  # the in-process runs are over: the child takes the GPU alone
+                release(cfg.to_dict())
+                import torch.distributed as dist
+
+                dist.destroy_process_group()
+                gpu = None
+            rec = fresh(args)
+        else:
+            if gpu is None:
+                init_process_group(29612)
+                gpu = Gpu()
+            elif step == "light":
+                light_release()
+            else:
+                release(cfg.to_dict())
+            if step == "pause":
+                time.sleep(args.pause_s)
+            if step == "freeze":  # what the resident group does before a run (trainables/serve)
+                gc.collect()
+                gc.freeze()
+            rec = train_once(cfg, gpu)
+        rows.append(dict(rec, label=f"{i + 1}. {STEPS[step]}"))
+        print(json.dumps(rows[-1]), flush=True)
+
+    base = statistics.fmean(r["tail_samples_per_s"] for r in rows if "fresh" in r["label"])
+    print("\n| run | tail samples/s | / fresh mean | step ms p50 | SM MHz | power W | temp C |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['label']} | {r['tail_samples_per_s']:.1f} | "
+            f"{r['tail_samples_per_s'] / base:.3f} | {r['step_ms_p50']:.1f} | "
+            f"{r.get('sm_mhz', float('nan')):.0f} | {r.get('power_w', float('nan')):.0f} | "
+            f"{r.get('temp_c', float('nan')):.0f} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
