@@ -4,22 +4,19 @@ allocated, what the garbage collector sees of it, and whether waiting or one mor
 gives the rest back. ``python -m benchmarks.resident_memory_probe`` on a GPU."""
 
 import gc
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
+from benchmarks.resident_speed_probe import gpu_worker, init_process_group
 from trainables.config import TrialConfig
-from trainables.loop import WorkerContext, run_training
+from trainables.loop import run_training
 from trainables.serve import leftover_tensors, release
 
 
 def main() -> None:
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.cuda.set_device(0)
+    init_process_group(29533)
     for i, mb in enumerate((64, 96, 64)):
         cfg = TrialConfig(
             model_size="base",
@@ -33,18 +30,7 @@ def main() -> None:
             telemetry=False,
             stall_timeout_s=0,
         )
-        run_training(
-            cfg,
-            WorkerContext(
-                rank=0,
-                world_size=1,
-                device=torch.device("cuda", 0),
-                report=lambda m, checkpoint=None: None,
-                start_ts=time.time(),
-                resident=True,
-                process_ts=0.0,
-            ),
-        )
+        run_training(cfg, gpu_worker(lambda m, checkpoint=None: None))
         release(cfg.to_dict())
         alloc = torch.cuda.memory_allocated() / 2**20
         print(f"run {i} mb{mb}: allocated {alloc:.0f} MB; gc sees {leftover_tensors()}", flush=True)

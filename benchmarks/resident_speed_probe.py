@@ -102,10 +102,26 @@ class Gpu:
         }
 
 
-def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
+def gpu_worker(report):
+    """Rank 0 of a world of 1 on GPU 0, as a resident group's worker sees itself."""
     import torch
 
-    from trainables.loop import WorkerContext, run_training
+    from trainables.loop import WorkerContext
+
+    device = torch.device("cuda", 0)
+    return WorkerContext(
+        rank=0,
+        world_size=1,
+        device=device,
+        report=report,
+        start_ts=time.time(),
+        resident=True,
+        process_ts=0.0,
+    )
+
+
+def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
+    from trainables.loop import run_training
 
     windows: list[dict[str, float]] = []
 
@@ -114,19 +130,7 @@ def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
         if gpu is not None:
             gpu.on = len(windows) >= 1  # from the end of the first (warm-up) window on
 
-    t0 = time.time()
-    run_training(
-        cfg,
-        WorkerContext(
-            rank=0,
-            world_size=1,
-            device=torch.device("cuda", 0),
-            report=report,
-            start_ts=t0,
-            resident=True,
-            process_ts=0.0,
-        ),
-    )
+    run_training(cfg, gpu_worker(report))
     if gpu is not None:
         gpu.on = False
     tail = windows[-TAIL_WINDOWS:]
