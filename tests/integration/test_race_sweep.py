@@ -43,7 +43,7 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     # repeats its group's other run loss for loss (the same seeds and data; nothing an earlier
     # run of the process built or changed leaks into a later one).
     served = g_manifest["resident_group"].str.split(" run ").str[0]
-    assert served.nunique() == 2 and served.value_counts().max() >= 4, served
+    assert served.nunique() == 2, served  # max_concurrent_trials=2: two groups of one shape
     losses = g_timing[g_timing["rank"] == 0].pivot(index="window", columns="run", values="loss")
     for group in g_manifest["group"].unique():
         r1, r2 = (losses[f"{group}_r{i}"] for i in (1, 2))
