@@ -23,6 +23,7 @@ from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
+from trainables.gc_control import StepCollector
 from trainables.model import contrastive_loss
 from trainables.run_state import RunState, resume, resume_position, save
 from trainables.startup import StartupClock, import_model_code, process_start
@@ -266,38 +267,44 @@ def _train(run: _Run) -> None:
     window = Window.on(device)
     first_step_ts: float | None = None
     loop_start = prev_end = time.perf_counter()
-    while state.step < cfg.max_steps:
-        state.step = step = state.step + 1
-        t0 = time.perf_counter()
-        data_s = _step(run, window)
-        run.faults.after_step(step)  # fault injection (tests); a no-op object otherwise
-        if cfg.cuda_sync_timing and device.type == "cuda":
-            torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
-        t2 = time.perf_counter()
-        run.watchdog.beat(step)
-        # iter_ms runs from the end of the previous step, so it also holds the previous
-        # window's report (a barrier) and anything else the loop does between steps.
-        window.timer.add(
-            data_ms=data_s * 1e3, step_ms=(t2 - t0 - data_s) * 1e3, iter_ms=(t2 - prev_end) * 1e3
-        )
-        prev_end = t2
-        if first_step_ts is None:
-            first_step_ts = time.time()
-            run.clock.lap("first_step")
-            run.clock.add("first_batch", data_s, out_of="first_step")
-            run.notes["startup_breakdown"] = run.clock.breakdown()
-            run.notes["compile_cache"] = cache_counts() if cfg.torch_compile else ""
-        if step % cfg.log_every == 0 or step == cfg.max_steps:
-            metrics = run.metrics.build(
-                window,
-                state,
-                epoch=run.batches.epoch,
-                first_step_ts=first_step_ts,
-                loop_start=loop_start,
+    with StepCollector(cfg.gc_every) as collector:
+        while state.step < cfg.max_steps:
+            state.step = step = state.step + 1
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            data_s = _step(run, window)
+            run.faults.after_step(step)  # fault injection (tests); a no-op object otherwise
+            collector.after_step(step)  # gc_every: this step's collection, if one is due
+            if cfg.cuda_sync_timing and device.type == "cuda":
+                torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
+            t2 = time.perf_counter()
+            window.cpu_s += time.thread_time() - cpu0
+            run.watchdog.beat(step)
+            # iter_ms runs from the end of the previous step, so it also holds the previous
+            # window's report (a barrier) and anything else the loop does between steps.
+            window.timer.add(
+                data_ms=data_s * 1e3,
+                step_ms=(t2 - t0 - data_s) * 1e3,
+                iter_ms=(t2 - prev_end) * 1e3,
             )
-            if _report(run, window, metrics):
-                prev_end = time.perf_counter()  # kept out of the next window's times
-            window.next()
+            prev_end = t2
+            if first_step_ts is None:
+                first_step_ts = time.time()
+                run.clock.lap("first_step")
+                run.clock.add("first_batch", data_s, out_of="first_step")
+                run.notes["startup_breakdown"] = run.clock.breakdown()
+                run.notes["compile_cache"] = cache_counts() if cfg.torch_compile else ""
+            if step % cfg.log_every == 0 or step == cfg.max_steps:
+                metrics = run.metrics.build(
+                    window,
+                    state,
+                    epoch=run.batches.epoch,
+                    first_step_ts=first_step_ts,
+                    loop_start=loop_start,
+                )
+                metrics.update(collector.take())
+                if _report(run, window, metrics):
+                    prev_end = time.perf_counter()  # kept out of the next window's times
+                window.next()
 
 
 def _step(run: _Run, window: Window) -> float:

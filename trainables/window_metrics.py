@@ -29,6 +29,7 @@ class Window:
     audio_valid: int = 0
     audio_total: int = 0
     report_ms: float = 0.0  # how long the previous window's report took
+    cpu_s: float = 0.0  # the training thread's CPU time in the steps (time.thread_time)
 
     @classmethod
     def on(cls, device: torch.device) -> Window:
@@ -44,6 +45,7 @@ class Window:
         self.timer.reset()
         self.loss_sum.zero_()
         self.audio_valid = self.audio_total = 0
+        self.cpu_s = 0.0
         self.index += 1
 
 
@@ -105,6 +107,9 @@ class WindowMetrics:
             elapsed_s=time.perf_counter() - loop_start,
             window_end_ts=time.time(),
             report_ms=window.report_ms,
+            # With step_ms: how much of a step the training thread computed on the CPU (a
+            # host-bound step: most of it) rather than waited (for the GPU, the GIL, a core).
+            cpu_ms_mean=window.cpu_s * 1e3 / len(window.timer),
             attempt_start_ts=state.attempt_start_ts,
             resumed_from_step=state.resumed_from_step,
             resume_notes=state.resume_notes,
