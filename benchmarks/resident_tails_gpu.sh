@@ -1,38 +1,23 @@
 #!/usr/bin/env bash
-# Issue 24's tails item on a one-GPU machine: is a resident worker's step slower than a fresh
-# one's, and why? h200_fastest's mb160 crop-bucket case (the most affected) with gc_every 0
-# (Python's automatic collector) and 50 (benchmarks/spaces/h100_mb160_buckets.yaml), in blocks
-# that alternate so a drift of the host shows:
-#   probe      benchmarks/resident_speed_probe.py, no Ray, telemetry off: fresh processes against
-#              runs in one process after serve.release, with and without gc.freeze
-#   resident   3 runs of each case in one resident group (the first one is a new process)
-#   fresh      2 runs of each case in fresh processes
-#   resident2  resident again
-#   nofreeze   resident with STAGE1_RESIDENT_GC_FREEZE=0 (the group does not freeze its heap)
-# Run in the background (each device command is capped at 10 minutes):
-#   source .gpu/setup.sh && setsid nohup bash benchmarks/resident_tails_gpu.sh &
-# Progress in /tmp/tails_out/progress.txt, results under /tmp/tails_out/<block>/.
+# Issue 24's tails item on a one-GPU machine: each group's tail samples/s in resident groups
+# against fresh processes, in blocks that alternate (resident, fresh, resident) so that a host
+# drifting during the command shows instead of reading as a difference between executors:
+#   source .gpu/setup.sh && bash benchmarks/resident_tails_gpu.sh [--set KEY=VALUE ...]
+# The space: TAILS_SPACE (default benchmarks/spaces/h100_mb160_buckets.yaml, h200_fastest's mb160
+# crop-bucket case, the most affected), 3 runs per block (--set repeats=N to change), 150 steps.
+# Results under $OUT: time_to_answer.{json,md} pooled over the blocks (benchmarks/time_to_answer.py)
+# and each block's sweep. About 10 minutes on an H100 with the default space: longer than one
+# device command, so start it in the background and collect it with a later command:
+#   (setsid nohup bash benchmarks/resident_tails_gpu.sh > /tmp/tails.log 2>&1 < /dev/null &)
+# TAILS_PROBE=1 first runs benchmarks/resident_speed_probe.py (no Ray, telemetry off): fresh
+# processes against runs in one process after serve.release, with and without gc.freeze.
 set -u
-export OUT_ROOT=/tmp/tails_out
-mkdir -p $OUT_ROOT
-source benchmarks/gpu_common.sh
-S=benchmarks/spaces/h100_mb160_buckets.yaml
-block() {  # block NAME EXECUTOR REPEATS [ENV=VALUE ...]
-  local name=$1 executor=$2 repeats=$3
-  shift 3
-  mkdir -p $OUT_ROOT/$name
-  env "$@" OUT=$OUT_ROOT/$name TTA_SPACE=$S TTA_LIMIT=500 bash benchmarks/time_to_answer_gpu.sh \
-    --executors "$executor" --set repeats="$repeats" > $OUT_ROOT/$name/block.log 2>&1
-}
-for b in ${TAILS_BLOCKS:-resident fresh resident2}; do
-  case $b in
-    probe) make_corpus && python -m benchmarks.resident_speed_probe --manifest $M \
-      --micro-batch 160 --sequence fresh,first,release,freeze,release,freeze,fresh \
-      --json $OUT_ROOT/speed_probe.json > $OUT_ROOT/speed_probe.log 2>&1 ;;
-    resident | resident2) block $b resident 3 ;;
-    fresh | fresh2) block $b fresh 2 ;;
-    nofreeze) block nofreeze resident 3 STAGE1_RESIDENT_GC_FREEZE=0 ;;
-    *) echo "unknown block $b" >&2; exit 2 ;;
-  esac
-  echo "$b done rc=$? $(date +%T)" >> $OUT_ROOT/progress.txt
-done
+source "$(dirname "$0")/gpu_common.sh"
+if [ "${TAILS_PROBE:-0}" = 1 ]; then
+  make_corpus && python -m benchmarks.resident_speed_probe --manifest "$M" --micro-batch 160 \
+    --sequence fresh,first,release,freeze,release,freeze,fresh --json "$OUT/speed_probe.json" \
+    > "$OUT/speed_probe.log" 2>&1
+fi
+TTA_SPACE=${TAILS_SPACE:-benchmarks/spaces/h100_mb160_buckets.yaml} TTA_LIMIT=${TAILS_LIMIT:-1500} \
+  bash "$(dirname "$0")/time_to_answer_gpu.sh" --executors resident,fresh,resident \
+  --set repeats=3 "$@"

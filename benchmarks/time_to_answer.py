@@ -5,6 +5,14 @@ spent in timed training steps, the gap between runs, and whether samples/s staye
     python -m benchmarks.time_to_answer --space SPACE [--set KEY=VALUE ...] [--output-root DIR]
         [--executors fresh,resident] [--schedulers fifo[,race]] [--label cpu2]
         [--json PATH] [--markdown PATH]
+    python -m benchmarks.time_to_answer --combine A.json B.json ... --json PATH
+
+An executor named twice (``--executors resident,fresh,resident``) runs a block of its own each
+time, in that order, so a host that drifts during the command shows (its second block is
+``<scheduler>_<executor>_2``); ``--combine`` pools the sweeps of earlier commands' JSON the same
+way. With more than one block of an executor, its groups' tails are pooled over the blocks: the
+ratio is the median run tail resident over fresh, the spread max / min - 1 over each executor's
+runs.
 
 Each sweep is ``python -m platform.tune --set executor=E --set scheduler=S`` in a subprocess
 from the repo root (its progress passes through) into DIR/<scheduler>_<executor>; wall time is
@@ -12,8 +20,8 @@ the subprocess's. From rank 0's timing windows (a window spans steps_in_window x
 ending at window_end_ts): busy share = timed training / (last window end - first window start),
 so the first run's cold start is left out; per-trial overhead = a run's first window start minus
 the previous run's last window end (runs in the order they started). Tail samples/s per group:
-summary.json's robust figure, and the median over the group's runs of the mean of their last 3
-windows. The manifest gives start-up and compile figures; a resident sweep's groups.json the
+summary.json's robust figure (one block per executor), and the median over the group's runs of
+the mean of their last 3 windows. The manifest gives start-up and compile figures; a resident sweep's groups.json the
 memory after each run against the group's first run. Writes JSON (default
 benchmarks/results/time_to_answer_<label>/time_to_answer.json) and markdown beside it; exits 1
 when any sweep failed, after writing what was measured.
@@ -32,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.time_to_answer_compare import compare, markdown
 from stage1_common.output_root import OutputRoot
 
 ROOT = Path(__file__).resolve().parent.parent
-SAME = 0.03  # tail samples/s within 3 %: "the same"
 
 
 def num(x: Any) -> Any:
@@ -170,145 +178,30 @@ def memory(path: Path) -> list[dict[str, Any]] | None:
     return out
 
 
-def compare(variants: dict[str, dict], schedulers: list[str], executors: list[str]) -> dict:
-    """The top-level figures: per executor of the first scheduler, resident vs fresh, and race
-    vs grid per executor."""
-    out: dict[str, Any] = {}
-    first = schedulers[0]
-    for e in executors:
-        v = variants[f"{first}_{e}"]
-        for key in ("wall_s", "busy_share", "overhead_median_s", "overhead_max_s", "cold_start_s"):
-            out[f"{key}_{e}"] = v.get(key)
-    fresh, res = variants.get(f"{first}_fresh"), variants.get(f"{first}_resident")
-    if fresh and res:
-        out["wall_ratio_resident_over_fresh"] = res["wall_s"] / fresh["wall_s"]
-        tails = {}
-        for g in fresh.get("groups", {}):
-            a, b = fresh["groups"][g], res.get("groups", {}).get(g)
-            if not b:
-                continue
-            tails[g] = {
-                "fresh": a["robust"],
-                "resident": b["robust"],
-                "fresh_run_tail_median": a["run_tail_median"],
-                "resident_run_tail_median": b["run_tail_median"],
-            }
-            if a["robust"] and b["robust"]:
-                tails[g]["ratio"] = b["robust"] / a["robust"]
-                tails[g]["within_3pct"] = abs(tails[g]["ratio"] - 1) <= SAME
-                # The repeat-to-repeat spread of the same group and executor in this command
-                # (max / min - 1 over its runs' tails; needs repeats >= 2).
-                spread = [spread_of(x.get("run_tails") or []) for x in (a, b)]
-                known = [s for s in spread if s is not None]
-                tails[g]["repeat_spread"] = max(known) if known else None
-                tails[g]["within_spread"] = (
-                    abs(tails[g]["ratio"] - 1) <= max(known) if known else None
-                )
-        out["tail_samples_per_s"] = tails
-    if "race" in schedulers and "fifo" in schedulers:
-        out["race_over_grid_wall"] = {
-            e: variants[f"race_{e}"]["wall_s"] / variants[f"fifo_{e}"]["wall_s"] for e in executors
-        }
-    return out
+def block_name(variants: dict[str, dict], name: str) -> str:
+    """``name``, or ``name_2``, ``name_3``... for the later blocks of one variant."""
+    k = 1
+    while (f"{name}_{k}" if k > 1 else name) in variants:
+        k += 1
+    return f"{name}_{k}" if k > 1 else name
 
 
-def spread_of(tails: list[float]) -> float | None:
-    """How far apart one group's runs were: max / min - 1 (None with fewer than two)."""
-    tails = [t for t in tails if t]
-    return max(tails) / min(tails) - 1 if len(tails) >= 2 else None
-
-
-def f(x: Any, fmt: str = ".1f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def runs_of(variants: dict[str, dict], executor: str, group: str) -> str:
-    """One group's run tails under the first scheduler's sweep with ``executor``."""
-    for name, v in variants.items():
-        if name.endswith(f"_{executor}"):
-            return ", ".join(f(t) for t in v["groups"].get(group, {}).get("run_tails", []))
-    return "-"
-
-
-def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
-    rows = [
-        f"# Time to answer: `{space}`",
-        "",
-        "| variant | exit | wall s | runs | busy share | cold start s | overhead median s "
-        "| overhead max s | per-run overheads s |",
-        "| --- " * 9 + "|",
-    ]
-    for name, v in variants.items():
-        gaps = ", ".join(f(g) for g in v.get("overheads_s", []))
-        rows.append(
-            f"| {name} | {v['exit_code']} | {f(v['wall_s'], '.0f')} | "
-            f"{v.get('runs_started', '-')} | {f(v.get('busy_share'), '.2f')} | "
-            f"{f(v.get('cold_start_s'))} | {f(v.get('overhead_median_s'))} | "
-            f"{f(v.get('overhead_max_s'))} | {gaps} |"
-        )
-    if "wall_ratio_resident_over_fresh" in cmp:
-        rows += [
-            "",
-            f"resident / fresh wall: {cmp['wall_ratio_resident_over_fresh']:.2f}; busy "
-            f"share {f(cmp['busy_share_fresh'], '.2f')} fresh, "
-            f"{f(cmp['busy_share_resident'], '.2f')} resident; per-trial overhead median "
-            f"{f(cmp['overhead_median_s_fresh'])} s fresh, "
-            f"{f(cmp['overhead_median_s_resident'])} s resident",
-            "",
-            "| group | fresh samples/s | resident samples/s | resident / fresh | within 3 % "
-            "| repeat spread | within spread | run tails fresh | run tails resident |",
-            "| --- " * 9 + "|",
-        ]
-        for g, c in cmp["tail_samples_per_s"].items():
-            yes = {True: "yes", False: "no"}
-            rows.append(
-                f"| {g} | {f(c['fresh'])} | {f(c['resident'])} | "
-                f"{f(c.get('ratio'), '.3f')} | {yes.get(c.get('within_3pct'), '-')} | "
-                f"{f(c.get('repeat_spread'), '.3f')} | {yes.get(c.get('within_spread'), '-')} | "
-                f"{runs_of(variants, 'fresh', g)} | {runs_of(variants, 'resident', g)} |"
-            )
-    for e, ratio in (cmp.get("race_over_grid_wall") or {}).items():
-        rows.append(f"\nrace / grid wall ({e}): {ratio:.2f}")
-    rows += [
-        "",
-        "| variant | run | status | startup s | to first window s | tail samples/s "
-        "| compile s | compile cache | GPU SM MHz, W, C, util % |",
-        "| --- " * 9 + "|",
-    ]
-    for name, v in variants.items():
-        for r in v.get("runs", []):
-            g = r.get("gpu") or {}
-            nvml = ", ".join(
-                f(g.get(k), ".0f") for k in ("sm_mhz", "power_w", "temp_c", "util_pct")
-            )
-            rows.append(
-                f"| {name} | {r['run']} | {r['status']} | {f(r['startup_s'])} | "
-                f"{f(r['to_first_window_s'])} | {f(r['tail_samples_per_s'])} | "
-                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} | {nvml if g else '-'} |"
-            )
-    mem = [(n, m) for n, v in variants.items() for m in v.get("memory") or []]
-    if mem:
-        rows += [
-            "",
-            "| variant | resident group | run | outcome | rss MB after | rss growth MB "
-            "| GPU alloc MB after | GPU alloc growth MB | release s |",
-            "| --- " * 9 + "|",
-        ]
-        for n, m in mem:
-            rows.append(
-                f"| {n} | {m['resident_group']} | {m['run']} | {m['outcome']} | "
-                f"{f(m.get('rss_mb'), '.0f')} | {f(m.get('rss_growth_mb'), '+.0f')} | "
-                f"{f(m.get('gpu_allocated_mb'), '.0f')} | "
-                f"{f(m.get('gpu_allocated_growth_mb'), '+.0f')} | {f(m.get('release_s'), '.2f')} |"
-            )
-    return "\n".join(rows) + "\n"
+def combined(paths: list[Path]) -> tuple[dict[str, dict], list[str], list[str]]:
+    """The sweeps of earlier results, in the order given, as the blocks of one command."""
+    variants: dict[str, dict] = {}
+    for path in paths:
+        for v in json.loads(path.read_text())["variants"].values():
+            variants[block_name(variants, f"{v['scheduler']}_{v['executor']}")] = v
+    schedulers = list(dict.fromkeys(v["scheduler"] for v in variants.values()))
+    executors = list(dict.fromkeys(v["executor"] for v in variants.values()))
+    return variants, schedulers, executors
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.time_to_answer", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--space", required=True)
+    p.add_argument("--space")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument(
         "--output-root", type=Path, default=Path("outputs") / f"time_to_answer_{int(time.time())}"
@@ -318,8 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="cpu2")
     p.add_argument("--json", type=Path)
     p.add_argument("--markdown", type=Path)
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="pool the sweeps of earlier results (their JSON) instead of running any",
+    )
     given = sys.argv[1:] if argv is None else argv
     args = p.parse_args(given)
+    if not args.combine and not args.space:
+        p.error("--space is required (or --combine earlier results)")
     executors = args.executors.split(",")
     schedulers = args.schedulers.split(",")
     out_json = (
@@ -327,11 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         or ROOT / "benchmarks" / "results" / f"time_to_answer_{args.label}" / "time_to_answer.json"
     )
     out_md = args.markdown or out_json.with_name("time_to_answer.md")
-    root = args.output_root.resolve()
-    variants = {}
-    for s in schedulers:
-        for e in executors:
-            variants[f"{s}_{e}"] = sweep(args.space, root / f"{s}_{e}", s, e, args.set)
+    if args.combine:
+        variants, schedulers, executors = combined(args.combine)
+        args.space = args.space or json.loads(args.combine[0].read_text())["space"]
+    else:
+        root = args.output_root.resolve()
+        variants = {}
+        for s in schedulers:
+            for e in executors:
+                name = block_name(variants, f"{s}_{e}")
+                variants[name] = sweep(args.space, root / name, s, e, args.set)
     failed = [n for n, v in variants.items() if v["exit_code"] != 0 or "error" in v]
     try:
         cmp = compare(variants, schedulers, executors)

@@ -10,8 +10,7 @@ drops, renames or reshapes a file fails. ``RECORD_OUTPUT_LAYOUT=1`` writes the r
 Changed on purpose since (edited by hand, so the diff shows it): issue 24 added the manifest's
 ``executor``, ``resident_group`` and ``compile_cache`` columns and the sweep's ``groups.json``;
 a resident sweep run has no Ray Train storage marker of its own (its group's is under tune/).
-Issue 24 also added the config key ``gc_every`` and the timing columns ``cpu_ms_mean``, ``gc_ms``
-and ``gc_collections``.
+Issue 24 also added the timing columns ``cpu_ms_mean``, ``gc_ms`` and ``gc_collections``.
 """
 
 from __future__ import annotations

@@ -94,3 +94,20 @@ def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
     assert text.startswith("no progress for ") and "after step 8" in text
     assert "test_the_watchdog_dumps_every_thread_once" in text  # the main thread's frame
     assert text.count("Thread 0x") + text.count("Current thread 0x") >= 3  # all threads
+
+
+def test_the_collector_clock_times_collections_inside_it_only():
+    import gc
+
+    from trainables.gc_control import CollectorClock
+
+    with CollectorClock() as clock:
+        assert clock.take() == {"gc_ms": 0.0, "gc_collections": 0}
+        gc.collect()
+        gc.collect(0)
+        first = clock.take()
+        assert first["gc_collections"] == 2 and first["gc_ms"] > 0
+        assert clock.take() == {"gc_ms": 0.0, "gc_collections": 0}  # taken: reset
+    gc.collect()  # after the run: not counted, and the callback is gone
+    assert clock.take()["gc_collections"] == 0
+    assert clock._callback not in gc.callbacks

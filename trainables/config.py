@@ -337,12 +337,6 @@ class TrialConfig:
         "Synchronize the GPU after each step so step_ms is exact (otherwise launch time).",
         default=False,
     )
-    gc_every: int = _doc(
-        "Python's garbage collector during the steps: 0, automatic (Python's thresholds); N, "
-        "off except a collection of the young generations every N steps (a full one every 20th "
-        "time), the same in every executor. Each window reports gc_ms either way.",
-        default=0,
-    )
     timing_ranks: TimingRanks = _doc(
         "`rank0`: rank 0's windows only; `all`: every rank's windows, gathered to rank 0 at each "
         "report (one more collective per window), one timing row per rank.",

@@ -127,10 +127,6 @@ def _check_observing(cfg) -> None:
     for name in ("gpu_telemetry_interval_s", "host_telemetry_interval_s"):
         if not 0.05 <= getattr(cfg, name) <= 3600:
             raise ConfigError(f"{name}: must be within 0.05-3600 seconds, got {getattr(cfg, name)}")
-    if cfg.gc_every < 0:
-        raise ConfigError(
-            f"gc_every: must be >= 0 (0: Python's automatic collector), got {cfg.gc_every}"
-        )
     if cfg.heartbeat_every_s < 0:
         raise ConfigError(f"heartbeat_every_s: must be >= 0 (0: off), got {cfg.heartbeat_every_s}")
     if cfg.stall_alert_ratio <= 1:

@@ -1,14 +1,11 @@
-"""Python's garbage collector during a run's steps: the time its collections took in each
-window (``gc_ms``), and, with ``gc_every``, collections at fixed steps instead of whenever
-allocations cross Python's thresholds.
+"""How long Python's garbage collector ran during a run's steps: ``gc_ms`` and
+``gc_collections`` per window.
 
 An automatic collection can come at any step, and a full one walks every tracked object: a
-worker that imported torch, transformers and Ray holds about half a million before its model
-(0.2 s per full collection on a 2-core CPU), and a resident worker froze most of them out of
-the collector (trainables/serve.py) where a fresh one did not. With ``gc_every=N`` the
-collector is off during the steps and the young generations are collected every N steps, a
-full collection every ``FULL_EVERY`` of those, so every executor pays the same at the same
-steps (torchtitan's ``gc_freq`` and Megatron-LM's ``--manual-gc`` do the same).
+worker that imported torch, transformers and Ray holds about half a million of them before its
+model (0.2 s per full collection on a 2-core CPU). On the H100 the mb160 crop-bucket case's
+collections took at most 1.8 ms per 20-step window, fresh or resident
+(benchmarks/results/time_to_answer_1xh100/tails/); the columns say when that stops being true.
 """
 
 from __future__ import annotations
@@ -17,43 +14,25 @@ import gc
 import time
 from typing import Any
 
-__all__ = ["FULL_EVERY", "StepCollector"]
-
-FULL_EVERY = 20  # with gc_every: every 20th collection is a full one (cycles that got old)
+__all__ = ["CollectorClock"]
 
 
-class StepCollector:
-    """Around a run's steps (a context manager): times every collection, whichever thread
-    started it (``gc.callbacks``), and with ``every`` > 0 collects by step number only."""
+class CollectorClock:
+    """Around a run's steps (a context manager): the time of every collection, whichever
+    thread started it (``gc.callbacks``)."""
 
-    def __init__(self, every: int):
-        self.every = every
+    def __init__(self) -> None:
         self.ms = 0.0
         self.collections = 0
         self._started: float | None = None
-        self._manual = 0
-        self._was_enabled = True
 
-    def __enter__(self) -> StepCollector:
+    def __enter__(self) -> CollectorClock:
         gc.callbacks.append(self._callback)
-        self._was_enabled = gc.isenabled()
-        if self.every:
-            gc.collect(1)  # start-up's young garbage, before the first step
-            gc.disable()
-        self.take()  # that collection is start-up's, not the first window's
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
-        if self._was_enabled:
-            gc.enable()
-
-    def after_step(self, step: int) -> None:
-        """With ``every``: the collection due at this step (timed into the step)."""
-        if self.every and step % self.every == 0:
-            self._manual += 1
-            gc.collect(2 if self._manual % FULL_EVERY == 0 else 1)
 
     def take(self) -> dict[str, Any]:
         """The collections since the last take: their total milliseconds and count."""

@@ -23,7 +23,7 @@ from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
-from trainables.gc_control import StepCollector
+from trainables.gc_control import CollectorClock
 from trainables.model import contrastive_loss
 from trainables.run_state import RunState, resume, resume_position, save
 from trainables.startup import StartupClock, import_model_code, process_start
@@ -267,13 +267,12 @@ def _train(run: _Run) -> None:
     window = Window.on(device)
     first_step_ts: float | None = None
     loop_start = prev_end = time.perf_counter()
-    with StepCollector(cfg.gc_every) as collector:
+    with CollectorClock() as collector:
         while state.step < cfg.max_steps:
             state.step = step = state.step + 1
             t0, cpu0 = time.perf_counter(), time.thread_time()
             data_s = _step(run, window)
             run.faults.after_step(step)  # fault injection (tests); a no-op object otherwise
-            collector.after_step(step)  # gc_every: this step's collection, if one is due
             if cfg.cuda_sync_timing and device.type == "cuda":
                 torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
             t2 = time.perf_counter()

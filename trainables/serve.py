@@ -37,8 +37,6 @@ from trainables.startup import import_model_code
 __all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
 
 POLL_S = 2.0  # how long one ask for the next run waits in the pool
-# Diagnostic (benchmarks): STAGE1_RESIDENT_GC_FREEZE=0 keeps every object in the collector.
-GC_FREEZE = os.environ.get("STAGE1_RESIDENT_GC_FREEZE", "1") != "0"
 
 
 class RunStopped(Exception):
@@ -66,8 +64,7 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
         dynamo.reset()
     gc.collect()
-    if GC_FREEZE:
-        gc.freeze()
+    gc.freeze()
     imports_s = time.monotonic() - t0
     while True:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
@@ -81,8 +78,7 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
         if rank == 0:  # the trial ends now: Tune starts the next one while this rank releases
             ray.get(pool.finished.remote(job["id"], outcome, before))
         parts = release(job["config"])
-        if GC_FREEZE:
-            gc.freeze()  # what a run left alive on purpose (modules it imported, caches)
+        gc.freeze()  # what a run left alive on purpose (modules it imported, caches)
         if rank == 0:
             after = dict(memory_now(), release_s=round(sum(parts.values()), 3))
             ray.get(pool.released.remote(job["id"], dict(after, release_parts=parts)))

@@ -167,6 +167,11 @@ def test_timing_parquet_has_plausible_windows(sweep):
     assert (df["step_ms_p50"] > 0).all()
     assert (df["iter_ms_p50"] >= df["step_ms_p50"]).all()
     assert (df["data_ms_p50"] >= 0).all() and (df["report_ms"] >= 0).all()
+    # The training thread's CPU time per step: some, and never more than the steps took (one
+    # thread cannot compute longer than the wall clock ran).
+    assert (df["cpu_ms_mean"] > 0).all()
+    assert (df["cpu_ms_mean"] <= df["step_ms_mean"] + df["data_ms_mean"] + 1.0).all()
+    assert (df["gc_collections"] >= 0).all() and (df["gc_ms"] >= 0).all()
     expected = df["global_batch"] / (df["iter_ms_mean"] / 1000.0)
     assert ((df["samples_per_s"] / expected - 1).abs() < 0.05).all()
     assert (df["world_size"] == 2).all()
