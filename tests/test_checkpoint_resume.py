@@ -1,11 +1,13 @@
 """Checkpoints of the real loop on two gloo ranks without Ray: DeepSpeed ZeRO-1 (with gradient
-accumulation) and ZeRO-3 save their state (a shard from every rank), and a rerun resumes from the
-newest complete checkpoint and ends exactly where an uninterrupted run ends. (DDP's resume is
+accumulation) and ZeRO-3, and FSDP2 with accumulation (torch.distributed.checkpoint),
+save their state (a shard from every rank), and a rerun resumes from the newest complete
+checkpoint and ends exactly where an uninterrupted run ends. (DDP's resume is
 tested through platform.train in tests/integration/test_train.py.)"""
 
 import json
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 from tests import _gloo_loss_worker
@@ -39,8 +41,14 @@ def train(config: dict, run_dir) -> list[dict]:
     [
         {"strategy": "deepspeed", "zero_stage": 1, "grad_accum_steps": 2},
         {"strategy": "deepspeed", "zero_stage": 3},
+        {
+            "strategy": "fsdp2",
+            "fsdp_reshard_after_forward": True,
+            "grad_accum_steps": 2,
+            "export_model": "final",
+        },
     ],
-    ids=["zero1-accum2", "zero3"],
+    ids=["zero1-accum2", "zero3", "fsdp2-accum2"],
 )
 def test_resume_from_a_checkpoint_ends_like_an_uninterrupted_run(tmp_path, strategy):
     # dataset synthetic: SyntheticSpeechText holds max_steps x batch items, so both runs get
@@ -59,8 +67,22 @@ def test_resume_from_a_checkpoint_ends_like_an_uninterrupted_run(tmp_path, strat
         shards = sorted(p.name for p in (tmp_path / "cut" / folders[-1] / "ds").iterdir())
         assert any("zero_pp_rank_0_" in s for s in shards), shards
         assert any("zero_pp_rank_1_" in s for s in shards), shards
+    else:  # torch.distributed.checkpoint: every rank wrote its shards, rank 0 the metadata
+        shards = sorted(p.name for p in (tmp_path / "cut" / folders[-1] / "dcp").iterdir())
+        assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= set(shards), shards
     # ... and run again: it resumes from step 4 and ends with the uninterrupted run's loss.
     resumed = train(config, tmp_path / "cut")
     assert [w["step"] for w in resumed] == [6] and resumed[0]["resumed_from_step"] == 4
     assert resumed[0]["loss"] == pytest.approx(whole[-1]["loss"], rel=1e-6, abs=1e-7)
     assert resumed[0]["lr"] == pytest.approx(whole[-1]["lr"])
+    if strategy.get("export_model") == "final":  # FSDP2: the shards gathered into one model
+        from trainables.export import load_exported
+
+        a, _ = load_exported(tmp_path / "whole" / "export")
+        b, source = load_exported(tmp_path / "cut" / "export")
+        assert source["strategy"] == "fsdp2"
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+            assert torch.allclose(x, y, rtol=1e-5, atol=1e-6), name
+        # Both ranks' rows are there (rank 1 holds the second half of every dim 0).
+        for w in (b.speech_proj.weight, b.text_proj.weight):
+            assert (w.abs().sum(dim=1) > 0).all()

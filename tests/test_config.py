@@ -26,7 +26,7 @@ def test_int_accepted_for_float_and_converted():
         ({"zero_stage": 4}, "zero_stage", "must be 0, 1, 2 or 3"),
         ({"zero_stage": 2}, "zero_stage", "needs strategy deepspeed"),
         ({"log_every": 50, "max_steps": 30}, "log_every", "larger than max_steps"),
-        ({"strategy": "fsdp"}, "strategy", "one of 'ddp', 'deepspeed'"),
+        ({"strategy": "fsdp3"}, "strategy", "one of 'ddp', 'fsdp2', 'deepspeed'"),
         ({"use_gpu": "yes"}, "use_gpu", "expected bool or one of 'auto'"),
         ({"num_workers": -1}, "num_workers", ">= 0"),
         ({"prefetch_factor": 0}, "prefetch_factor", ">= 1"),
@@ -45,7 +45,7 @@ def test_int_accepted_for_float_and_converted():
         (
             {"model_load_dtype": "fp16", "use_gpu": True},
             "model_load_dtype",
-            "GradScaler refuses fp16 gradients",
+            "gradient scaler refuses fp16 gradients",
         ),
         (
             {"model_load_dtype": "bf16", "precision": "fp16", "strategy": "deepspeed"},
@@ -101,7 +101,9 @@ def test_unknown_key_suggests_the_closest_one():
 
 
 def test_unknown_key_without_a_close_match_lists_the_keys():
-    with pytest.raises(ConfigError, match="known keys: strategy, zero_stage"):
+    with pytest.raises(
+        ConfigError, match="known keys: strategy, fsdp_reshard_after_forward, zero_stage"
+    ):
         TrialConfig.from_dict({"zzz": 1})
 
 

@@ -4,6 +4,9 @@ resumes from.
 A checkpoint folder (``checkpoint_step0000200``) holds:
 
 - DDP: ``state.pt`` from rank 0 (model, optimizer, lr schedule, loss scaler), saved once;
+- FSDP2: ``dcp/``, torch.distributed.checkpoint's sharded save of the model and optimizer (every
+  rank writes its shards, ``__<rank>_<n>.distcp``; rank 0 the ``.metadata``), and ``state.pt``
+  from rank 0 with the lr schedule and loss scaler;
 - DeepSpeed: ``ds/``, written by ``engine.save_checkpoint`` from every rank (its own optimizer
   shards; with ZeRO-3 its own parameter shards too);
 - every rank: ``rng-rank<r>.pt`` (python, numpy, torch and CUDA RNG states);
@@ -42,6 +45,7 @@ __all__ = [
 _NAME = re.compile(r"^checkpoint_step(\d+)$")
 META = "meta.json"
 DS_TAG = "ds"
+DCP_DIR = "dcp"
 # What must match for a checkpoint's data position and shards to mean the same thing.
 SHAPE_KEYS = ("world_size", "micro_batch", "grad_accum_steps", "strategy", "zero_stage", "seed")
 
@@ -83,7 +87,7 @@ def _owned(name: str, rank: int) -> bool:
     DeepSpeed's files named after its data-parallel rank (``*zero_pp_rank_<r>_*``); the rest
     (model states of ZeRO 0-2, DeepSpeed's helper script, state.pt, meta.json) is rank 0's."""
     base = Path(name).name
-    for pattern in (r"rank(\d+)\.(pt|json)$", r"pp_rank_(\d+)_"):
+    for pattern in (r"rank(\d+)\.(pt|json)$", r"pp_rank_(\d+)_", r"^__(\d+)_\d+\.distcp$"):
         m = re.search(pattern, base)
         if m:
             return int(m.group(1)) == rank
@@ -112,6 +116,12 @@ def save_checkpoint(engine, folder: Path, meta: dict[str, Any], *, rank: int, de
     if engine.kind == "deepspeed":
         (folder / DS_TAG).mkdir(parents=True, exist_ok=True)
         engine.model.save_checkpoint(str(folder), tag=DS_TAG, save_latest=False)
+    elif engine.kind == "fsdp2":
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(_sharded_state(engine), checkpoint_id=folder / DCP_DIR)  # collective
+        if rank == 0:
+            torch.save(_schedule_state(engine), folder / "state.pt")
     elif rank == 0:
         state = {
             "model": engine.bare.state_dict(),
@@ -205,14 +215,49 @@ def load_checkpoint(engine, folder: Path, *, rank: int, device) -> dict[str, Any
         )
         if path is None:
             raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
+    elif engine.kind == "fsdp2":
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        # Loaded into this run's shards, whatever world size saved them (DCP reshards).
+        sharded = _sharded_state(engine)
+        dcp.load(sharded, checkpoint_id=folder / DCP_DIR)
+        set_state_dict(
+            engine.model,
+            engine.optimizer,
+            model_state_dict=sharded["model"],
+            optim_state_dict=sharded["optimizer"],
+        )
+        _load_schedule(
+            engine, torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+        )
     else:
         state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
         engine.bare.load_state_dict(state["model"])
         engine.optimizer.load_state_dict(state["optimizer"])
-        engine.scheduler.load_state_dict(state["scheduler"])
-        if engine.scaler is not None and state.get("scaler"):
-            engine.scaler.load_state_dict(state["scaler"])
+        _load_schedule(engine, state)
     return read_meta(folder)
+
+
+def _sharded_state(engine) -> dict[str, Any]:
+    """An FSDP2 engine's model and optimizer state as this rank's shards (DTensors)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, optimizer = get_state_dict(engine.model, engine.optimizer)
+    return {"model": model, "optimizer": optimizer}
+
+
+def _schedule_state(engine) -> dict[str, Any]:
+    return {
+        "scheduler": engine.scheduler.state_dict(),
+        "scaler": engine.scaler.state_dict() if engine.scaler is not None else None,
+    }
+
+
+def _load_schedule(engine, state: dict[str, Any]) -> None:
+    engine.scheduler.load_state_dict(state["scheduler"])
+    if engine.scaler is not None and state.get("scaler"):
+        engine.scaler.load_state_dict(state["scaler"])
 
 
 def restore_rng(folder: Path, *, rank: int, device) -> None:

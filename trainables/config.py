@@ -26,7 +26,7 @@ from trainables.config_checks import (
 
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
-Strategy = Literal["ddp", "deepspeed", "auto"]
+Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
 Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
@@ -61,9 +61,16 @@ class TrialConfig:
 
     # --- distributed strategy ---
     strategy: Strategy = _doc(
-        "`ddp` (torch DistributedDataParallel) or `deepspeed`; `auto`: ddp for zero_stage 0 and "
-        "deepspeed for 1-3 (the runbooks' z0/z1), the ddp_* keys applying to the ddp runs only.",
+        "`ddp` (torch DistributedDataParallel), `fsdp2` (torch's fully_shard, per layer) or "
+        "`deepspeed`; `auto`: ddp for zero_stage 0 and deepspeed for 1-3 (the runbooks' z0/z1), "
+        "the ddp_* keys applying to the ddp runs only.",
         default="ddp",
+    )
+    fsdp_reshard_after_forward: bool = _doc(
+        "fsdp2: free each layer's gathered parameters after its forward and gather them again "
+        "for the backward (true, like ZeRO-3), or keep them until the backward (false, like "
+        "ZeRO-2: more memory, less communication).",
+        default=True,
     )
     zero_stage: int = _doc("DeepSpeed ZeRO stage 0-3; must be 0 with ddp.", default=0)
     bucket_mb: int = _doc(

@@ -83,10 +83,15 @@ def _check_strategy(cfg) -> None:
             raise ConfigError(f"{name}: must be >= {low}, got {getattr(cfg, name)}")
     if not 0 <= cfg.zero_stage <= 3:
         raise ConfigError(f"zero_stage: must be 0, 1, 2 or 3, got {cfg.zero_stage}")
-    if cfg.strategy == "ddp" and cfg.zero_stage != 0:
+    if cfg.strategy in ("ddp", "fsdp2") and cfg.zero_stage != 0:
         raise ConfigError(
-            f"zero_stage: {cfg.zero_stage} needs strategy deepspeed; with strategy ddp "
-            "set zero_stage=0 (or set strategy=deepspeed)"
+            f"zero_stage: {cfg.zero_stage} needs strategy deepspeed; with strategy "
+            f"{cfg.strategy} set zero_stage=0 (or set strategy=deepspeed)"
+        )
+    if cfg.strategy == "fsdp2" and cfg.torch_compile and cfg.compile_scope != "layers":
+        raise ConfigError(
+            "compile_scope: fsdp2 compiles layer by layer (its hooks sit between the layers); "
+            "set compile_scope=layers"
         )
     if cfg.ddp_comm_hook != "none" and (cfg.strategy != "ddp" or cfg.use_gpu is False):
         raise ConfigError(
@@ -250,10 +255,11 @@ def _check_load_dtype(cfg) -> None:
         return
     if load == "fp16" and cfg.use_gpu is False:
         raise ConfigError("model_load_dtype: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")
-    if load == "fp16" and cfg.strategy == "ddp":
+    if load == "fp16" and cfg.strategy in ("ddp", "fsdp2"):
         raise ConfigError(
-            "model_load_dtype: fp16 weights under ddp cannot be loss-scaled (GradScaler "
-            "refuses fp16 gradients); use strategy deepspeed, or model_load_dtype auto/fp32"
+            f"model_load_dtype: fp16 weights under {cfg.strategy} cannot be loss-scaled (the "
+            "gradient scaler refuses fp16 gradients); use strategy deepspeed, or "
+            "model_load_dtype auto/fp32"
         )
     if cfg.precision not in ("auto", load):
         raise ConfigError(

@@ -25,14 +25,36 @@ __all__ = ["export_model", "load_exported"]
 HEADS = "heads.pt"
 
 
-def _full_weights(engine, cfg: TrialConfig):
-    """A context in which the bare model holds its full weights on every rank: ZeRO-3 keeps
-    only a shard per rank until its parameters are gathered (a collective: every rank)."""
-    if engine.kind == "deepspeed" and cfg.zero_stage == 3:
+@contextlib.contextmanager
+def _full_model(engine, cfg: TrialConfig, rank: int):
+    """A context giving rank 0 the model with its full weights (the other ranks get None). Every
+    rank must enter it: ZeRO-3 gathers its parameter shards (a collective), FSDP2 gathers a full
+    state dict to rank 0's CPU (a collective), which loads into a model of the run's shape."""
+    if engine.kind == "fsdp2":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        from trainables.model import build_model
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        full = get_model_state_dict(engine.model, options=options)
+        if rank != 0:
+            yield None
+            return
+        model = build_model(
+            cfg.model_size,
+            cfg.proj_dim,
+            speech_path=cfg.speech_pretrained_path,
+            text_path=cfg.text_pretrained_path,
+        )
+        model.load_state_dict(full)
+        yield model
+    elif engine.kind == "deepspeed" and cfg.zero_stage == 3:
         import deepspeed
 
-        return deepspeed.zero.GatheredParameters(list(engine.bare.parameters()), modifier_rank=None)
-    return contextlib.nullcontext()
+        with deepspeed.zero.GatheredParameters(list(engine.bare.parameters()), modifier_rank=None):
+            yield engine.bare if rank == 0 else None
+    else:
+        yield engine.bare if rank == 0 else None
 
 
 def _tokenizer(cfg: TrialConfig):
@@ -69,10 +91,9 @@ def export_model(engine, cfg: TrialConfig, out: Path, *, rank: int, source: str)
     """Write the model as it is now to ``out`` (rank 0 writes; every rank must call it). The
     folder appears whole or not at all: written under a temporary name, then renamed."""
     out = Path(out)
-    with _full_weights(engine, cfg):
-        if rank != 0:
+    with _full_model(engine, cfg, rank) as model:
+        if model is None:
             return
-        model = engine.bare
         tmp = out.with_name(f".{out.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         model.speech.save_pretrained(tmp / "speech")

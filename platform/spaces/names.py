@@ -35,6 +35,7 @@ _TOKENS = {
     "compile_scope": "cs",
     "optimizer": "opt",
     "ddp_gradient_as_bucket_view": "gbv",
+    "fsdp_reshard_after_forward": "reshard",
 }
 
 
@@ -42,7 +43,7 @@ def group_name(prefix: str, cfg: TrialConfig, swept: list[str]) -> str:
     """``sweep_z0_mb8_nw0_pf2`` plus a token for every other swept key."""
     tokens = [prefix]
     if "strategy" in swept:
-        tokens.append({"ddp": "ddp", "deepspeed": "ds"}[cfg.strategy])
+        tokens.append({"ddp": "ddp", "fsdp2": "fsdp2", "deepspeed": "ds"}[cfg.strategy])
     tokens += [f"{short}{_fmt(getattr(cfg, key))}" for key, short in _ALWAYS]
     for key in swept:
         if key == "strategy" or key in dict(_ALWAYS):

@@ -7,7 +7,7 @@ Each sweep carries checks that need a sweep anyway, so that the suite pays for f
 ``--address`` sweep drills the failure paths (``cpu_faults``: a rank 1 that hangs, one that
 raises on a worker node, a missing audio file) with the workload options
 (local checkpoints loaded in the workers, every rank's windows); the Ray Job
-runs every strategy (``cpu_strategies``: DDP and ZeRO 0-3 across the two nodes), whose stages
+runs every strategy (``cpu_strategies``: DDP, FSDP2 and ZeRO 0-3 across the two nodes), which
 must train the same model.
 """
 
@@ -187,7 +187,7 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
     root = tmp_path / "job-out"
     # The driver runs on the head, in the job's copy of the working directory; the corpus is
     # generated and prepared with Ray Data on the worker nodes (the head has no CPU). Each run
-    # puts its 2 ranks on the 2 worker nodes: DDP and DeepSpeed ZeRO 0-3 across nodes.
+    # puts its 2 ranks on the 2 worker nodes: DDP, FSDP2 and DeepSpeed ZeRO 0-3 across nodes.
     out = subprocess.run(
         [
             "ray",
@@ -223,7 +223,7 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t")
     assert (root / "best_config.json").is_file() and (root / "summary.md").is_file()
     assert (root / "data" / "prepared" / "manifest_16k_trim.tsv").is_file()
-    assert list(manifest["status"]) == ["ok"] * 5
+    assert list(manifest["status"]) == ["ok"] * 7
     assert (manifest["nodes_used"] == 2).all()
     # Every strategy got what it asked for, and the ZeRO stages train the same model.
     assert list(zip(manifest["strategy_effective"], manifest["zero_stage"], strict=True)) == [
@@ -232,6 +232,8 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
         ("deepspeed", 1),
         ("deepspeed", 2),
         ("deepspeed", 3),
+        ("fsdp2", 0),
+        ("fsdp2", 0),
     ]
     assert set(manifest["precision"]) == {"auto"} and set(manifest["precision_effective"]) == {
         "fp32"
@@ -245,6 +247,11 @@ def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
         assert (loss[run] - loss[ds[0]]).abs().max() < 1e-4, run
     ddp = next(c for c in loss.columns if "_ddp_" in c)
     assert abs(loss.loc[0, ddp] - loss.loc[0, ds[0]]) < 1e-3
+    # FSDP2's shards across the two nodes: both reshard settings train the same model as DDP.
+    fsdp = sorted(c for c in loss.columns if "_fsdp2_" in c)
+    assert [c.split("_")[-2] for c in fsdp] == ["reshardoff", "reshardon"]
+    for run in fsdp:
+        assert (loss[run] - loss[ddp]).abs().max() < 1e-3, run
     # The tokenizer the driver built travelled through the output root, one file for all runs.
     paths = {
         json.loads(p.read_text())["config"]["tokenizer_path"]

@@ -1,5 +1,5 @@
 """build_engine: the run's model, its FLOPs count, optimizer and compile settings, wrapped by
-the strategy (DDP or DeepSpeed) into the Engine the loop drives."""
+the strategy (DDP, FSDP2 or DeepSpeed) into the Engine the loop drives."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from trainables.engine.compile import setup_compile
 from trainables.engine.core import Engine, EngineParts
 from trainables.engine.ddp import wrap_ddp
 from trainables.engine.deepspeed_engine import wrap_deepspeed
+from trainables.engine.fsdp2 import wrap_fsdp2
 from trainables.engine.mfu import cached_flops_per_sample, peak_tflops
 from trainables.engine.optim import build_optimizer
 from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
@@ -94,5 +95,5 @@ def build_engine(
         compile_kwargs=compile_kwargs,
         compiled=compiled,
     )
-    wrap = wrap_deepspeed if cfg.strategy == "deepspeed" else wrap_ddp
-    return wrap(cfg, parts, lap)
+    wraps = {"deepspeed": wrap_deepspeed, "fsdp2": wrap_fsdp2}
+    return wraps.get(cfg.strategy, wrap_ddp)(cfg, parts, lap)

@@ -188,10 +188,10 @@ def warm_up(engine, cfg: TrialConfig) -> float:
     static shape of the run before its first timed step, in a forward and backward pass of a
     made-up batch of each shape; no optimizer step, gradients cleared, RNG states put back
     (dropout masks of the real steps are unchanged). Returns the seconds it took (compile_s; 0
-    when nothing was compiled ahead). DDP only: DeepSpeed counts its micro-steps and would
+    when nothing was compiled ahead). DDP and FSDP2: DeepSpeed counts its micro-steps and would
     take the pass as one."""
     shapes = cfg.static_shapes
-    if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind == "ddp"):
+    if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind != "deepspeed"):
         return 0.0
     device = next(engine.bare.parameters()).device
     passes = 3 if engine.cudagraphs else 1  # cudagraph trees: warm-up runs, then recording

@@ -1,6 +1,6 @@
 """The engine the loop drives, whatever the strategy: ``engine(batch) -> (speech, text,
-scale)``, ``engine.backward(loss)``, ``engine.step(last)``. DDP and DeepSpeed (engine.ddp,
-engine.deepspeed_engine) fill it with their own backward, step and precision handling; a
+scale)``, ``engine.backward(loss)``, ``engine.step(last)``. DDP, FSDP2 and DeepSpeed
+(engine.ddp, engine.fsdp2, engine.deepspeed_engine) fill it with their own backward, step and precision handling; a
 compile error at any call falls back to eager here, recorded in ``effective``."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Engine:
     model: torch.nn.Module
     optimizer: Any
     effective: dict[str, str]
-    kind: str = "ddp"  # ddp or deepspeed
+    kind: str = "ddp"  # ddp, fsdp2 or deepspeed
     bare: torch.nn.Module | None = None  # the unwrapped Stage1Model (state, export)
     scheduler: Any = None
     scaler: Any = None
