@@ -303,7 +303,7 @@ def _three_steps(cfg: TrialConfig) -> tuple[list[float], object]:
             loss = contrastive_loss(*engine(batch))
             engine.backward(loss)
         engine.step(True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses, engine
 
 

@@ -15,6 +15,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from trainables import config_types as vocab
 from trainables.config_checks import (
     MAX_TEXT_TOKENS,
     ConfigError,
@@ -26,30 +27,6 @@ from trainables.config_checks import (
 
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
-Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
-Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
-CommHook = Literal["none", "bf16", "fp16"]
-MatmulPrecision = Literal["highest", "high", "medium"]
-ModelSize = Literal["tiny", "base"]
-Dataset = Literal["synthetic", "manifest"]
-CropPolicy = Literal["limit_longest", "fixed_slice"]
-AudioRead = Literal["seek", "full"]
-ContrastiveScope = Literal["global", "local"]
-LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]
-CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-CompileBackend = Literal["inductor", "aot_eager"]
-CompileScope = Literal["model", "layers"]
-TimingRanks = Literal["rank0", "all"]
-LrSchedule = Literal["constant", "cosine"]
-BestMetric = Literal[
-    "val_mean_r1", "val_s2t_r1", "val_t2s_r1", "val_s2t_r5", "val_t2s_r5", "val_loss"
-]
-ExportModel = Literal["none", "final", "best"]
-PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
-Executor = Literal["auto", "resident", "fresh"]
-
 
 def _doc(text: str, **kwargs: Any) -> Any:
     return field(metadata={"doc": text}, **kwargs)
@@ -60,7 +37,7 @@ class TrialConfig:
     """Everything one trial needs. Field docs are the reference for search-space keys."""
 
     # --- distributed strategy ---
-    strategy: Strategy = _doc(
+    strategy: vocab.Strategy = _doc(
         "`ddp` (torch DistributedDataParallel), `fsdp2` (torch's fully_shard, per layer) or "
         "`deepspeed`; `auto`: ddp for zero_stage 0 and deepspeed for 1-3 (the runbooks' z0/z1), "
         "the ddp_* keys applying to the ddp runs only.",
@@ -85,11 +62,11 @@ class TrialConfig:
         "DDP gradient_as_bucket_view (gradients alias the buckets: less memory, fewer copies).",
         default=False,
     )
-    ddp_comm_hook: CommHook = _doc(
+    ddp_comm_hook: vocab.CommHook = _doc(
         "Compress DDP gradients to bf16 or fp16 for the all-reduce (GPU only).", default="none"
     )
     tf32: bool = _doc("Allow TF32 in CUDA matmuls and cuDNN convolutions.", default=False)
-    matmul_precision: MatmulPrecision = _doc(
+    matmul_precision: vocab.MatmulPrecision = _doc(
         "torch.set_float32_matmul_precision for fp32 matmuls.", default="highest"
     )
     grad_accum_steps: int = _doc(
@@ -98,12 +75,12 @@ class TrialConfig:
         "optimizer step, so the global batch is micro_batch x workers x grad_accum_steps.",
         default=1,
     )
-    precision: Precision = _doc(
+    precision: vocab.Precision = _doc(
         "`auto`: bf16 on compute capability >= 8.0, fp16 below, fp32 on CPU. DDP uses autocast "
         "(with a GradScaler for fp16); DeepSpeed its bf16/fp16 modes (dynamic loss scaling).",
         default="auto",
     )
-    optimizer: Optimizer = _doc(
+    optimizer: vocab.Optimizer = _doc(
         "`adamw_torch`: torch AdamW (fused on GPU, nothing compiled); `adamw_torch_foreach`: "
         "torch AdamW's multi-tensor (foreach) path; `deepspeed_fused_adam`: DeepSpeed's "
         "FusedAdam (compiles a CUDA extension; needs ninja).",
@@ -116,7 +93,7 @@ class TrialConfig:
     cpus_per_worker: int = _doc(
         "CPUs reserved per Ray Train worker; 0 means num_workers + 1.", default=0
     )
-    placement_strategy: PlacementStrategy = _doc(
+    placement_strategy: vocab.PlacementStrategy = _doc(
         "How Ray places the train workers (ScalingConfig.placement_strategy): `PACK` fills as "
         "few nodes as it can, `SPREAD` spreads them where it can, `STRICT_SPREAD` puts every "
         "worker on a node of its own, `STRICT_PACK` all on one node.",
@@ -128,7 +105,7 @@ class TrialConfig:
         "says where each rank ran.",
         default=0,
     )
-    executor: Executor = _doc(
+    executor: vocab.Executor = _doc(
         "Where a sweep's run trains: `resident` in a worker group kept alive across the runs of "
         "one resource shape (no process start-up per run), `fresh` in new Ray Train workers of "
         "its own; `auto`: resident, unless the run needs its own processes (injected leaks or "
@@ -141,7 +118,7 @@ class TrialConfig:
     prefetch_factor: int = _doc(
         "Batches prefetched per DataLoader worker (used when num_workers > 0).", default=2
     )
-    dataset: Dataset = _doc(
+    dataset: vocab.Dataset = _doc(
         "`manifest`: utterances of a data_prep manifest (`manifest_path`); `synthetic`: "
         "generated audio and token ids, no files (pure compute).",
         default="synthetic",
@@ -161,7 +138,7 @@ class TrialConfig:
         "Folder the manifest's `path` column is relative to; empty: the manifest's folder.",
         default="",
     )
-    crop_policy: CropPolicy = _doc(
+    crop_policy: vocab.CropPolicy = _doc(
         "`limit_longest`: a random window of min_audio_s-max_audio_s seconds (shorter "
         "utterances whole); `fixed_slice`: exactly fixed_slice_s (shorter ones zero-padded).",
         default="limit_longest",
@@ -169,7 +146,7 @@ class TrialConfig:
     min_audio_s: float = _doc("Shortest crop window of limit_longest, seconds.", default=1.0)
     max_audio_s: float = _doc("Longest crop window of limit_longest, seconds.", default=3.0)
     fixed_slice_s: float = _doc("Crop length of fixed_slice, seconds.", default=2.0)
-    audio_read: AudioRead = _doc(
+    audio_read: vocab.AudioRead = _doc(
         "`seek`: read only the crop; `full`: decode the whole file, then crop (for comparison).",
         default="seek",
     )
@@ -199,7 +176,7 @@ class TrialConfig:
         default=16,
     )
     # --- model and loss ---
-    model_size: ModelSize = _doc(
+    model_size: vocab.ModelSize = _doc(
         "`base` (wav2vec2-base + bert-base-uncased shapes, random init) or `tiny` (CPU tests).",
         default="tiny",
     )
@@ -213,7 +190,7 @@ class TrialConfig:
         "used when the folder has one; otherwise one is built from the manifest's transcripts.",
         default="",
     )
-    model_load_dtype: LoadDtype = _doc(
+    model_load_dtype: vocab.LoadDtype = _doc(
         "Dtype the weights are built or loaded in. `auto`: the precision's dtype under DeepSpeed "
         "(which casts the weights to it anyway and keeps fp32 master copies), fp32 under DDP "
         "(autocast keeps fp32 master weights); bf16 under DDP trains bf16 weights.",
@@ -225,12 +202,12 @@ class TrialConfig:
         "compile error falls back to eager, recorded in the run manifest.",
         default=False,
     )
-    compile_mode: CompileMode = _doc(
+    compile_mode: vocab.CompileMode = _doc(
         "torch.compile mode; `reduce-overhead` adds CUDA graphs (one per shape, recorded in the "
         "compile warm-up; GPU only: the CPU falls back to eager launches, recorded).",
         default="default",
     )
-    compile_scope: CompileScope = _doc(
+    compile_scope: vocab.CompileScope = _doc(
         "What torch_compile compiles: `model` (the whole DDP-wrapped model, or DeepSpeed's "
         "engine.compile) or `layers` (regional compilation: each encoder layer and the wav2vec2 "
         "feature encoder on its own; the 12 identical layers of an encoder share one compiled "
@@ -249,22 +226,22 @@ class TrialConfig:
         "(crop lengths vary with limit_longest); true/false force it.",
         default="auto",
     )
-    compile_backend: CompileBackend = _doc(
+    compile_backend: vocab.CompileBackend = _doc(
         "torch.compile backend: `inductor` (generated kernels) or `aot_eager` (tracing only, "
         "for debugging).",
         default="inductor",
     )
     proj_dim: int = _doc("Size of the shared embedding space.", default=256)
-    speech_attention: Attention = _doc(
+    speech_attention: vocab.Attention = _doc(
         "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
         ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "
         "back to sdpa, recorded in the run manifest.",
         default="auto",
     )
-    text_attention: Attention = _doc(
+    text_attention: vocab.Attention = _doc(
         "Attention kernel of the text encoder (as speech_attention).", default="auto"
     )
-    contrastive_scope: ContrastiveScope = _doc(
+    contrastive_scope: vocab.ContrastiveScope = _doc(
         "`global`: all-gather embeddings so each sample sees the global batch as negatives; "
         "`local`: negatives from the worker's own micro-batch only.",
         default="global",
@@ -273,7 +250,7 @@ class TrialConfig:
     weight_decay: float = _doc("AdamW weight decay.", default=0.01)
     seed: int = _doc("Seed of model init and data order.", default=0)
     # --- training (sweeps keep these off, as the runbooks do; platform.train turns them on) ---
-    lr_schedule: LrSchedule = _doc(
+    lr_schedule: vocab.LrSchedule = _doc(
         "`constant` lr, or `cosine`: linear warm-up over warmup_steps, then cosine decay to "
         "min_lr_ratio x lr at max_steps.",
         default="constant",
@@ -307,7 +284,7 @@ class TrialConfig:
         "sorted order) for validation; training never sees them.",
         default=0,
     )
-    best_metric: BestMetric = _doc(
+    best_metric: vocab.BestMetric = _doc(
         "Validation metric that picks the best checkpoint (val_loss: lowest; recalls: highest).",
         default="val_mean_r1",
     )
@@ -326,7 +303,7 @@ class TrialConfig:
         "FailureConfig; -1: no limit).",
         default=0,
     )
-    export_model: ExportModel = _doc(
+    export_model: vocab.ExportModel = _doc(
         "At the end, write the final or the best checkpoint's model as save_pretrained folders "
         "(runs/<run>/export/speech, text, heads.pt), loadable with speech_pretrained_path and "
         "text_pretrained_path.",
@@ -344,7 +321,7 @@ class TrialConfig:
         "Synchronize the GPU after each step so step_ms is exact (otherwise launch time).",
         default=False,
     )
-    timing_ranks: TimingRanks = _doc(
+    timing_ranks: vocab.TimingRanks = _doc(
         "`rank0`: rank 0's windows only; `all`: every rank's windows, gathered to rank 0 at each "
         "report (one more collective per window), one timing row per rank.",
         default="rank0",

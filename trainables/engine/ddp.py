@@ -16,7 +16,7 @@ from trainables.engine.core import Engine, EngineParts
 from trainables.engine.optim import build_scheduler
 from trainables.engine.precision import DTYPES, autocast_for
 
-__all__ = ["wrap_ddp"]
+__all__ = ["optimizer_step", "wrap_ddp"]
 
 
 def _ddp(cfg: TrialConfig, model: torch.nn.Module, device: torch.device):
@@ -36,7 +36,7 @@ def _ddp(cfg: TrialConfig, model: torch.nn.Module, device: torch.device):
     return ddp
 
 
-def _optimizer_step(cfg: TrialConfig, model, optimizer, scaler, scheduler) -> Callable:
+def optimizer_step(cfg: TrialConfig, model, optimizer, scaler, scheduler) -> Callable:
     """The engine's ``step(last)``: the optimizer steps after the last micro-batch only."""
     max_log_scale = math.log(cfg.logit_scale_max)
 
@@ -78,7 +78,7 @@ def wrap_ddp(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], object])
         _no_sync=ddp.no_sync,
         # The mean over the accumulated micro-batches: each contributes 1/grad_accum_steps.
         _backward=lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward(),
-        _step=_optimizer_step(cfg, model, optimizer, scaler, scheduler),
+        _step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
         _autocast=autocast_for(parts.precision, device),
         # Low-precision weights take inputs of their dtype (autocast does not cast the conv
         # front end's input when there is no autocast, e.g. bf16 weights at precision fp32).

@@ -20,7 +20,7 @@ import torch
 from trainables.config import TrialConfig
 from trainables.engine.compile import compile_regions
 from trainables.engine.core import Engine, EngineParts
-from trainables.engine.ddp import _optimizer_step
+from trainables.engine.ddp import optimizer_step
 from trainables.engine.optim import build_optimizer, build_scheduler
 from trainables.engine.precision import DTYPES
 
@@ -88,7 +88,7 @@ def wrap_fsdp2(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], object
         scaler=scaler,
         _no_sync=no_sync,
         _backward=lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward(),
-        _step=_optimizer_step(cfg, model, optimizer, scaler, scheduler),
+        _step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
         # The policy casts the parameters; floating inputs follow the compute dtype.
         _dtype=None if parts.precision == "fp32" else DTYPES[parts.precision],
         **compiled,
