@@ -207,9 +207,12 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
         )
     ckpts = results.read_dataset(output_root.checkpoints, results.CHECKPOINTS_SCHEMA)
     if len(ckpts):
+        share = row.get("ckpt_overhead_share")
+        held = f" ({float(share):.2%} of the time in steps)" if share not in (None, "") else ""
         print(
             f"checkpoints: {len(ckpts)} saved, median {ckpts['checkpoint_save_s'].median():.2f} s "
-            f"and {ckpts['checkpoint_size_bytes'].median() / 1e6:.1f} MB each; restarts "
+            f"and {ckpts['checkpoint_size_bytes'].median() / 1e6:.1f} MB each, training held "
+            f"{ckpts['checkpoint_block_s'].sum():.2f} s in all{held}; restarts "
             f"{row.get('restarts') or 0}"
         )
     plot = write_plot(output_root, run)

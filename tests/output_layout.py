@@ -11,6 +11,10 @@ Changed on purpose since (edited by hand, so the diff shows it): issue 24 added 
 ``executor``, ``resident_group`` and ``compile_cache`` columns and the sweep's ``groups.json``;
 a resident sweep run has no Ray Train storage marker of its own (its group's is under tune/).
 Issue 24 also added the timing columns ``cpu_ms_mean``, ``gc_ms`` and ``gc_collections``.
+Issue 25 moved DDP's model and optimizer out of ``state.pt`` into ``dcp-*/`` (DCP), added the
+done files' and ``meta.json``'s times and folder name, ``checkpoints.parquet``'s
+``checkpoint_block_s`` and ``checkpoint_wait_s``, and the manifest's overhead shares and
+``checkpoint_mode``.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ FOLDS = [
     (re.compile(r"^tokenizers/.+\.json$"), "tokenizers/*.json"),
     (re.compile(r"events\.out\.tfevents\..*$"), "events.out.tfevents.*"),
     (re.compile(r"checkpoint_step\d+"), "checkpoint_step*"),
+    (re.compile(r"/dcp-[0-9a-f]+/"), "/dcp-*/"),  # a new DCP folder name for every save
 ]
 NO_KEYS = ("tokenizers/", "cache/", "/export/")  # JSON whose keys are data, not a format
 

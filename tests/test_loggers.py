@@ -121,16 +121,17 @@ def test_every_logger_writes_one_series_per_run_that_its_reader_finds(tmp_path):
         assert handle.data.params["micro_batch"] in ("4", "8")
 
 
-def test_validation_and_checkpoint_series_only_at_their_steps():
-    base = window(10, 50.0) | {
-        "val_step": 10,
-        "val_loss": 1.5,
-        "checkpoint_step": 5,
-        "checkpoint_save_s": 0.2,
-    }
+def test_validation_at_its_step_and_checkpoint_series_when_it_is_complete():
+    base = window(10, 50.0) | {"val_step": 10, "val_loss": 1.5, "checkpoint_save_s": 0.2}
     scalars = scalars_of(base, ("val_loss",))
     assert scalars["val/loss"] == 1.5 and "checkpoint/save_s" not in scalars
     assert scalars["perf/samples_per_s"] == 50.0 and "perf/mfu" not in scalars
+    # An asynchronous save of step 5 whose files were whole by the window of step 10.
+    later = window(10, 50.0) | {"checkpoint_step": 5, "checkpoint_save_s": 0.2}
+    later["checkpoint_block_s"] = 0.01
+    assert scalars_of(later | {"val_step": 5, "val_loss": 2.0}, ("val_loss",)) == pytest.approx(
+        {**scalars_of(window(10, 50.0), ()), "checkpoint/save_s": 0.2, "checkpoint/block_s": 0.01}
+    )
 
 
 def test_unknown_logger_and_missing_package_are_refused(monkeypatch):

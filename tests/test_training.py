@@ -1,5 +1,6 @@
 """Training building blocks without Ray: the lr schedule, retrieval metrics, checkpoint
-completeness and the resume scan, the resumable data position, the training config keys, the
+completeness, the resume scan, resharding and a checkpoint's reported times, the overhead
+shares, the resumable data position, the training config keys, the
 platform.train plan and its bad input, and the learnable corpus."""
 
 import json
@@ -204,3 +205,55 @@ def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
     held_out = SearchSpace(name="t", fixed={**space.fixed, "val_speakers": 1})
     (run,) = epochs_to_steps(expand_runs(held_out, prefix="train"))
     assert run.config.max_steps == 3 * (6 // 2)  # one of the two speakers is validation's
+
+
+def test_a_dcp_checkpoint_reshards_to_another_world_size_and_deepspeeds_does_not(tmp_path):
+    from trainables.checkpoint import check_shape
+
+    shape = dict(world_size=2, micro_batch=4, grad_accum_steps=1, zero_stage=0, seed=0)
+    (tmp_path / "dcp-1a2b").mkdir()
+    meta = {**shape, "strategy": "fsdp2", "dcp_dir": "dcp-1a2b"}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    assert check_shape(meta, {**shape, "strategy": "fsdp2"}, tmp_path) == ""
+    one = {**shape, "world_size": 1, "strategy": "fsdp2"}
+    assert check_shape(meta, one, tmp_path) == "resharded from 2 ranks to 1"
+    with pytest.raises(ValueError, match=r"micro_batch 4 \(now 8\)"):
+        check_shape(meta, {**one, "micro_batch": 8}, tmp_path)
+    ds = {**meta, "strategy": "deepspeed"}
+    with pytest.raises(ValueError, match=r"world_size 2 \(now 1\)"):
+        check_shape(ds, {**one, "strategy": "deepspeed"}, tmp_path)
+
+
+def test_a_complete_checkpoint_reports_its_slowest_ranks_times_and_all_bytes(tmp_path):
+    from trainables.checkpoint import finish_part
+    from trainables.checkpoint_state import registered_fields
+
+    folder = tmp_path / "checkpoint_step0000200"
+    folder.mkdir()
+    (folder / "meta.json").write_text(json.dumps({"step": 200, "world_size": 2, "score": None}))
+    for rank, (save_s, block_s) in enumerate([(3.0, 0.02), (4.0, 0.05)]):
+        (folder / f"__{rank}_0.distcp").write_bytes(b"x" * (100 + rank))
+        finish_part(folder, rank, save_s=save_s, block_s=block_s, wait_s=0.0)
+    assert is_complete(folder) == (True, "")
+    meta = json.loads((folder / "meta.json").read_text())
+    fields = registered_fields(folder, meta, worst=-1.0)
+    assert fields["checkpoint_step"] == 200 and fields["checkpoint_score"] == -1.0
+    assert (fields["checkpoint_save_s"], fields["checkpoint_block_s"]) == (4.0, 0.05)
+    # rank 0 owns meta.json too; each rank its own shard file and nothing of the other's
+    assert fields["checkpoint_size_bytes"] == 100 + 101 + len((folder / "meta.json").read_bytes())
+    assert not list(folder.parent.glob(".*tmp"))  # the done files were renamed into place
+
+
+def test_the_overhead_shares_are_held_seconds_over_seconds_in_steps():
+    from platform.record.recorder import _overheads
+
+    status: dict = {}
+    window = {"steps_in_window": 20, "iter_ms_mean": 100.0}  # 2 s of steps each
+    _overheads(status, {**window, "step": 20})
+    _overheads(status, {**window, "step": 40, "val_step": 40, "val_s": 0.5})
+    registered = {"checkpoint_step": 40, "checkpoint_block_s": 0.04, "checkpoint_wait_s": 0.0}
+    _overheads(status, {**window, "step": 60, **registered})
+    _overheads(status, {**window, "step": 80, "checkpoint_step": 80, "checkpoint_wait_s": 3.0})
+    assert status["ckpt_overhead_share"] == pytest.approx(0.04 / 8)
+    assert status["val_overhead_share"] == pytest.approx(0.5 / 8)
+    assert status["ckpt_end_wait_s"] == 3.0

@@ -3,21 +3,23 @@ resumes from.
 
 A checkpoint folder (``checkpoint_step0000200``) holds:
 
-- DDP: ``state.pt`` from rank 0 (model, optimizer, lr schedule, loss scaler), saved once;
-- FSDP2: ``dcp/``, torch.distributed.checkpoint's sharded save of the model and optimizer (every
-  rank writes its shards, ``__<rank>_<n>.distcp``; rank 0 the ``.metadata``), and ``state.pt``
-  from rank 0 with the lr schedule and loss scaler;
+- DDP and FSDP2: ``dcp-<token>/`` (named in meta.json, new for every save), torch.distributed.checkpoint's save of the model and optimizer
+  (every rank writes its part, ``__<rank>_<n>.distcp``; rank 0 the ``.metadata``), written
+  asynchronously by default (trainables/checkpoint_state.py), and ``state.pt`` from rank 0 with
+  the lr schedule and loss scaler;
 - DeepSpeed: ``ds/``, written by ``engine.save_checkpoint`` from every rank (its own optimizer
   shards; with ZeRO-3 its own parameter shards too);
 - every rank: ``rng-rank<r>.pt`` (python, numpy, torch and CUDA RNG states);
 - rank 0: ``meta.json`` (step, data position, the run's shape, the best validation so far);
-- every rank, written last: ``done-rank<r>.json``, the files that rank wrote and their sizes.
+- every rank, written last, once its files are whole: ``done-rank<r>.json``, the files that
+  rank wrote and their sizes, and the save's times (``save_s``, ``block_s``, ``wait_s``).
 
 Every rank writes its part straight into the checkpoint's folder in the run's storage (no
-second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``), and Ray Train
-registers the checkpoint once every rank has reported. On top of that, a checkpoint counts as
+second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
+checkpoint to Ray Train at the first report after it is complete. A checkpoint counts as
 complete only when every rank's done file is there and every file it lists has its size: a save
-cut off half-way is never resumed from, whatever cut it (the resume scan skips it and says so).
+cut off half-way (a kill while an asynchronous write was in flight) is never resumed from,
+whatever cut it (the resume scan skips it and says so).
 """
 
 from __future__ import annotations
@@ -26,20 +28,28 @@ import json
 import os
 import random
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from trainables.distributed import broadcast_from_rank0
+
 __all__ = [
     "best_checkpoint",
     "checkpoint_name",
+    "dcp_dir",
     "find_resume_checkpoint",
+    "finish_part",
     "is_complete",
-    "load_checkpoint",
+    "load_schedule",
+    "part_records",
     "prepare_folder",
-    "save_checkpoint",
+    "read_meta",
+    "restore_rng",
+    "write_small_parts",
 ]
 
 _NAME = re.compile(r"^checkpoint_step(\d+)$")
@@ -78,7 +88,10 @@ def _files(folder: Path) -> dict[str, int]:
     for root, _, names in os.walk(folder):
         for name in names:
             path = Path(root) / name
-            out[str(path.relative_to(folder))] = path.stat().st_size
+            try:
+                out[str(path.relative_to(folder))] = path.stat().st_size
+            except FileNotFoundError:  # another rank's file, renamed or removed meanwhile
+                continue
     return out
 
 
@@ -94,49 +107,58 @@ def _owned(name: str, rank: int) -> bool:
     return rank == 0
 
 
-def prepare_folder(folder: Path, *, rank: int, world_size: int) -> None:
+def prepare_folder(folder: Path, *, rank: int, world_size: int) -> str:
     """Empty ``folder`` for a new save (an earlier attempt may have left a cut-off one there):
-    rank 0 clears it while the others wait (every rank calls it)."""
+    rank 0 clears it while the others wait (every rank calls it). Returns the name of this
+    save's DCP folder, the same on every rank and new for every save: a writer process that
+    outlived its killed rank finds its folder gone instead of writing into this save."""
     if rank == 0 and Path(folder).exists():
         import shutil
 
         shutil.rmtree(folder)
-    if world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()  # note: a collective, once per checkpoint
+    # note: a collective (a barrier), once per checkpoint
+    name = broadcast_from_rank0([f"{DCP_DIR}-{secrets.token_hex(4)}"], world_size)[0]
     Path(folder).mkdir(parents=True, exist_ok=True)
+    return name
 
 
-def save_checkpoint(engine, folder: Path, meta: dict[str, Any], *, rank: int, device) -> int:
-    """Write this rank's part of a checkpoint into ``folder`` (shared by the ranks, emptied by
-    :func:`prepare_folder`); returns the bytes it wrote. Every rank calls it (DeepSpeed's save
-    is collective)."""
+def dcp_dir(folder: Path) -> Path | None:
+    """A checkpoint's DCP folder (None: DeepSpeed's, or a DDP one from before DCP)."""
+    name = read_meta(folder).get("dcp_dir", DCP_DIR)
+    path = Path(folder) / name
+    return path if path.is_dir() else None
+
+
+def write_small_parts(engine, folder: Path, meta: dict[str, Any], *, rank: int, device) -> None:
+    """What a save writes besides the model and optimizer state (trainables/checkpoint_state.py),
+    synchronously: this rank's RNG states; rank 0 the lr schedule and loss scaler (DDP, FSDP2:
+    DeepSpeed saves its own) and ``meta.json``."""
     folder = Path(folder)
-    if engine.kind == "deepspeed":
-        (folder / DS_TAG).mkdir(parents=True, exist_ok=True)
-        engine.model.save_checkpoint(str(folder), tag=DS_TAG, save_latest=False)
-    elif engine.kind == "fsdp2":
-        import torch.distributed.checkpoint as dcp
-
-        dcp.save(_sharded_state(engine), checkpoint_id=folder / DCP_DIR)  # collective
-        if rank == 0:
-            torch.save(_schedule_state(engine), folder / "state.pt")
-    elif rank == 0:
-        state = {
-            "model": engine.bare.state_dict(),
-            "optimizer": engine.optimizer.state_dict(),
-            "scheduler": engine.scheduler.state_dict(),
-            "scaler": engine.scaler.state_dict() if engine.scaler is not None else None,
-        }
-        torch.save(state, folder / "state.pt")
+    if rank == 0 and engine.kind != "deepspeed":
+        torch.save(_schedule_state(engine), folder / "state.pt")
     torch.save(_rng_state(device), folder / f"rng-rank{rank}.pt")
     if rank == 0:
         (folder / META).write_text(json.dumps(meta, indent=1))
-    files = {k: v for k, v in _files(folder).items() if _owned(k, rank)}
-    # Written last: its presence says this rank's files are whole.
-    (folder / f"done-rank{rank}.json").write_text(json.dumps({"files": files}))
+
+
+def finish_part(folder: Path, rank: int, **times: float) -> int:
+    """This rank's done file, written once every file it wrote is whole: the files and their
+    sizes, and how long the save took (``save_s``), held training (``block_s``) and held the
+    run's end (``wait_s``). Returns the bytes of its files."""
+    folder = Path(folder)
+    done = folder / f"done-rank{rank}.json"
+    files = {k: v for k, v in _files(folder).items() if _owned(k, rank) and k != done.name}
+    # Beside the folder (so no rank lists it), then renamed: it may be written again later.
+    tmp = folder.parent / f".{folder.name}-done-rank{rank}.json.tmp"
+    tmp.write_text(json.dumps({"files": files, **times}))
+    os.replace(tmp, done)
     return sum(files.values())
+
+
+def part_records(folder: Path) -> list[dict[str, Any]]:
+    """Every rank's done file of a complete checkpoint, in rank order."""
+    world = int(read_meta(folder)["world_size"])
+    return [json.loads((Path(folder) / f"done-rank{r}.json").read_text()) for r in range(world)]
 
 
 def is_complete(folder: Path) -> tuple[bool, str]:
@@ -194,57 +216,36 @@ def read_meta(folder: Path) -> dict[str, Any]:
     return json.loads((Path(folder) / META).read_text())
 
 
-def check_shape(meta: dict[str, Any], shape: dict[str, Any], folder: Path) -> None:
-    """A checkpoint resumes only into a run of the same shape (data position and shards)."""
-    diff = {k: (meta.get(k), shape[k]) for k in SHAPE_KEYS if meta.get(k) != shape[k]}
+def check_shape(meta: dict[str, Any], shape: dict[str, Any], folder: Path) -> str:
+    """A checkpoint resumes only into a run of the same shape (data position and shards), but a
+    DDP or FSDP2 one (DCP) loads into another world size: DCP reshards. Returns a note when it
+    does."""
+    resharded = (
+        meta.get("world_size") != shape["world_size"]
+        and shape["strategy"] in ("ddp", "fsdp2")
+        and dcp_dir(folder) is not None
+    )
+    keys = [k for k in SHAPE_KEYS if not (resharded and k == "world_size")]
+    diff = {k: (meta.get(k), shape[k]) for k in keys if meta.get(k) != shape[k]}
     if diff:
         said = ", ".join(f"{k} {a} (now {b})" for k, (a, b) in diff.items())
         raise ValueError(
             f"checkpoint {folder} was saved by a run with {said}; resume with the same settings "
             "or start a new --output-root"
         )
+    if not resharded:
+        return ""
+    return f"resharded from {meta['world_size']} ranks to {shape['world_size']}"
 
 
-def load_checkpoint(engine, folder: Path, *, rank: int, device) -> dict[str, Any]:
-    """Load the model, optimizer, schedule and scaler state (every rank calls it) and return
-    the checkpoint's meta. RNG states are restored separately (:func:`restore_rng`), last."""
-    folder = Path(folder)
+def load_schedule(engine, folder: Path) -> None:
+    """The lr schedule and loss scaler of a DDP or FSDP2 checkpoint (DeepSpeed loads its own)."""
     if engine.kind == "deepspeed":
-        path, _ = engine.model.load_checkpoint(
-            str(folder), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
-        if path is None:
-            raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
-    elif engine.kind == "fsdp2":
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        # Loaded into this run's shards, whatever world size saved them (DCP reshards).
-        sharded = _sharded_state(engine)
-        dcp.load(sharded, checkpoint_id=folder / DCP_DIR)
-        set_state_dict(
-            engine.model,
-            engine.optimizer,
-            model_state_dict=sharded["model"],
-            optim_state_dict=sharded["optimizer"],
-        )
-        _load_schedule(
-            engine, torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
-        )
-    else:
-        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
-        engine.bare.load_state_dict(state["model"])
-        engine.optimizer.load_state_dict(state["optimizer"])
-        _load_schedule(engine, state)
-    return read_meta(folder)
-
-
-def _sharded_state(engine) -> dict[str, Any]:
-    """An FSDP2 engine's model and optimizer state as this rank's shards (DTensors)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    model, optimizer = get_state_dict(engine.model, engine.optimizer)
-    return {"model": model, "optimizer": optimizer}
+        return
+    state = torch.load(Path(folder) / "state.pt", map_location="cpu", weights_only=False)
+    engine.scheduler.load_state_dict(state["scheduler"])
+    if engine.scaler is not None and state.get("scaler"):
+        engine.scaler.load_state_dict(state["scaler"])
 
 
 def _schedule_state(engine) -> dict[str, Any]:
@@ -252,12 +253,6 @@ def _schedule_state(engine) -> dict[str, Any]:
         "scheduler": engine.scheduler.state_dict(),
         "scaler": engine.scaler.state_dict() if engine.scaler is not None else None,
     }
-
-
-def _load_schedule(engine, state: dict[str, Any]) -> None:
-    engine.scheduler.load_state_dict(state["scheduler"])
-    if engine.scaler is not None and state.get("scaler"):
-        engine.scaler.load_state_dict(state["scaler"])
 
 
 def restore_rng(folder: Path, *, rank: int, device) -> None:

@@ -293,6 +293,11 @@ class TrialConfig:
         "0: off): model, optimizer, schedule, step, data position and RNG states.",
         default=0,
     )
+    checkpoint_async: bool = _doc(
+        "ddp and fsdp2: write checkpoints with torch.distributed.checkpoint's async_save (the "
+        "step waits only for the copy to host memory); false: dcp.save. DeepSpeed: synchronous.",
+        default=True,
+    )
     keep_checkpoints: int = _doc(
         "Checkpoints kept (Ray Train's num_to_keep; with validation the best by best_metric, "
         "and always the latest).",
@@ -355,7 +360,19 @@ class TrialConfig:
     inject_error_at_step: int = _doc(
         "Fault injection for tests: raise a RuntimeError inside this step (0: never).", default=0
     )
-    inject_error_rank: int = _doc("Rank that raises; -1: every rank.", default=-1)
+    inject_error_rank: int = _doc(
+        "Rank that raises (or kills itself, inject_kill_at_step); -1: every rank.", default=-1
+    )
+    inject_kill_at_step: int = _doc(
+        "Fault injection for tests: inject_error_rank kills itself with SIGKILL after this step "
+        "(0: never).",
+        default=0,
+    )
+    inject_save_delay_s: float = _doc(
+        "Fault injection for tests: an asynchronous checkpoint's writer waits this long before "
+        "it writes (room to kill a rank while a save is in flight).",
+        default=0.0,
+    )
     inject_leak_mb_per_step: float = _doc(
         "Fault injection for tests: every rank keeps this many more MB of host memory after each "
         "step (a planted leak for the leak check; training itself is unchanged).",

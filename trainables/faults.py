@@ -1,9 +1,12 @@
-"""Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, host
-memory that is never freed. Built once from the config for one rank; with every key off (or
+"""Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, a rank
+that kills itself with SIGKILL, host memory that is never freed (and, in
+trainables/checkpoint_state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
 none aimed at this rank) it is a no-op object, so the step itself holds no injection branch."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -61,9 +64,18 @@ def _error(cfg: TrialConfig, rank: int) -> Callable[[int], None]:
     return error
 
 
+def _kill(cfg: TrialConfig) -> Callable[[int], None]:
+    def kill(step: int) -> None:
+        if step == cfg.inject_kill_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no exception: a real kill -9
+
+    return kill
+
+
 def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
     """The faults the config injects on ``rank``: a sleep from inject_sleep_at_step, a leak
-    every step, an error at inject_error_at_step; ``NoFaults()`` when there are none."""
+    every step, an error at inject_error_at_step, a SIGKILL after inject_kill_at_step;
+    ``NoFaults()`` when there are none."""
     faults: list[Callable[[int], None]] = []
     if cfg.inject_sleep_at_step > 0 and cfg.inject_sleep_rank in (-1, rank):
         faults.append(_sleep(cfg))
@@ -71,6 +83,8 @@ def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
         faults.append(_leak(cfg))
     if cfg.inject_error_at_step > 0 and cfg.inject_error_rank in (-1, rank):
         faults.append(_error(cfg, rank))
+    if cfg.inject_kill_at_step > 0 and cfg.inject_error_rank in (-1, rank):
+        faults.append(_kill(cfg))
     return _Faults(faults) if faults else NoFaults()
 
 

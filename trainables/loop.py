@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from stage1_common.output_root import OutputRoot
-from trainables.checkpoint import best_checkpoint, checkpoint_name, load_checkpoint
+from trainables.checkpoint import best_checkpoint, read_meta
+from trainables.checkpoint_state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
 from trainables.data import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
@@ -25,7 +26,7 @@ from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.gc_control import CollectorClock
 from trainables.model import contrastive_loss
-from trainables.run_state import RunState, resume, resume_position, save
+from trainables.run_state import RunState, load_checkpoint, resume, resume_position, save
 from trainables.startup import StartupClock, import_model_code, process_start
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.validation import build_val_dataset, evaluate
@@ -191,6 +192,11 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         resident_end_after(cfg.stall_timeout_s, cfg.pg_timeout_s) if worker.resident else 0.0
     )
     watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, worker.rank, end_after).start()
+    writer = None
+    if cfg.checkpoint_every and worker.run_dir is not None:
+        writer = CheckpointWriter(
+            cfg, engine, rank=worker.rank, world_size=worker.world_size, device=worker.device
+        )
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
         notes["compile_s"] = engine.warm_up(cfg)
@@ -209,11 +215,14 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             val_data=val_data,
             val_collate=None if val_data is None else collate_for(cfg, val_data.pad_id),
             faults=build_faults(cfg, worker.rank),
+            writer=writer,
         )
         _train(run)
         if cfg.export_model != "none" and worker.run_dir is not None:
             _export(cfg, worker, engine, state)
     finally:
+        if writer is not None:
+            writer.close()
         watchdog.stop()
         if telemetry is not None:
             telemetry.stop()
@@ -259,6 +268,7 @@ class _Run:
     val_data: Any
     val_collate: Any
     faults: NoFaults
+    writer: CheckpointWriter | None = None  # with checkpoint_every
 
 
 def _train(run: _Run) -> None:
@@ -353,24 +363,21 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
             state.last_val = val | {"val_step": step}
             metrics.update(state.last_val)
         paused = True
-    ckpt_dir = None
-    saved: dict[str, Any] = {}
     if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
-        ckpt_dir, saved = save(cfg, worker, run.engine, run.batches, state)
-        # score of best_metric for Ray Train's CheckpointConfig: the latest validation's value
-        worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
-        metrics["checkpoint_score"] = (state.last_val or {}).get(cfg.best_metric, worst)
-        metrics["checkpoint_step"] = step
+        save(cfg, worker, run.writer, run.batches, state)
         paused = True
-    metrics.update(
-        gathered_extras(cfg, metrics, run.telemetry, worker.rank, worker.world_size, saved)
-    )
+    # Rank 0: a checkpoint complete on every rank by now, for Ray Train, with its fields.
+    registered = run.writer.registrable() if run.writer and worker.rank == 0 else None
+    if registered is not None:
+        worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
+        metrics.update(registered_fields(registered, read_meta(registered), worst))
+    metrics.update(gathered_extras(cfg, metrics, run.telemetry, worker.rank, worker.world_size))
     # Under Ray Train V2 a report is a barrier across workers, and it blocks while the previous
     # report is still queued, until the controller polls (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S);
     # report_ms of the next window shows it.
     t_report = time.perf_counter()
-    if ckpt_dir is not None:
-        worker.report(metrics, checkpoint=(ckpt_dir, checkpoint_name(step)))
+    if registered is not None:
+        worker.report(metrics, checkpoint=(registered, registered.name))
     else:
         worker.report(metrics)
     window.report_ms = (time.perf_counter() - t_report) * 1e3
@@ -386,6 +393,6 @@ def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) ->
             best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
         folder, score = broadcast_from_rank0(best, worker.world_size)
         if folder is not None:
-            meta = load_checkpoint(engine, Path(folder), rank=worker.rank, device=worker.device)
+            meta = load_checkpoint(engine, Path(folder))
             source = f"best {cfg.best_metric} {score:.4f} (step {meta['step']})"
     export_model(engine, cfg, worker.run_dir / OutputRoot.EXPORT, rank=worker.rank, source=source)

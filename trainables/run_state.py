@@ -13,12 +13,13 @@ from trainables.checkpoint import (
     check_shape,
     checkpoint_name,
     find_resume_checkpoint,
-    load_checkpoint,
+    load_schedule,
     prepare_folder,
     read_meta,
     restore_rng,
-    save_checkpoint,
+    write_small_parts,
 )
+from trainables.checkpoint_state import CheckpointWriter, load_state
 from trainables.config import TrialConfig
 
 __all__ = ["RunState", "resume", "resume_position", "save"]
@@ -61,7 +62,12 @@ def resume_position(
     if folder is None:
         return state, None, None
     meta = read_meta(folder)
-    check_shape(meta, _shape(cfg, world_size), folder)
+    resharded = check_shape(meta, _shape(cfg, world_size), folder)
+    if resharded:
+        # The epoch's samples already taken are skipped by count: the offset (batches per
+        # rank) scaled by the world sizes.
+        meta["offset"] = int(meta["offset"]) * int(meta["world_size"]) // world_size
+        state.resume_notes = "; ".join(filter(None, [state.resume_notes, resharded]))
     return state, folder, meta
 
 
@@ -69,20 +75,30 @@ def resume(engine, state: RunState, folder: Path, *, rank: int, device) -> None:
     """Load the checkpoint's model, optimizer and schedule; its RNG states come back last. The
     loader's iterator was made before that, as it was made before the checkpoint in the run
     that saved it: the sample sequence and dropout masks go on the same."""
-    meta = load_checkpoint(engine, folder, rank=rank, device=device)
+    meta = load_checkpoint(engine, folder)
     state.step = state.resumed_from_step = int(meta["step"])
     state.last_val = meta.get("last_val")
     restore_rng(folder, rank=rank, device=device)
 
 
-def save(cfg: TrialConfig, worker, engine, batches, state: RunState) -> tuple[Path, dict[str, Any]]:
-    """This rank's part of the checkpoint at ``state.step``, written into its folder in the
-    run's storage (Ray Train registers it at the report); returns the folder and what rank 0
-    records about it. ``worker``: the loop's WorkerContext (rank, world_size, device,
-    run_dir)."""
+def load_checkpoint(engine, folder: Path) -> dict[str, Any]:
+    """The checkpoint's model, optimizer, schedule and scaler state, into ``engine`` (every
+    rank calls it); returns its meta."""
+    load_state(engine, folder)
+    load_schedule(engine, folder)
+    return read_meta(folder)
+
+
+def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: RunState) -> Path:
+    """Begin the checkpoint at ``state.step``: rank 0 empties its folder in the run's storage,
+    every rank writes its RNG states (rank 0 the meta and schedule) and starts its part of the
+    model and optimizer state (``writer``: asynchronous by default; the save before must be
+    finished first). The last step's save is waited for: the run ends with it complete.
+    ``worker``: the loop's WorkerContext (rank, world_size, device, run_dir)."""
     t0 = time.perf_counter()
+    writer.wait()
     folder = worker.run_dir / checkpoint_name(state.step)
-    prepare_folder(folder, rank=worker.rank, world_size=worker.world_size)
+    dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size)
     meta = {
         # best_metric at the latest validation: how Ray Train ranks it, and the export picks
         "score": (state.last_val or {}).get(cfg.best_metric),
@@ -92,7 +108,14 @@ def save(cfg: TrialConfig, worker, engine, batches, state: RunState) -> tuple[Pa
         "best_metric": cfg.best_metric,
         "last_val": state.last_val,
         "saved_ts": time.time(),
+        "dcp_dir": dcp_name,
     }
-    size = save_checkpoint(engine, folder, meta, rank=worker.rank, device=worker.device)
-    info = {"save_s": time.perf_counter() - t0, "size_bytes": size}
-    return folder, info
+    write_small_parts(writer.engine, folder, meta, rank=worker.rank, device=worker.device)
+    writer.save(folder, dcp_name, t0)
+    if state.step == cfg.max_steps:
+        writer.wait(at_end=True)
+    if not writer.in_flight and worker.world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()  # every rank's part is complete before rank 0 registers it
+    return folder

@@ -129,14 +129,10 @@ def rank_window_fields(windows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rank_windows": windows[1:], "rank_skew": max(iters) / max(min(iters), 1e-9)}
 
 
-def gathered_extras(
-    cfg, metrics, telemetry, rank: int, world_size: int, checkpoint: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def gathered_extras(cfg, metrics, telemetry, rank: int, world_size: int) -> dict[str, Any]:
     """One gather per window for what rank 0 reports on behalf of every rank: their windows
-    (timing_ranks: all), their telemetry samples, and their checkpoint save times and sizes."""
+    (timing_ranks: all) and their telemetry samples."""
     share: dict[str, Any] = {}
-    if checkpoint:
-        share["checkpoint"] = checkpoint
     if cfg.timing_ranks == "all" and world_size > 1:
         share["window"] = {
             k: v
@@ -153,10 +149,6 @@ def gathered_extras(
     extras: dict[str, Any] = {}
     if "window" in share:
         extras.update(rank_window_fields([g["window"] for g in gathered]))
-    if "checkpoint" in share:
-        parts = [g["checkpoint"] for g in gathered]
-        extras["checkpoint_save_s"] = max(p["save_s"] for p in parts)
-        extras["checkpoint_size_bytes"] = sum(p["size_bytes"] for p in parts)
     if "telemetry" in share:
         for kind in ("gpu", "host"):
             extras[f"{kind}_samples"] = [r for g in gathered for r in g["telemetry"].get(kind, [])]

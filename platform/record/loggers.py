@@ -65,8 +65,9 @@ def scalars_of(result: dict[str, Any], validation_keys: tuple[str, ...] = ()) ->
         keys["perf/data_share"] = "data_share"
     if step is not None and result.get("val_step") == step:
         keys.update({f"val/{k[4:]}": k for k in validation_keys})
-    if step is not None and result.get("checkpoint_step") == step:
+    if result.get("checkpoint_step") is not None:  # complete at this window
         keys["checkpoint/save_s"] = "checkpoint_save_s"
+        keys["checkpoint/block_s"] = "checkpoint_block_s"
     out = {}
     for name, key in keys.items():
         value = result.get(key)

@@ -87,7 +87,8 @@ class Progress:
         self.say(
             run,
             f"checkpoint at step {step}: {size_mb:.1f} MB saved in "
-            f"{result.get('checkpoint_save_s', math.nan):.2f} s",
+            f"{result.get('checkpoint_save_s', math.nan):.2f} s, training held "
+            f"{result.get('checkpoint_block_s', math.nan):.2f} s",
         )
 
     def finished(self, run: str, status: str, duration_s: float, reason: str) -> None:

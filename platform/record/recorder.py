@@ -114,7 +114,7 @@ class SweepRecorder(Callback):
         self.latest[run] = row
         # Training: everything measured up to a checkpoint or a restart is on disk at once, so
         # a killed driver loses only windows that a resume from that checkpoint measures again.
-        durable = result.get("checkpoint_step") == result.get("step") or attempt_changed
+        durable = result.get("checkpoint_step") is not None or attempt_changed
         if durable or time.monotonic() - self.last_flush.get(run, 0.0) >= self.flush_every_s:
             self.flush(run)
 
@@ -258,15 +258,20 @@ class SweepRecorder(Callback):
             self._add(run, "validation", [row])
             status["val_mean_r1_last"] = result.get("val_mean_r1")
             self.progress.validation(run, step, result)
-        if result.get("checkpoint_step") == step and step is not None:
+        if result.get("checkpoint_step") is not None:  # saved earlier, complete by now
+            ckpt_step = int(result["checkpoint_step"])
             row = {n: result.get(n) for n in results.CHECKPOINTS_SCHEMA.names} | keys
+            row["step"] = ckpt_step
             self._add(run, "checkpoints", [row])
             status["checkpoints"] = status.get("checkpoints", 0) + 1
             status["last_checkpoint"] = result.get("checkpoint_path") or ""
             score = result.get("checkpoint_score")
             if score is not None and math.isfinite(score):
                 status["best_checkpoint_metric"] = score
-            self.progress.checkpoint(run, step, result)
+            self.progress.checkpoint(run, ckpt_step, result)
+        cfg = self.runs[run].config
+        if cfg.checkpoint_every or cfg.val_every:
+            _overheads(status, result)
 
     # --- recording ---
     def _add(self, run: str, kind: str, rows: list[dict[str, Any]]) -> None:
@@ -312,3 +317,21 @@ class SweepRecorder(Callback):
 
     def _run(self, trial) -> str:
         return trial.config["run"]["name"]
+
+
+def _overheads(status: dict[str, Any], result: dict[str, Any]) -> None:
+    """The run's checkpoint and validation overheads (manifest columns) so far: the seconds
+    they held training over the seconds in steps (every window's steps x its mean iteration,
+    which leaves out the pauses the loop keeps out of its windows)."""
+    sums = status.setdefault("_sums", {"train_s": 0.0, "block_s": 0.0, "val_s": 0.0})
+    sums["train_s"] += (
+        (result.get("steps_in_window") or 0) * (result.get("iter_ms_mean") or 0) / 1e3
+    )
+    if result.get("checkpoint_step") is not None:
+        sums["block_s"] += result.get("checkpoint_block_s") or 0.0
+        status["ckpt_end_wait_s"] = result.get("checkpoint_wait_s") or 0.0
+    if result.get("val_step") == result.get("step") and result.get("step") is not None:
+        sums["val_s"] += result.get("val_s") or 0.0
+    if sums["train_s"] > 0:
+        status["ckpt_overhead_share"] = sums["block_s"] / sums["train_s"]
+        status["val_overhead_share"] = sums["val_s"] / sums["train_s"]

@@ -53,6 +53,7 @@ EFFECTIVE_KEYS = (
     "fallbacks",
     "missing_files",
     "resident_group",
+    "checkpoint_mode",
 )
 
 # What a training run's manifest row adds (platform.train; empty for sweep runs).
@@ -70,6 +71,11 @@ TRAINING_KEYS = (
     "last_checkpoint",
     "best_checkpoint_metric",
     "val_mean_r1_last",
+    # Training time held by checkpoints (checkpoint_block_s) and spent in validation (val_s),
+    # as shares of the time in steps; the run's end waiting for its last save, in seconds.
+    "ckpt_overhead_share",
+    "val_overhead_share",
+    "ckpt_end_wait_s",
 )
 
 # One row per reported window. Fixed schema, so every part file of the dataset agrees.
@@ -187,14 +193,18 @@ VALIDATION_SCHEMA = pa.schema(
     ]
 )
 
-# One row per checkpoint of a training run (trainables/checkpoint.py). The upload (Ray Train
-# copying every rank's part to the run's storage) shows as the next window's report_ms.
+# One row per checkpoint of a training run (trainables/checkpoint.py), recorded at the window
+# where it was complete on every rank; the slowest rank's times: checkpoint_save_s from its start
+# to its files being whole, checkpoint_block_s training held by it (the call, the staging copy,
+# the next save waiting for it), checkpoint_wait_s the run's end waiting for it.
 CHECKPOINTS_SCHEMA = pa.schema(
     [
         *_RUN_KEYS,
         ("attempt", pa.int32()),
         ("step", pa.int64()),
         ("checkpoint_save_s", pa.float64()),
+        ("checkpoint_block_s", pa.float64()),
+        ("checkpoint_wait_s", pa.float64()),
         ("checkpoint_size_bytes", pa.int64()),
         ("checkpoint_score", pa.float64()),
         ("checkpoint_path", pa.string()),

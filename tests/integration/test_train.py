@@ -82,15 +82,17 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert info["source"].startswith("best val_mean_r1")
     assert model.speech.config.hidden_size == 32 and model.text_proj.out_features == 64
 
-    # A worker killed with SIGKILL mid-run: Ray Train restarts the group from checkpoint 10.
+    # A worker killed with SIGKILL mid-run: Ray Train restarts the group from checkpoint 10
+    # (asynchronous: written while training goes on, announced once complete on every rank).
     driver = LiveCli("platform.train", *args, "--output-root", faulted)
     driver.wait_for(f"{RUN}: step 15/{STEPS}", timeout_s=300)
+    driver.wait_for(f"{RUN}: checkpoint at step 10:", timeout_s=120)
     pid = json.loads((faulted / "runs" / RUN / "workers" / "rank1.json").read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
     at = driver.wait_for("restarted (attempt 2)", timeout_s=180)
     assert "resumed from step 10" in driver.lines[at]
-    # Then the driver itself, once the restarted group has passed checkpoint 20.
-    driver.wait_for(f"{RUN}: step 25/{STEPS}", timeout_s=180, after=at)
+    # Then the driver itself, once the restarted group's checkpoint 20 is complete.
+    driver.wait_for(f"{RUN}: checkpoint at step 20:", timeout_s=180, after=at)
     driver.stop(signal.SIGKILL)
     assert driver.proc.returncode == -signal.SIGKILL
     time.sleep(2)  # the Ray cluster follows its driver (fate-sharing)

@@ -1,0 +1,375 @@
+"""How a checkpoint's model and optimizer state is written and read back, per strategy, and the
+one save that may be in flight.
+
+- ddp and fsdp2: torch.distributed.checkpoint (DCP) under ``dcp-<token>/``. Every rank writes its part
+  (FSDP2: its shards; DDP: its share of the replicated state, which DCP deduplicates), rank 0
+  the metadata; a checkpoint loads into any world size (DCP reshards). With
+  ``checkpoint_async`` (the default) the save is ``dcp.async_save``: the step is held only while
+  the state is staged into host memory (on a GPU, pinned and copied on a side stream that the
+  next optimizer step waits for), and a writer process per rank (a thread where the installed
+  torch has no process-based writer) writes the files while training goes on.
+- DeepSpeed: ``engine.save_checkpoint`` under ``ds/``, synchronous; ``checkpoint_mode`` in the
+  manifest says why.
+
+At most one save is in flight: the next save waits for it, and so does the run's last one. A
+rank's part counts only once its done file is written, after its files are whole
+(trainables/checkpoint.py): a save cut off by a kill is never resumed from. Rank 0 hands a
+checkpoint to Ray Train only once every rank's part is complete (:meth:`registrable`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainables.checkpoint import DS_TAG, dcp_dir, finish_part, is_complete, part_records
+
+__all__ = ["CheckpointWriter", "checkpoint_mode", "load_state", "registered_fields"]
+
+
+def checkpoint_mode(strategy: str, wants_async: bool) -> tuple[str, str]:
+    """(mode, what the manifest says): mode ``process``, ``thread`` (async_save's writer) or
+    ``sync``."""
+    if strategy == "deepspeed":
+        return "sync", "deepspeed sync: " + _deepspeed_async_reason()
+    if not wants_async:
+        return "sync", "dcp sync (checkpoint_async false)"
+    try:
+        from torch.distributed.checkpoint.staging import DefaultStager  # noqa: F401
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+    except ImportError:
+        return "sync", f"dcp sync: torch {torch.__version__} has no DefaultStager for async_save"
+    if hasattr(AsyncCheckpointerType, "PROCESS"):
+        return "process", "dcp async (writer process)"
+    return "thread", "dcp async (writer thread: this torch has no process-based writer)"
+
+
+def _deepspeed_async_reason() -> str:
+    """Why DeepSpeed saves synchronously here: its asynchronous path (the decoupled checkpoint
+    engine, on FastPersist) needs the async_io op, which needs libaio."""
+    try:
+        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        if not AsyncIOBuilder().is_compatible(verbose=False):
+            return "its decoupled checkpoint engine needs the async_io op (libaio), not built here"
+    except Exception as exc:  # an op builder that cannot even be asked
+        return f"its decoupled checkpoint engine is unavailable ({type(exc).__name__})"
+    return "its decoupled checkpoint engine (async_io) is not wired in yet"
+
+
+@dataclass
+class _Save:
+    """One save of this rank: what held training, and whether its files are whole. Its done
+    file is written the moment they are (by the writer's completion callback, so a rank killed
+    at the next step still leaves it), and again when training is held for it later."""
+
+    folder: Path
+    rank: int
+    t0: float  # perf_counter at its start
+    block_s: float = 0.0  # training held: the call, the staging wait, the next save's wait
+    wait_s: float = 0.0  # the run's end waiting for it
+    save_s: float = 0.0  # from its start to its files being whole
+    upload: Future | None = None  # None: written synchronously
+    staging: Future | None = None  # a GPU's background copy the next optimizer step waits for
+    written: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def whole(self, future: Future | None = None) -> None:
+        """The files are written (``future``: the writer's, failed or not)."""
+        with self.lock:
+            self.save_s = time.perf_counter() - self.t0
+            if future is not None and future.exception() is not None:
+                return  # no done file: the part stays incomplete
+            self.written = True
+            self._done_file()
+
+    def held(self, *, block_s: float = 0.0, wait_s: float = 0.0) -> None:
+        """Training (``block_s``) or the run's end (``wait_s``) was held for it."""
+        with self.lock:
+            self.block_s += block_s
+            self.wait_s += wait_s
+            if self.written:
+                self._done_file()
+
+    def _done_file(self) -> None:
+        finish_part(
+            self.folder, self.rank, save_s=self.save_s, block_s=self.block_s, wait_s=self.wait_s
+        )
+
+
+class CheckpointWriter:
+    """Every rank's checkpoint writer for one run."""
+
+    def __init__(self, cfg, engine, *, rank: int, world_size: int, device: torch.device):
+        self.engine, self.rank, self.world_size, self.device = engine, rank, world_size, device
+        self.mode, note = checkpoint_mode(cfg.strategy, cfg.checkpoint_async)
+        engine.effective["checkpoint_mode"] = note
+        self._save: _Save | None = None  # the one in flight
+        self._unregistered: list[Path] = []  # rank 0: not yet given to Ray Train
+        self._group = None  # a gloo group for DCP (async_save needs a CPU backend)
+        self._stager = None
+        self._delay_s = cfg.inject_save_delay_s  # fault injection (tests)
+        self._warm_up: tuple[Future, Path] | None = None
+        if self.mode == "process":
+            try:
+                self._start_writer()
+            except Exception as exc:  # the run trains on, saving synchronously
+                self._fall_back("at the writer's start", exc)
+
+    def _start_writer(self) -> None:
+        """The writer processes start with the run: torch starts a rank's at its first
+        async_save, so one tiny save into a temporary local folder goes first, and the first
+        checkpoint does not wait for a process to start (seconds: it imports torch)."""
+        import tempfile
+
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        folder = Path(tempfile.mkdtemp(prefix="dcp-writer-start-"))
+        future = dcp.async_save(
+            {"start": torch.zeros(1)},
+            checkpoint_id=folder,
+            async_checkpointer_type=AsyncCheckpointerType.PROCESS,
+            **self._dist(),
+        )
+        self._warm_up = (future, folder)
+
+    def _writer_started(self) -> None:
+        """Before the first save (and at the end): the start-up save is finished."""
+        if self._warm_up is None:
+            return
+        future, folder = self._warm_up
+        self._warm_up = None
+        try:
+            future.result()
+        except Exception as exc:
+            self._fall_back("at the writer's start", exc)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether this rank's last save is still being written."""
+        return self._save is not None
+
+    # --- saving (every rank) ---
+    def save(self, folder: Path, dcp_name: str, t0: float) -> None:
+        """Write this rank's model and optimizer part of the checkpoint in ``folder`` (DCP: in
+        its folder ``dcp_name``; the meta, schedule and RNG files are written by the caller);
+        ``t0``: when the save began."""
+        self._writer_started()
+        save = _Save(folder=Path(folder), rank=self.rank, t0=t0)
+        path = save.folder / dcp_name
+        if self.rank == 0:
+            self._unregistered.append(save.folder)
+        if self.engine.kind == "deepspeed":
+            (save.folder / DS_TAG).mkdir(parents=True, exist_ok=True)
+            self.engine.model.save_checkpoint(str(save.folder), tag=DS_TAG, save_latest=False)
+        elif self.mode != "sync":
+            try:
+                self._start_async(save, path)
+            except Exception as exc:  # e.g. host memory for the staging copy: save it in full
+                self._failed(save, exc)
+        if self.engine.kind != "deepspeed" and self.mode == "sync" and save.upload is None:
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save(dcp_state(self.engine), checkpoint_id=path, **self._dist())
+        save.block_s = time.perf_counter() - t0
+        if save.upload is None:
+            save.whole()
+        else:
+            self._save = save
+            # Whole at once if the write finished already, else when it does.
+            save.upload.add_done_callback(save.whole)
+
+    def _start_async(self, save: _Save, path: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        if self.device.type == "cuda":
+            # The staging copy runs on its own stream: the last step's updates must be done.
+            torch.cuda.current_stream(self.device).synchronize()
+        kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else None
+        writer = {}
+        if self._delay_s:
+            from trainables.delayed_writer import DelayedWriter
+
+            writer["storage_writer"] = DelayedWriter(path, self._delay_s)
+        response = dcp.async_save(
+            dcp_state(self.engine),
+            checkpoint_id=path,
+            async_stager=self._staging(),
+            **writer,
+            **({"async_checkpointer_type": kind} if kind else {}),
+            **self._dist(),
+        )
+        save.upload = getattr(response, "upload_completion", response)
+        save.staging = getattr(response, "staging_completion", None)
+        if save.staging is not None:
+            self.engine.before_update = lambda: self._staged(save)
+
+    def _staging(self):
+        """One stager per run: its host buffers are reused by every save (pinned on a GPU,
+        shared with the writer process)."""
+        if self._stager is None:
+            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+            gpu = self.device.type == "cuda"
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=gpu,
+                    use_shared_memory=self.mode == "process",
+                    use_async_staging=gpu,
+                    use_non_blocking_copy=gpu,
+                )
+            )
+        return self._stager
+
+    def _dist(self) -> dict[str, Any]:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            return {"no_dist": True}
+        if self._group is None:
+            backend = dist.get_backend()
+            # Made once, by every rank at its first save (a collective).
+            self._group = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
+        return {"process_group": self._group}
+
+    def _staged(self, save: _Save) -> None:
+        """Before the optimizer step after an async save: the staging copy must be done."""
+        self.engine.before_update = None
+        if save.staging is not None:
+            t = time.perf_counter()
+            try:
+                save.staging.result()
+            except Exception as exc:
+                self._failed(save, exc)
+            save.staging = None
+            save.held(block_s=time.perf_counter() - t)
+
+    def _failed(self, save: _Save, exc: BaseException) -> None:
+        """An asynchronous save that failed: its part stays incomplete (never resumed from)."""
+        self._fall_back(f"at {save.folder.name}", exc)
+
+    def _fall_back(self, where: str, exc: BaseException) -> None:
+        """async_save failed: later saves are synchronous, and the manifest's checkpoint_mode
+        says why."""
+        self.mode = "sync"
+        why = f"{type(exc).__name__}: {str(exc).strip()[:160]}"
+        self.engine.effective["checkpoint_mode"] = f"dcp sync: async_save failed {where} ({why})"
+        print(f"checkpoint: async_save failed {where}: {why}", file=sys.stderr)
+
+    def poll(self) -> None:
+        """At a window: forget the save in flight once its write is done (or failed)."""
+        if self._save is not None and self._save.upload.done():
+            save, self._save = self._save, None
+            if save.upload.exception() is not None:
+                self._failed(save, save.upload.exception())
+
+    def wait(self, *, at_end: bool = False) -> None:
+        """Until the save in flight is written: the next save holds training for it
+        (``block_s``), the run's end waits for it (``wait_s``)."""
+        save, self._save = self._save, None
+        if save is None:
+            return
+        t = time.perf_counter()
+        if save.staging is not None:
+            self._staged(save)
+        try:
+            save.upload.result()
+        except Exception as exc:
+            self._failed(save, exc)
+        waited = time.perf_counter() - t
+        save.held(**({"wait_s": waited} if at_end else {"block_s": waited}))
+
+    # --- registering (rank 0) ---
+    def registrable(self) -> Path | None:
+        """Rank 0: the newest saved checkpoint that is now complete and not yet given to Ray
+        Train (older complete ones are left unregistered: they stay on disk)."""
+        self.poll()
+        for i in range(len(self._unregistered) - 1, -1, -1):
+            if is_complete(self._unregistered[i])[0]:
+                folder = self._unregistered[i]
+                del self._unregistered[: i + 1]
+                return folder
+        return None
+
+    def close(self) -> None:
+        """The end of the run (or its failure): nothing may stay in flight; the stager's host
+        buffers are freed."""
+        try:
+            self._writer_started()
+            if self._save is not None:
+                self._save.upload.result()
+        except Exception:  # a failed write: its part stays incomplete, never resumed from
+            pass
+        finally:
+            self._save = None
+            if self._stager is not None:
+                self._stager.close()
+                self._stager = None
+
+
+def registered_fields(folder: Path, meta: dict[str, Any], worst: float) -> dict[str, Any]:
+    """The report fields of a complete checkpoint (rank 0, from every rank's done file): its
+    step and score (Ray Train ranks it by checkpoint_score), the slowest rank's save and block
+    times, and the bytes of all ranks."""
+    parts = part_records(folder)
+    score = meta.get("score")
+    return {
+        "checkpoint_step": int(meta["step"]),
+        "checkpoint_score": worst if score is None else score,
+        "checkpoint_save_s": max(p.get("save_s", 0.0) for p in parts),
+        "checkpoint_block_s": max(p.get("block_s", 0.0) for p in parts),
+        "checkpoint_wait_s": max(p.get("wait_s", 0.0) for p in parts),
+        "checkpoint_size_bytes": sum(sum(p["files"].values()) for p in parts),
+        "checkpoint_path": str(folder),
+    }
+
+
+def dcp_state(engine) -> dict[str, Any]:
+    """The model and optimizer state as DCP saves and loads it: keyed by parameter names, this
+    rank's shards (DTensors) under FSDP2, whole tensors under DDP."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, optimizer = get_state_dict(engine.bare, engine.optimizer)
+    return {"model": model, "optimizer": optimizer}
+
+
+def load_state(engine, folder: Path) -> None:
+    """Load the checkpoint's model and optimizer state into ``engine`` (every rank calls it)."""
+    folder = Path(folder)
+    if engine.kind == "deepspeed":
+        path, _ = engine.model.load_checkpoint(
+            str(folder), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
+        return
+    path = dcp_dir(folder)
+    if path is None:  # a DDP checkpoint from before DCP: whole, in state.pt
+        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+        engine.bare.load_state_dict(state["model"])
+        engine.optimizer.load_state_dict(state["optimizer"])
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    # Loaded into this run's shards, whatever world size saved them (DCP reshards).
+    state = dcp_state(engine)
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(
+        engine.bare,
+        engine.optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )
