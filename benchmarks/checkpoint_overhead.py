@@ -64,11 +64,45 @@ def measure(root: Path, kill_ts: float | None) -> dict:
     spent = ckpt["checkpoint_save_s"].sum() + val["val_s"].sum()
     out["val_and_save_share_of_wall"] = float(spent / out["wall_s"])  # train_recovery's count
     out["redone"] = redone(rank0)
+    out |= window_excess(rank0, ckpt, val, manifest)
+    out["ckpt_call_s"] = [
+        round(json.loads(f.read_text()).get("call_s", float("nan")), 4)
+        for f in sorted(root.glob("runs/*/checkpoint_step*/done-rank0.json"))
+    ]
     if kill_ts is not None and out["attempts"] > 1:
         first = rank0[rank0["attempt"] == 1].iloc[0]
         window_s = first["steps_in_window"] * first["iter_ms_mean"] / 1000
         out["kill_to_first_step_s"] = float(first["window_end_ts"] - window_s - kill_ts)
     return out
+
+
+def window_excess(rank0, ckpt, val, manifest) -> dict:
+    """What a save cost the steps after it, however it cost it (the staging copy, the GIL, a
+    driver lock): the window right after each save against the median window of its attempt,
+    in seconds; the same after validations that had no save, as a control."""
+    every = int(manifest["log_every"])
+    last = int(manifest["max_steps"])
+
+    def excess(attempt: int, step: int) -> float | None:
+        windows = rank0[(rank0["attempt"] == attempt) & (rank0["step"] > 2 * every)]
+        after = windows[windows["step"] == step + every]
+        if after.empty or step >= last:
+            return None
+        base = windows["iter_ms_mean"].median()
+        return float(
+            (after["iter_ms_mean"].iloc[0] - base) * after["steps_in_window"].iloc[0] / 1e3
+        )
+
+    saves = [(int(a), int(s)) for a, s in zip(ckpt["attempt"], ckpt["step"], strict=True)]
+    vals = [
+        (int(a), int(s))
+        for a, s in zip(val["attempt"], val["step"], strict=True)
+        if (int(a), int(s)) not in saves
+    ]
+    after_save = [e for e in (excess(a, s) for a, s in saves) if e is not None]
+    after_val = [e for e in (excess(a, s) for a, s in vals) if e is not None]
+    rnd = lambda xs: [round(x, 3) for x in xs]  # noqa: E731
+    return {"post_save_excess_s": rnd(after_save), "post_val_excess_s": rnd(after_val)}
 
 
 def redone(rank0: pd.DataFrame) -> dict:
@@ -91,17 +125,19 @@ def redone(rank0: pd.DataFrame) -> dict:
 def markdown(results: dict[str, dict]) -> str:
     f = lambda v, fmt=".3f": "" if v is None else format(v, fmt)  # noqa: E731
     lines = [
-        "| strategy | mode | ckpt overhead share | block s median / max | end wait s | save s "
-        "| size GB | val share | samples/s | peak GiB | resumed from | redone max rel diff |",
-        "|" + " --- |" * 12,
+        "| strategy | mode | ckpt overhead share | block s median / max | window after a save, "
+        "excess s (after validation only) | end wait s | save s | size GB | val share "
+        "| samples/s | peak GiB | resumed from | redone max rel diff |",
+        "|" + " --- |" * 13,
     ]
     for name, r in results.items():
         if "error" in r:
-            lines.append(f"| {name} | {r['error']} |" + " |" * 10)
+            lines.append(f"| {name} | {r['error']} |" + " |" * 11)
             continue
         lines.append(
             f"| {name} | {r['checkpoint_mode']} | {f(r['ckpt_overhead_share'], '.4f')} | "
             f"{f(r['ckpt_block_s_median'])} / {f(r['ckpt_block_s_max'])} | "
+            f"{r['post_save_excess_s']} ({r['post_val_excess_s']}) | "
             f"{f(r['ckpt_end_wait_s'], '.2f')} | {f(r['ckpt_save_s_median'], '.2f')} | "
             f"{f(r['ckpt_size_gb'], '.2f')} | {f(r['val_overhead_share'], '.4f')} | "
             f"{f(r['tail_samples_per_s'], '.1f')} | {f(r['peak_mem_gib'], '.1f')} | "

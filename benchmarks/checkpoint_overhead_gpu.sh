@@ -11,7 +11,7 @@
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 CORPUS=${CORPUS:-/tmp/learnable_corpus}
-R=/tmp/ckpt_overhead
+R=${CKPT_ROOT:-/tmp/ckpt_overhead}
 LM=$CORPUS/prepared/manifest_16k_trim.tsv
 list_gpus
 if [ ! -f "$LM" ]; then

@@ -257,3 +257,22 @@ def test_the_overhead_shares_are_held_seconds_over_seconds_in_steps():
     assert status["ckpt_overhead_share"] == pytest.approx(0.04 / 8)
     assert status["val_overhead_share"] == pytest.approx(0.5 / 8)
     assert status["ckpt_end_wait_s"] == 3.0
+
+
+def test_the_stager_copies_into_the_same_host_buffers_at_every_save():
+    from trainables.async_checkpoint import kept_open, make_stager
+
+    stager = make_stager(torch.device("cpu"), pinned=True, shared=True)  # CPU: never pinned
+    handed = kept_open(stager)
+    state = {"model": {"w": torch.ones(3)}, "optimizer": {"param_groups": [{"betas": (0.9, 1)}]}}
+    first = handed.stage(state)
+    assert torch.equal(first["model"]["w"], torch.ones(3)) and first["model"]["w"].is_shared()
+    state["model"]["w"].mul_(5)  # training goes on: the staged copy keeps the old values
+    assert torch.equal(first["model"]["w"], torch.ones(3))
+    handed.close()  # what async_save may do when its upload is done: the buffers stay
+    second = handed.stage(state)
+    assert torch.equal(second["model"]["w"], torch.full((3,), 5.0))
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr()  # reused
+    assert second["optimizer"]["param_groups"][0]["betas"] == (0.9, 1)
+    stager.close()
+    assert stager._buffers is None

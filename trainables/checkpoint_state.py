@@ -30,39 +30,10 @@ from typing import Any
 
 import torch
 
+from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
 from trainables.checkpoint import DS_TAG, dcp_dir, finish_part, is_complete, part_records
 
-__all__ = ["CheckpointWriter", "checkpoint_mode", "load_state", "registered_fields"]
-
-
-def checkpoint_mode(strategy: str, wants_async: bool) -> tuple[str, str]:
-    """(mode, what the manifest says): mode ``process``, ``thread`` (async_save's writer) or
-    ``sync``."""
-    if strategy == "deepspeed":
-        return "sync", "deepspeed sync: " + _deepspeed_async_reason()
-    if not wants_async:
-        return "sync", "dcp sync (checkpoint_async false)"
-    try:
-        from torch.distributed.checkpoint.staging import DefaultStager  # noqa: F401
-        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-    except ImportError:
-        return "sync", f"dcp sync: torch {torch.__version__} has no DefaultStager for async_save"
-    if hasattr(AsyncCheckpointerType, "PROCESS"):
-        return "process", "dcp async (writer process)"
-    return "thread", "dcp async (writer thread: this torch has no process-based writer)"
-
-
-def _deepspeed_async_reason() -> str:
-    """Why DeepSpeed saves synchronously here: its asynchronous path (the decoupled checkpoint
-    engine, on FastPersist) needs the async_io op, which needs libaio."""
-    try:
-        from deepspeed.ops.op_builder import AsyncIOBuilder
-
-        if not AsyncIOBuilder().is_compatible(verbose=False):
-            return "its decoupled checkpoint engine needs the async_io op (libaio), not built here"
-    except Exception as exc:  # an op builder that cannot even be asked
-        return f"its decoupled checkpoint engine is unavailable ({type(exc).__name__})"
-    return "its decoupled checkpoint engine (async_io) is not wired in yet"
+__all__ = ["CheckpointWriter", "load_state", "registered_fields"]
 
 
 @dataclass
@@ -75,6 +46,7 @@ class _Save:
     rank: int
     t0: float  # perf_counter at its start
     block_s: float = 0.0  # training held: the call, the staging wait, the next save's wait
+    call_s: float = 0.0  # of which the save call
     wait_s: float = 0.0  # the run's end waiting for it
     save_s: float = 0.0  # from its start to its files being whole
     upload: Future | None = None  # None: written synchronously
@@ -100,9 +72,8 @@ class _Save:
                 self._done_file()
 
     def _done_file(self) -> None:
-        finish_part(
-            self.folder, self.rank, save_s=self.save_s, block_s=self.block_s, wait_s=self.wait_s
-        )
+        times = {"save_s": self.save_s, "block_s": self.block_s, "call_s": self.call_s}
+        finish_part(self.folder, self.rank, **times, wait_s=self.wait_s)
 
 
 class CheckpointWriter:
@@ -116,6 +87,7 @@ class CheckpointWriter:
         self._unregistered: list[Path] = []  # rank 0: not yet given to Ray Train
         self._group = None  # a gloo group for DCP (async_save needs a CPU backend)
         self._stager = None
+        self._pinned = cfg.checkpoint_pinned
         self._delay_s = cfg.inject_save_delay_s  # fault injection (tests)
         self._warm_up: tuple[Future, Path] | None = None
         if self.mode == "process":
@@ -182,7 +154,7 @@ class CheckpointWriter:
             import torch.distributed.checkpoint as dcp
 
             dcp.save(dcp_state(self.engine), checkpoint_id=path, **self._dist())
-        save.block_s = time.perf_counter() - t0
+        save.block_s = save.call_s = time.perf_counter() - t0
         if save.upload is None:
             save.whole()
         else:
@@ -217,21 +189,12 @@ class CheckpointWriter:
             self.engine.before_update = lambda: self._staged(save)
 
     def _staging(self):
-        """One stager per run: its host buffers are reused by every save (pinned on a GPU,
-        shared with the writer process)."""
+        """One stager per run, its host buffers reused by every save (trainables/
+        async_checkpoint.py: make_stager)."""
         if self._stager is None:
-            from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-
-            gpu = self.device.type == "cuda"
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=gpu,
-                    use_shared_memory=self.mode == "process",
-                    use_async_staging=gpu,
-                    use_non_blocking_copy=gpu,
-                )
-            )
-        return self._stager
+            shared = self.mode == "process"
+            self._stager = make_stager(self.device, pinned=self._pinned, shared=shared)
+        return kept_open(self._stager)
 
     def _dist(self) -> dict[str, Any]:
         import torch.distributed as dist

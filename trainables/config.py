@@ -298,6 +298,11 @@ class TrialConfig:
         "step waits only for the copy to host memory); false: dcp.save. DeepSpeed: synchronous.",
         default=True,
     )
+    checkpoint_pinned: bool = _doc(
+        "GPU, checkpoint_async: stage in pinned host memory (fast copies on a side stream; the "
+        "first save pins the buffers); false: pageable shared memory.",
+        default=True,
+    )
     keep_checkpoints: int = _doc(
         "Checkpoints kept (Ray Train's num_to_keep; with validation the best by best_metric, "
         "and always the latest).",
