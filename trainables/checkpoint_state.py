@@ -167,7 +167,7 @@ class CheckpointWriter:
         from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
         if self.device.type == "cuda":
-            # The staging copy runs on its own stream: the last step's updates must be done.
+            # Whatever stream a stager copies on, the last step's updates are done first.
             torch.cuda.current_stream(self.device).synchronize()
         kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else None
         writer = {}
