@@ -1,12 +1,12 @@
 """How a checkpoint's model and optimizer state is written and read back, per strategy, and the
 one save that may be in flight.
 
-- ddp and fsdp2: torch.distributed.checkpoint (DCP) under ``dcp-<token>/``. Every rank writes its part
-  (FSDP2: its shards; DDP: its share of the replicated state, which DCP deduplicates), rank 0
-  the metadata; a checkpoint loads into any world size (DCP reshards). With
-  ``checkpoint_async`` (the default) the save is ``dcp.async_save``: the step is held only while
-  the state is staged into host memory (on a GPU, pinned and copied on a side stream that the
-  next optimizer step waits for), and a writer process per rank (a thread where the installed
+- ddp and fsdp2: torch.distributed.checkpoint (DCP) under ``dcp-<token>/``. Every rank writes
+  its part (FSDP2: its shards; DDP: its share of the replicated state, which DCP
+  deduplicates), rank 0 the metadata; a checkpoint loads into any world size (DCP reshards).
+  With ``checkpoint_async`` (the default) the save is ``dcp.async_save``: the step is held only
+  while the state is copied into the run's host buffers (trainables/async_checkpoint.py:
+  CachedStager, pinned on a GPU), and a writer process per rank (a thread where the installed
   torch has no process-based writer) writes the files while training goes on.
 - DeepSpeed: ``engine.save_checkpoint`` under ``ds/``, synchronous; ``checkpoint_mode`` in the
   manifest says why.
@@ -45,12 +45,11 @@ class _Save:
     folder: Path
     rank: int
     t0: float  # perf_counter at its start
-    block_s: float = 0.0  # training held: the call, the staging wait, the next save's wait
+    block_s: float = 0.0  # training held: the call (with the staging copy), the next save's wait
     call_s: float = 0.0  # of which the save call
     wait_s: float = 0.0  # the run's end waiting for it
     save_s: float = 0.0  # from its start to its files being whole
     upload: Future | None = None  # None: written synchronously
-    staging: Future | None = None  # a GPU's background copy the next optimizer step waits for
     written: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -183,10 +182,8 @@ class CheckpointWriter:
             **({"async_checkpointer_type": kind} if kind else {}),
             **self._dist(),
         )
+        # A Future: the stager (CachedStager) copied the state before async_save returned.
         save.upload = getattr(response, "upload_completion", response)
-        save.staging = getattr(response, "staging_completion", None)
-        if save.staging is not None:
-            self.engine.before_update = lambda: self._staged(save)
 
     def _staging(self):
         """One stager per run, its host buffers reused by every save (trainables/
@@ -206,18 +203,6 @@ class CheckpointWriter:
             # Made once, by every rank at its first save (a collective).
             self._group = dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
         return {"process_group": self._group}
-
-    def _staged(self, save: _Save) -> None:
-        """Before the optimizer step after an async save: the staging copy must be done."""
-        self.engine.before_update = None
-        if save.staging is not None:
-            t = time.perf_counter()
-            try:
-                save.staging.result()
-            except Exception as exc:
-                self._failed(save, exc)
-            save.staging = None
-            save.held(block_s=time.perf_counter() - t)
 
     def _failed(self, save: _Save, exc: BaseException) -> None:
         """An asynchronous save that failed: its part stays incomplete (never resumed from)."""
@@ -245,8 +230,6 @@ class CheckpointWriter:
         if save is None:
             return
         t = time.perf_counter()
-        if save.staging is not None:
-            self._staged(save)
         try:
             save.upload.result()
         except Exception as exc:

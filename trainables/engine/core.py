@@ -42,9 +42,6 @@ class Engine:
     _to_eager: Any = None
     _calls: int = 0
     _cudagraphs: bool = False  # compile_mode reduce-overhead on a GPU: mark each new step
-    # Called once before the next optimizer step, then cleared: an asynchronous checkpoint's
-    # staging copy must finish before the step changes the state it copies.
-    before_update: Any = None
 
     def __call__(self, batch: dict[str, torch.Tensor]):
         if self._dtype is not None:
@@ -110,8 +107,6 @@ class Engine:
     def step(self, last: bool = True) -> None:
         """After each micro-batch's backward; the optimizer steps on the last one (DeepSpeed
         counts micro-batches itself and steps at its accumulation boundary)."""
-        if last and self.before_update is not None:
-            self.before_update()
         self._step(last)
 
     def lr(self) -> float:
