@@ -6,7 +6,14 @@ configuration (h200_fastest's eager mb256 crop-bucket case, DDP, world 1) traine
   light release (collect and ``empty_cache`` only), and after a pause that lets the GPU cool;
 
 with the GPU's SM clock, power and temperature (NVML) over each run's timed windows. One line per
-run and a table; ``--json`` keeps them.
+run and a table; ``--json`` keeps them. A step may name its case (``first:mainline``,
+``release:buckets``): ``buckets`` is the crop-bucket case, ``mainline`` the same without crop
+buckets (padded batches, as h200_fastest's baseline group), so a sequence can run the bucket
+case after the mainline in one process, as a resident group that runs the sweep in order does.
+``--profile-window K`` records the CUDA kernels of the window after the K-th (torch.profiler):
+each run's heaviest kernels per step, to tell which kernels a slower run spends its time in. Each
+run also records the caching allocator's out-of-memory count (``num_ooms``): a workspace request
+that failed makes cuDNN choose (and cache for the process's life) another plan.
 
     python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
 """
@@ -38,7 +45,16 @@ STEPS = {  # --sequence's steps
 }
 
 
-def config(manifest: str, steps: int, micro_batch: int = 256, telemetry: bool = False):
+CASES = {"buckets": "1.0,1.5,2.0,2.5,3.0", "mainline": ""}  # crop_buckets_s per case
+
+
+def config(
+    manifest: str,
+    steps: int,
+    micro_batch: int = 256,
+    telemetry: bool = False,
+    case: str = "buckets",
+):
     from trainables.config import TrialConfig
 
     return TrialConfig(
@@ -53,7 +69,7 @@ def config(manifest: str, steps: int, micro_batch: int = 256, telemetry: bool = 
         crop_policy="limit_longest",
         min_audio_s=1.0,
         max_audio_s=3.0,
-        crop_buckets_s="1.0,1.5,2.0,2.5,3.0",
+        crop_buckets_s=CASES[case],
         text_tokens=64,
         micro_batch=micro_batch,
         num_workers=6,
@@ -120,13 +136,67 @@ def gpu_worker(report):
     )
 
 
-def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
+class KernelWindow:
+    """torch.profiler's CUDA kernels over one window (started at the K-th report, stopped at
+    the next): the heaviest kernels, in milliseconds per step."""
+
+    TOP = 12
+
+    def __init__(self, after_window: int, steps_per_window: int) -> None:
+        self.after, self.steps = after_window, steps_per_window
+        self.prof = None
+        self.table: list[dict[str, Any]] = []
+
+    def on_window(self, n: int) -> None:
+        import torch
+
+        if n == self.after and self.after > 0:
+            acts = [torch.profiler.ProfilerActivity.CUDA]
+            self.prof = torch.profiler.profile(activities=acts)
+            self.prof.start()
+        elif self.prof is not None and n == self.after + 1:
+            torch.cuda.synchronize()
+            self.prof.stop()
+            self.table = self._top(self.prof.key_averages())
+            self.prof = None
+
+    def _top(self, averages) -> list[dict[str, Any]]:
+        rows = []
+        for e in averages:
+            us = getattr(e, "self_device_time_total", 0)
+            if us > 0:
+                rows.append(
+                    {
+                        "kernel": e.key[:110],
+                        "ms_per_step": us / 1e3 / self.steps,
+                        "calls_per_step": e.count / self.steps,
+                    }
+                )
+        rows.sort(key=lambda r: -r["ms_per_step"])
+        total = sum(r["ms_per_step"] for r in rows)
+        top = [
+            dict(
+                r,
+                ms_per_step=round(r["ms_per_step"], 2),
+                calls_per_step=round(r["calls_per_step"], 1),
+            )
+            for r in rows[: self.TOP]
+        ]
+        return [{"kernel": "(all kernels)", "ms_per_step": round(total, 2)}] + top
+
+
+def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
+    import torch
+
     from trainables.loop import run_training
 
     windows: list[dict[str, float]] = []
+    kernels = KernelWindow(profile_window, cfg.log_every)
+    ooms_before = torch.cuda.memory_stats().get("num_ooms", 0)
 
     def report(m: dict[str, Any], checkpoint=None) -> None:
         windows.append({k: float(m.get(k) or 0.0) for k in ("samples_per_s", "step_ms_p50")})
+        kernels.on_window(len(windows))
         if gpu is not None:
             gpu.on = len(windows) >= 1  # from the end of the first (warm-up) window on
 
@@ -134,10 +204,14 @@ def train_once(cfg, gpu: Gpu | None) -> dict[str, Any]:
     if gpu is not None:
         gpu.on = False
     tail = windows[-TAIL_WINDOWS:]
+    stats = torch.cuda.memory_stats()
     return {
         "tail_samples_per_s": statistics.fmean(w["samples_per_s"] for w in tail),
         "step_ms_p50": statistics.median(w["step_ms_p50"] for w in windows[1:]),
         "windows": [round(w["samples_per_s"], 1) for w in windows],
+        "num_ooms": stats.get("num_ooms", 0) - ooms_before,
+        "peak_reserved_gb": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 1),
+        "kernels": kernels.table,
         **(gpu.summary() if gpu is not None else {}),
     }
 
@@ -160,11 +234,12 @@ def init_process_group(port: int) -> None:
     torch.cuda.set_device(0)
 
 
-def fresh(args: argparse.Namespace) -> dict[str, Any]:
+def fresh(args: argparse.Namespace, case: str) -> dict[str, Any]:
     """One run in a new process (its own imports, CUDA context and process group)."""
     cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
-    cmd += ["--manifest", args.manifest, "--steps", str(args.steps)]
-    cmd += ["--micro-batch", str(args.micro_batch)] + (["--telemetry"] if args.telemetry else [])
+    cmd += ["--manifest", args.manifest, "--steps", str(args.steps), "--case", case]
+    cmd += ["--micro-batch", str(args.micro_batch), "--profile-window", str(args.profile_window)]
+    cmd += ["--telemetry"] if args.telemetry else []
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -179,15 +254,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sequence",
         default="fresh,first,release,light,pause,fresh",
-        help=f"comma-separated steps, one run each: {', '.join(STEPS)}",
+        help=f"comma-separated steps, one run each: {', '.join(STEPS)}; each may name its "
+        f"case after a colon ({', '.join(CASES)}), or --case's",
+    )
+    p.add_argument("--case", choices=sorted(CASES), default="buckets")
+    p.add_argument(
+        "--profile-window",
+        type=int,
+        default=0,
+        help="record the CUDA kernels of the window after this one (0: none)",
     )
     p.add_argument("--json", type=Path)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:  # a fresh run's child: one run, its record as the last line
         init_process_group(29611)
-        cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
-        print(json.dumps(train_once(cfg, Gpu())), flush=True)
+        cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry, args.case)
+        print(json.dumps(train_once(cfg, Gpu(), args.profile_window)), flush=True)
         return 0
 
     from trainables.serve import release
@@ -195,7 +278,16 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
     gpu = None
-    for i, step in enumerate(args.sequence.split(",")):
+    for i, item in enumerate(args.sequence.split(",")):
+        step, _, case = item.partition(":")
+        case = case or args.case
+        if step not in STEPS or case not in CASES:
+            print(
+                f"--sequence: unknown step {item!r}; steps {', '.join(STEPS)}, cases "
+                f"{', '.join(CASES)}",
+                file=sys.stderr,
+            )
+            return 2
         if step == "fresh":
             if gpu is not None:  # the in-process runs are over: the child takes the GPU alone
                 release(cfg.to_dict())
@@ -203,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 dist.destroy_process_group()
                 gpu = None
-            rec = fresh(args)
+            rec = fresh(args, case)
         else:
             if gpu is None:
                 init_process_group(29612)
@@ -217,20 +309,36 @@ def main(argv: list[str] | None = None) -> int:
             if step == "freeze":  # what the resident group does before a run (trainables/serve)
                 gc.collect()
                 gc.freeze()
-            rec = train_once(cfg, gpu)
-        rows.append(dict(rec, label=f"{i + 1}. {STEPS[step]}"))
+            rec = train_once(
+                config(args.manifest, args.steps, args.micro_batch, args.telemetry, case),
+                gpu,
+                args.profile_window,
+            )
+        rows.append(dict(rec, case=case, step=step, label=f"{i + 1}. {case}, {STEPS[step]}"))
         print(json.dumps(rows[-1]), flush=True)
 
-    base = statistics.fmean(r["tail_samples_per_s"] for r in rows if "fresh" in r["label"])
-    print("\n| run | tail samples/s | / fresh mean | step ms p50 | SM MHz | power W | temp C |")
+    fresh_tails: dict[str, list[float]] = {}
+    for r in rows:
+        if r["step"] == "fresh":
+            fresh_tails.setdefault(r["case"], []).append(r["tail_samples_per_s"])
+    base = {c: statistics.fmean(v) for c, v in fresh_tails.items()}  # the case's fresh mean
+    print(
+        "\n| run | tail samples/s | / its case's fresh mean | step ms p50 | OOMs | SM MHz | power W |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(
             f"| {r['label']} | {r['tail_samples_per_s']:.1f} | "
-            f"{r['tail_samples_per_s'] / base:.3f} | {r['step_ms_p50']:.1f} | "
-            f"{r.get('sm_mhz', float('nan')):.0f} | {r.get('power_w', float('nan')):.0f} | "
-            f"{r.get('temp_c', float('nan')):.0f} |"
+            f"{r['tail_samples_per_s'] / base.get(r['case'], float('nan')):.3f} | "
+            f"{r['step_ms_p50']:.1f} | "
+            f"{r.get('num_ooms', 0)} | {r.get('sm_mhz', float('nan')):.0f} | "
+            f"{r.get('power_w', float('nan')):.0f} |"
         )
+    for r in rows:
+        if r.get("kernels"):
+            print(f"\n{r['label']}: kernels, ms per step (calls per step)")
+            for k in r["kernels"]:
+                print(f"  {k['ms_per_step']:8.2f}  ({k.get('calls_per_step', '')})  {k['kernel']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -276,3 +276,49 @@ def test_the_stager_copies_into_the_same_host_buffers_at_every_save():
     assert second["optimizer"]["param_groups"][0]["betas"] == (0.9, 1)
     stager.close()
     assert stager._buffers is None
+
+
+def test_the_host_buffers_are_made_ahead_and_the_first_save_copies_into_them():
+    from trainables.async_checkpoint import make_stager
+
+    stager = make_stager(torch.device("cpu"), pinned=True, shared=True)
+    state = {"model": {"w": torch.ones(3)}, "optimizer": {"state": {"w": {"step": torch.ones(())}}}}
+    stager.prepare(state)
+    assert stager.ready and stager._making is not None
+    stager._making.join()
+    made = stager._made["buffers"]["model"]["w"]
+    assert made.is_shared() and made.data_ptr() != state["model"]["w"].data_ptr()
+    state["model"]["w"].mul_(3)  # training went on while they were made: the save copies now
+    staged = stager.stage(state)
+    assert staged["model"]["w"].data_ptr() == made.data_ptr()
+    assert torch.equal(staged["model"]["w"], torch.full((3,), 3.0))
+    stager.prepare(state)  # once per run
+    assert stager._making is None and stager._buffers is not None
+    stager.close()
+
+
+def test_the_writer_makes_buffers_only_once_the_optimizer_has_state():
+    """Before the first optimizer step DCP's state dict would make the optimizer's state with
+    a step of its own (lr 0, but Adam's step count moves): the writer waits for a real step."""
+    from types import SimpleNamespace
+
+    from trainables.checkpoint_state import CheckpointWriter
+
+    cfg = TrialConfig(model_size="tiny", checkpoint_every=10, checkpoint_async=False)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    engine = SimpleNamespace(kind="ddp", bare=model, optimizer=optimizer, effective={})
+    writer = CheckpointWriter(cfg, engine, rank=0, world_size=1, device=torch.device("cpu"))
+    assert writer.mode == "sync"
+    writer.prepare()  # synchronous saves stage nothing
+    assert writer._stager is None
+    writer.mode = "thread"  # what an asynchronous writer does at a window:
+    writer.prepare()
+    assert not optimizer.state and (writer._stager is None or not writer._stager.ready)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    writer.prepare()
+    assert writer._stager.ready
+    writer._stager._making.join()
+    assert int(next(iter(optimizer.state.values()))["step"]) == 1  # untouched by the making
+    writer.close()

@@ -4,6 +4,9 @@ and the stager that copies the state to host memory for ``dcp.async_save`` (``ma
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import torch
 
 __all__ = ["checkpoint_mode", "kept_open", "make_stager"]
@@ -46,14 +49,20 @@ def make_stager(device: torch.device, *, pinned: bool, shared: bool):
 
 
 class CachedStager:
-    """Copies the state into host buffers made at the first save and kept for the run (pinned
-    on a GPU, ``shared`` with the writer process), the pattern torchtitan's pinned-memory async
-    mode uses: a save holds the step only for the device-to-host copy.
+    """Copies the state into host buffers made once per run and kept (pinned on a GPU,
+    ``shared`` with the writer process), the pattern torchtitan's pinned-memory async mode
+    uses: a save holds the step only for the device-to-host copy.
+
+    The buffers are made ahead (:meth:`prepare`, in a thread, from the first window on): made
+    at the first save they held that save 2.0-3.5 s on an H100 (share and pin every tensor;
+    FSDP2's shards are also copied once to find their layout), while a save into them held it
+    0.15-0.27 s (benchmarks/results/checkpoint_overhead_1xh100/). A save that comes before
+    they are ready waits for them.
 
     Not torch's DefaultStager: on torch 2.11 a DefaultStager stages once (its second stage()
     fails with ``KeyError: <class 'type'>``, measured on an H100), so every save would make
     and pin its buffers again, and doing that in the background stalled the steps after a
-    save by 2.0-2.5 s (benchmarks/results/checkpoint_overhead_1xh100/)."""
+    save by 2.0-2.5 s."""
 
     _synchronize_after_execute = False  # stage() returns once the copy is done
 
@@ -61,18 +70,49 @@ class CachedStager:
         self.gpu = device.type == "cuda"
         self.pinned, self.shared = pinned and self.gpu, shared
         self._buffers = None
+        self._making: threading.Thread | None = None
+        self._made: dict[str, Any] = {}  # what the thread made: "buffers" or "error"
 
     @property
     def should_synchronize_after_execute(self) -> bool:
         return False
 
-    def stage(self, state_dict, **_):
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+    @property
+    def ready(self) -> bool:
+        """Whether the buffers are made (or being made)."""
+        return self._buffers is not None or self._making is not None
 
+    def prepare(self, state_dict) -> None:
+        """Make the buffers for ``state_dict``'s layout in a thread while training goes on
+        (once; its tensors' values are not read, except FSDP2's shards once)."""
+        if self.ready:
+            return
+        self._making = threading.Thread(
+            target=self._make, args=(state_dict,), name="checkpoint-buffers", daemon=True
+        )
+        self._making.start()
+
+    def _make(self, state_dict) -> None:
+        try:
+            self._made["buffers"] = self._new_buffers(state_dict)
+        except BaseException as exc:  # made again by the save that needs them
+            self._made["error"] = exc
+
+    def _new_buffers(self, state_dict):
+        from torch.distributed._state_dict_utils import _create_cpu_state_dict
+
+        return _create_cpu_state_dict(state_dict, pin_memory=self.pinned, share_memory=self.shared)
+
+    def stage(self, state_dict, **_):
+        from torch.distributed._state_dict_utils import _copy_state_dict
+
+        if self._making is not None:  # made ahead: the save waits for the thread, if at all
+            self._making.join()
+            self._making = None
+            self._buffers = self._made.pop("buffers", None)
+            self._made.clear()
         if self._buffers is None:
-            self._buffers = _create_cpu_state_dict(
-                state_dict, pin_memory=self.pinned, share_memory=self.shared
-            )
+            self._buffers = self._new_buffers(state_dict)
         staged = _copy_state_dict(state_dict, self._buffers, non_blocking=self.pinned)
         if self.pinned:
             torch.cuda.current_stream().synchronize()  # the copies are done before the step
@@ -82,6 +122,10 @@ class CachedStager:
         """Nothing: stage() returns once the copy is done."""
 
     def close(self) -> None:
+        if self._making is not None:
+            self._making.join()
+            self._making = None
+        self._made.clear()
         self._buffers = None
 
 

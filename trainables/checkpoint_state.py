@@ -185,13 +185,26 @@ class CheckpointWriter:
         # A Future: the stager (CachedStager) copied the state before async_save returned.
         save.upload = getattr(response, "upload_completion", response)
 
-    def _staging(self):
+    def prepare(self) -> None:
+        """At a window: the stager's host buffers are made ahead of the first asynchronous
+        save, in a thread (once; only after an optimizer step has made the optimizer's state,
+        so the layout is the one a save will have)."""
+        if self.mode == "sync" or self.engine.kind == "deepspeed":
+            return
+        if not self.engine.optimizer.state or self._run_stager().ready:
+            return
+        self._run_stager().prepare(dcp_state(self.engine))
+
+    def _run_stager(self):
         """One stager per run, its host buffers reused by every save (trainables/
         async_checkpoint.py: make_stager)."""
         if self._stager is None:
             shared = self.mode == "process"
             self._stager = make_stager(self.device, pinned=self._pinned, shared=shared)
-        return kept_open(self._stager)
+        return self._stager
+
+    def _staging(self):
+        return kept_open(self._run_stager())
 
     def _dist(self) -> dict[str, Any]:
         import torch.distributed as dist

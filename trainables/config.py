@@ -299,8 +299,8 @@ class TrialConfig:
         default=True,
     )
     checkpoint_pinned: bool = _doc(
-        "GPU, checkpoint_async: stage in pinned host memory (fast copies on a side stream; the "
-        "first save pins the buffers); false: pageable shared memory.",
+        "GPU, checkpoint_async: stage in pinned host memory (fast copies; the buffers are made "
+        "and pinned once, ahead of the first save); false: pageable shared memory.",
         default=True,
     )
     keep_checkpoints: int = _doc(

@@ -366,6 +366,8 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
     if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
         save(cfg, worker, run.writer, run.batches, state)
         paused = True
+    if run.writer is not None:  # the first save's host buffers, made ahead
+        run.writer.prepare()
     # Rank 0: a checkpoint complete on every rank by now, for Ray Train, with its fields.
     registered = run.writer.registrable() if run.writer and worker.rank == 0 else None
     if registered is not None:
