@@ -12,8 +12,10 @@ buckets (padded batches, as h200_fastest's baseline group), so a sequence can ru
 case after the mainline in one process, as a resident group that runs the sweep in order does.
 ``--profile-window K`` records the CUDA kernels of the window after the K-th (torch.profiler):
 each run's heaviest kernels per step, to tell which kernels a slower run spends its time in. Each
-run also records the caching allocator's out-of-memory count (``num_ooms``): a workspace request
-that failed makes cuDNN choose (and cache for the process's life) another plan.
+run also records the caching allocator's out-of-memory count (``num_ooms``: a workspace request
+that failed makes cuDNN choose, and cache for the process's life, another plan), the training
+thread's CPU time per step, and what the process carried into the run (threads, child
+processes, open files, memory mappings, RSS). Tails leave out the profiled window and the next.
 
     python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
 """
@@ -185,17 +187,36 @@ class KernelWindow:
         return [{"kernel": "(all kernels)", "ms_per_step": round(total, 2)}] + top
 
 
+def process_facts() -> dict[str, Any]:
+    """What the process carries into a run: its threads, child processes, open files and
+    memory mappings (a resident run starts with what the earlier runs left)."""
+    import psutil
+
+    me = psutil.Process()
+    maps = Path(f"/proc/{os.getpid()}/maps")
+    return {
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "os_threads": me.num_threads(),
+        "children": len(me.children(recursive=True)),
+        "fds": me.num_fds(),
+        "maps": len(maps.read_text().splitlines()) if maps.exists() else None,
+        "rss_mb": me.memory_info().rss >> 20,
+    }
+
+
 def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
     import torch
 
     from trainables.loop import run_training
 
+    before = process_facts()
     windows: list[dict[str, float]] = []
     kernels = KernelWindow(profile_window, cfg.log_every)
     ooms_before = torch.cuda.memory_stats().get("num_ooms", 0)
 
     def report(m: dict[str, Any], checkpoint=None) -> None:
-        windows.append({k: float(m.get(k) or 0.0) for k in ("samples_per_s", "step_ms_p50")})
+        keys = ("samples_per_s", "step_ms_p50", "cpu_ms_mean")
+        windows.append({k: float(m.get(k) or 0.0) for k in keys})
         kernels.on_window(len(windows))
         if gpu is not None:
             gpu.on = len(windows) >= 1  # from the end of the first (warm-up) window on
@@ -203,10 +224,15 @@ def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
     run_training(cfg, gpu_worker(report))
     if gpu is not None:
         gpu.on = False
-    tail = windows[-TAIL_WINDOWS:]
+    # The tail, without the profiled window and the next (where its tables are built).
+    profiled = {profile_window + 1, profile_window + 2} if profile_window else set()
+    clean = [w for i, w in enumerate(windows, start=1) if i not in profiled]
+    tail = clean[-TAIL_WINDOWS:]
     stats = torch.cuda.memory_stats()
     return {
         "tail_samples_per_s": statistics.fmean(w["samples_per_s"] for w in tail),
+        "cpu_ms_mean": statistics.fmean(w["cpu_ms_mean"] for w in clean[1:] or clean),
+        "process_before": before,
         "step_ms_p50": statistics.median(w["step_ms_p50"] for w in windows[1:]),
         "windows": [round(w["samples_per_s"], 1) for w in windows],
         "num_ooms": stats.get("num_ooms", 0) - ooms_before,
@@ -323,17 +349,23 @@ def main(argv: list[str] | None = None) -> int:
             fresh_tails.setdefault(r["case"], []).append(r["tail_samples_per_s"])
     base = {c: statistics.fmean(v) for c, v in fresh_tails.items()}  # the case's fresh mean
     print(
-        "\n| run | tail samples/s | / its case's fresh mean | step ms p50 | OOMs | SM MHz | power W |"
+        "\n| run | tail samples/s | / its case's fresh mean | step ms p50 | CPU ms per step "
+        "| OOMs | SM MHz | power W | before it: threads, children, fds, maps, RSS MB |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
+        pb = r.get("process_before", {})
         print(
             f"| {r['label']} | {r['tail_samples_per_s']:.1f} | "
             f"{r['tail_samples_per_s'] / base.get(r['case'], float('nan')):.3f} | "
-            f"{r['step_ms_p50']:.1f} | "
+            f"{r['step_ms_p50']:.1f} | {r.get('cpu_ms_mean', float('nan')):.1f} | "
             f"{r.get('num_ooms', 0)} | {r.get('sm_mhz', float('nan')):.0f} | "
-            f"{r.get('power_w', float('nan')):.0f} |"
+            f"{r.get('power_w', float('nan')):.0f} | {pb.get('os_threads')}, "
+            f"{pb.get('children')}, {pb.get('fds')}, {pb.get('maps')}, {pb.get('rss_mb')} |"
         )
+    for r in rows:
+        if r.get("process_before"):
+            print(f"{r['label']}: Python threads before it: {r['process_before']['threads']}")
     for r in rows:
         if r.get("kernels"):
             print(f"\n{r['label']}: kernels, ms per step (calls per step)")
