@@ -10,8 +10,9 @@ run and a table; ``--json`` keeps them. A step may name its case (``first:mainli
 ``release:buckets``): ``buckets`` is the crop-bucket case, ``mainline`` the same without crop
 buckets (padded batches, as h200_fastest's baseline group), so a sequence can run the bucket
 case after the mainline in one process, as a resident group that runs the sweep in order does.
-``--profile-window K`` records the CUDA kernels of the window after the K-th (torch.profiler):
-each run's heaviest kernels per step, to tell which kernels a slower run spends its time in. Each
+``--profile-window K`` records the CUDA kernels of the window after the K-th (torch.profiler)
+in the runs marked ``:profile`` (``fresh:buckets:profile``): their heaviest kernels per step, to
+tell which kernels a slower run spends its time in. Each
 run also records the caching allocator's out-of-memory count (``num_ooms``: a workspace request
 that failed makes cuDNN choose, and cache for the process's life, another plan), the training
 thread's CPU time per step, and what the process carried into the run (threads, child
@@ -260,11 +261,11 @@ def init_process_group(port: int) -> None:
     torch.cuda.set_device(0)
 
 
-def fresh(args: argparse.Namespace, case: str) -> dict[str, Any]:
+def fresh(args: argparse.Namespace, case: str, profile_window: int) -> dict[str, Any]:
     """One run in a new process (its own imports, CUDA context and process group)."""
     cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
     cmd += ["--manifest", args.manifest, "--steps", str(args.steps), "--case", case]
-    cmd += ["--micro-batch", str(args.micro_batch), "--profile-window", str(args.profile_window)]
+    cmd += ["--micro-batch", str(args.micro_batch), "--profile-window", str(profile_window)]
     cmd += ["--telemetry"] if args.telemetry else []
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -281,14 +282,17 @@ def main(argv: list[str] | None = None) -> int:
         "--sequence",
         default="fresh,first,release,light,pause,fresh",
         help=f"comma-separated steps, one run each: {', '.join(STEPS)}; each may name its "
-        f"case after a colon ({', '.join(CASES)}), or --case's",
+        f"case after a colon ({', '.join(CASES)}), or --case's, and ':profile' after that "
+        "to profile that run's window (see --profile-window)",
     )
     p.add_argument("--case", choices=sorted(CASES), default="buckets")
     p.add_argument(
         "--profile-window",
         type=int,
         default=0,
-        help="record the CUDA kernels of the window after this one (0: none)",
+        help="record the CUDA kernels of the window after this one, in the runs whose step "
+        "ends with ':profile' (0: none). Profile only the last run of a process: once "
+        "started, the profiler (CUPTI) may keep slowing the process's later launches",
     )
     p.add_argument("--json", type=Path)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -305,9 +309,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
     gpu = None
     for i, item in enumerate(args.sequence.split(",")):
-        step, _, case = item.partition(":")
+        step, _, rest = item.partition(":")
+        case, _, mark = rest.partition(":")
         case = case or args.case
-        if step not in STEPS or case not in CASES:
+        window = args.profile_window if mark == "profile" else 0
+        if step not in STEPS or case not in CASES or mark not in ("", "profile"):
             print(
                 f"--sequence: unknown step {item!r}; steps {', '.join(STEPS)}, cases "
                 f"{', '.join(CASES)}",
@@ -321,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 dist.destroy_process_group()
                 gpu = None
-            rec = fresh(args, case)
+            rec = fresh(args, case, window)
         else:
             if gpu is None:
                 init_process_group(29612)
@@ -338,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             rec = train_once(
                 config(args.manifest, args.steps, args.micro_batch, args.telemetry, case),
                 gpu,
-                args.profile_window,
+                window,
             )
         rows.append(dict(rec, case=case, step=step, label=f"{i + 1}. {case}, {STEPS[step]}"))
         print(json.dumps(rows[-1]), flush=True)
