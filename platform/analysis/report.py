@@ -73,13 +73,18 @@ def report_line(output_root: OutputRoot | Path | str) -> str:
         )
 
 
-def write_report(output_root: OutputRoot | Path | str, out: Path | None = None) -> Path:
+def write_report(
+    output_root: OutputRoot | Path | str, out: Path | None = None, *, shown_as: str = ""
+) -> Path:
     """Write the page (to ``out``, default ``<output_root>/report.html``) and return its path;
-    UsageError when the folder holds neither a sweep nor its analysis files."""
+    UsageError when the folder holds neither a sweep nor its analysis files. ``shown_as``: the
+    root's name on the page and in errors when the folder is a local copy of it (object
+    storage: platform/storage/working_copy.py)."""
     root = OutputRoot.of(output_root)
+    name = shown_as or str(root)
     if not root.path.is_dir() or not (root.holds_sweep() or (root / root.SUMMARY_JSON).is_file()):
         raise UsageError(
-            f"{root}: no sweep here (no {root.MANIFEST} or {root.SUMMARY_JSON}); give a sweep's "
+            f"{name}: no sweep here (no {root.MANIFEST} or {root.SUMMARY_JSON}); give a sweep's "
             "output root"
         )
     data = _load(root)
@@ -98,7 +103,7 @@ def write_report(output_root: OutputRoot | Path | str, out: Path | None = None) 
         f"{summary.get('groups', len(data['ranked']))} groups; best group "
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} by python -m platform.report from "
-        f"<code>{html.escape(str(root))}</code>.</p><nav>{nav}</nav>"
+        f"<code>{html.escape(name)}</code>.</p><nav>{nav}</nav>"
     )
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

@@ -1,0 +1,217 @@
+"""Where an output root's files live: a local folder or object storage (``s3://``, ``gs://``),
+through ``pyarrow.fs``, the filesystem layer Ray Train and Ray Tune use for their own storage.
+
+A :class:`Location` is a filesystem and a path in it, resolved once from what the user gave
+(``FileSystem.from_uri``, which reads the endpoint and credentials from the standard AWS and
+GCS environment variables and config files: ``AWS_ENDPOINT_URL`` for an S3-compatible server
+such as MinIO). Whatever goes through it is written whole or not at all:
+
+- local: a temporary name in the same folder, then a rename (``stage1_common/fileio.py``);
+- object storage: the whole payload in one upload, closed once. Object stores have no rename,
+  and an upload stream closed after an error still commits what was written (pyarrow 26,
+  measured against moto), so a payload is never streamed in pieces: a reader sees the previous
+  object or the new one, never half of it.
+
+:func:`check_writable` probes a root before anything starts and turns the store's errors into
+one line each: an unknown bucket, credentials that are missing or refused, no write
+permission, an endpoint that does not answer (:class:`StorageError`).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from stage1_common.fileio import atomic_path
+
+__all__ = ["Location", "StorageError", "check_writable", "explain", "is_remote"]
+
+REMOTE_SCHEMES = ("s3", "gs", "gcs")
+
+
+class StorageError(Exception):
+    """A storage location that cannot be used, in one line that names it and the fix."""
+
+
+def is_remote(root: str | os.PathLike) -> bool:
+    """Whether ``root`` names object storage (``s3://``, ``gs://``) rather than a folder."""
+    scheme = str(root).partition("://")[0].lower() if "://" in str(root) else ""
+    return scheme in REMOTE_SCHEMES
+
+
+@dataclass(frozen=True)
+class Location:
+    """A filesystem and a path in it (``bucket/prefix/...`` for object storage, an absolute
+    path for a local folder), and the URI it was named by."""
+
+    fs: pafs.FileSystem
+    path: str
+    uri: str
+
+    @classmethod
+    def of(cls, root: str | os.PathLike) -> Location:
+        """Resolve ``root`` (a folder or ``s3://bucket/prefix``) once."""
+        text = str(root)
+        if not is_remote(text):
+            path = str(Path(text).expanduser().resolve())
+            return cls(pafs.LocalFileSystem(), path, path)
+        try:
+            fs, path = pafs.FileSystem.from_uri(text)
+        except Exception as exc:  # a malformed URI or an unsupported scheme
+            raise StorageError(f"{text}: {_first_line(exc)}") from None
+        return cls(fs, path.rstrip("/"), text.rstrip("/"))
+
+    @property
+    def remote(self) -> bool:
+        return not isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    def join(self, *parts: str) -> Location:
+        path = posixpath.join(self.path, *parts)
+        uri = self.uri if not parts else _join_uri(self.uri, *parts)
+        return Location(self.fs, path, uri)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    # --- reading ---
+    def exists(self) -> bool:
+        return self.fs.get_file_info(self.path).type != pafs.FileType.NotFound
+
+    def is_file(self) -> bool:
+        return self.fs.get_file_info(self.path).type == pafs.FileType.File
+
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.path) as f:
+            return f.read()
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode()
+
+    def files(self) -> dict[str, int]:
+        """Every file under this folder: its path relative to it, and its size in bytes."""
+        selector = pafs.FileSelector(self.path, recursive=True, allow_not_found=True)
+        prefix = self.path.rstrip("/") + "/"
+        return {
+            info.path[len(prefix) :]: info.size
+            for info in self.fs.get_file_info(selector)
+            if info.type == pafs.FileType.File
+        }
+
+    # --- writing (whole or not at all) ---
+    def write_bytes(self, data: bytes) -> None:
+        """Write ``data`` as this file, atomically (see the module's doc)."""
+        if not self.remote:
+            with atomic_path(Path(self.path)) as tmp:
+                tmp.write_bytes(data)
+            return
+        with self.fs.open_output_stream(self.path) as out:
+            out.write(data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
+
+    def upload(self, folder: str | os.PathLike) -> None:
+        """Copy a local folder's files under this location (file by file, each whole)."""
+        local = str(Path(folder).resolve())
+        pafs.copy_files(local, self.path, pafs.LocalFileSystem(), self.fs, use_threads=False)
+
+    def download(self, folder: str | os.PathLike) -> Path:
+        """Copy this location's files into a local folder; returns it."""
+        target = Path(folder)
+        target.mkdir(parents=True, exist_ok=True)
+        pafs.copy_files(self.path, str(target.resolve()), self.fs, pafs.LocalFileSystem())
+        return target
+
+    def delete(self) -> None:
+        """Remove this folder and everything under it (nothing if it is not there)."""
+        if self.exists():
+            self.fs.delete_dir(self.path)
+
+
+def check_writable(root: Location) -> None:
+    """Write, read back and delete one small object under ``root``; raise :class:`StorageError`
+    with one line naming the root, what is wrong and the fix."""
+    probe = root.join(f".write-probe-{uuid.uuid4().hex[:12]}")
+    try:
+        if not root.remote:
+            Path(root.path).mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"probe")
+        if probe.read_bytes() != b"probe":
+            raise StorageError(f"{root}: an object written here read back differently")
+        root.fs.delete_file(probe.path)
+    except StorageError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"{root}: {explain(root, exc)}") from None
+
+
+def explain(root: Location, exc: BaseException) -> str:
+    """The store's error as what the user can do about it."""
+    text = _first_line(exc)
+    bucket = root.path.split("/", 1)[0]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if "NO_SUCH_BUCKET" in text or ("not found" in text and "Bucket" in text):
+        return f"bucket {bucket!r} does not exist (create it, or fix the name)"
+    if "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
+        return (
+            "the credentials were refused (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+            "or the profile in AWS_PROFILE)"
+        )
+    if ("ACCESS_DENIED" in text or "INTERNAL_FAILURE" in text) and not _may_have_credentials():
+        return (
+            "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+        )
+    if "ACCESS_DENIED" in text:
+        return (
+            f"no permission to write to bucket {bucket!r} (grant s3:PutObject, s3:GetObject "
+            "and s3:DeleteObject on the prefix, or use credentials that have them)"
+        )
+    if "NETWORK_CONNECTION" in text or "Couldn't connect" in text or "curlCode" in text:
+        where = endpoint or "the store's endpoint"
+        return f"cannot reach {where} (check AWS_ENDPOINT_URL and the network)"
+    if isinstance(exc, PermissionError):
+        return "no permission to write here (choose a folder you can write to)"
+    return text
+
+
+_CREDENTIAL_SOURCES = (  # the AWS SDK's other sources: keys, profiles, web identity, containers
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def _may_have_credentials() -> bool:
+    """Whether the AWS SDK may have found credentials: False only when no source of them is
+    there (an instance's metadata service counts unless AWS_EC2_METADATA_DISABLED is set)."""
+    if any(os.environ.get(name) for name in _CREDENTIAL_SOURCES):
+        return True
+    if os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() != "true":
+        return True
+    files = (
+        ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+        ("AWS_CONFIG_FILE", "~/.aws/config"),
+    )
+    return any(Path(os.environ.get(var, default)).expanduser().is_file() for var, default in files)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())[:300]
+
+
+def _join_uri(uri: str, *parts: str) -> str:
+    """``s3://b/p?query`` joined with parts, the query (an endpoint override) kept at the end."""
+    base, sep, query = uri.partition("?")
+    return posixpath.join(base, *parts) + (sep + query if sep else "")

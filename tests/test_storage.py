@@ -1,0 +1,188 @@
+"""stage1_common/storage.py against a local folder and a real S3-compatible server (moto in a
+subprocess, tests/s3server.py): the same round trip on both, a write killed mid-upload leaves
+no object, and each bad storage input is one line that names the fix."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stage1_common.storage import Location, StorageError, check_writable, is_remote
+from tests.s3server import CLIENT_ENV, make_bucket, moto_server
+
+BUCKET = "results"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    with pytest.MonkeyPatch.context() as mp, moto_server() as endpoint:
+        for key, value in {**CLIENT_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            mp.setenv(key, value)
+        make_bucket(endpoint, BUCKET)
+        yield endpoint
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "out")
+    request.getfixturevalue("s3")
+    return f"s3://{BUCKET}/{tmp_path.name}/out"
+
+
+def test_a_root_round_trips_files_and_folders(root, tmp_path):
+    loc = Location.of(root)
+    assert loc.remote == is_remote(root)
+    check_writable(loc)
+    loc.join("runs", "r1", "config.json").write_text(json.dumps({"lr": 0.1}))
+    loc.join("summary.md").write_text("# old")
+    loc.join("summary.md").write_text("# new")  # replaced whole
+    assert loc.join("summary.md").read_text() == "# new"
+    assert json.loads(loc.join("runs/r1/config.json").read_text()) == {"lr": 0.1}
+    assert loc.join("runs/r1/config.json").is_file() and not loc.join("nothing").exists()
+    local = tmp_path / "ckpt"
+    (local / "dcp").mkdir(parents=True)
+    (local / "dcp" / "__0_0.distcp").write_bytes(b"x" * 1000)
+    (local / "meta.json").write_text("{}")
+    loc.join("runs/r1/checkpoint_step0000002").upload(local)
+    assert loc.join("runs/r1/checkpoint_step0000002").files() == {
+        "dcp/__0_0.distcp": 1000,
+        "meta.json": 2,
+    }
+    back = loc.join("runs/r1/checkpoint_step0000002").download(tmp_path / "back")
+    assert (back / "dcp" / "__0_0.distcp").read_bytes() == b"x" * 1000
+    files = loc.files()
+    assert {"summary.md", "runs/r1/config.json", "runs/r1/checkpoint_step0000002/meta.json"} <= set(
+        files
+    ), files
+    assert not any(".write-probe-" in f for f in files)  # the probe cleaned up after itself
+    loc.join("runs").delete()
+    assert set(loc.files()) == {"summary.md"}
+
+
+WRITER = """
+import sys
+from stage1_common.storage import Location
+print("writing", flush=True)
+Location.of(sys.argv[1]).write_bytes(b"y" * (256 << 20))
+print("written", flush=True)
+"""
+
+
+def test_a_write_killed_mid_upload_leaves_the_previous_object(s3, tmp_path):
+    target = Location.of(f"s3://{BUCKET}/{tmp_path.name}/big.bin")
+    target.write_bytes(b"previous")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, target.uri],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
+    assert proc.stdout.readline().strip() == "writing"
+    time.sleep(1.0)  # the upload of 256 MB is under way
+    assert proc.poll() is None, "the upload finished before the kill: make the payload larger"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert target.read_bytes() == b"previous"
+
+
+def test_bad_storage_input_is_one_line_that_names_the_fix(s3):
+    with pytest.raises(StorageError) as e:
+        check_writable(Location.of("s3://no-such-bucket/prefix"))
+    assert "bucket 'no-such-bucket' does not exist" in str(e.value)
+    assert str(e.value).startswith("s3://no-such-bucket/prefix: ") and "\n" not in str(e.value)
+
+    unreachable = f"s3://{BUCKET}/x?endpoint_override=http://127.0.0.1:9&scheme=http"
+    with pytest.raises(StorageError, match="cannot reach") as e:
+        check_writable(Location.of(unreachable))
+    assert "\n" not in str(e.value)
+
+
+def iam_user(iam, name: str, actions: list[str]) -> tuple[str, str]:
+    iam.create_user(UserName=name)
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+    }
+    iam.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+def test_refused_credentials_and_no_write_permission_each_get_their_line(monkeypatch):
+    """A server that enforces IAM (moto's INITIAL_NO_AUTH_ACTION_COUNT: the first 7 requests,
+    the set-up below, go unchecked)."""
+    import boto3
+
+    with moto_server(INITIAL_NO_AUTH_ACTION_COUNT="7") as endpoint:
+        for key, value in {**CLIENT_ENV, "AWS_ENDPOINT_URL": endpoint}.items():
+            monkeypatch.setenv(key, value)
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="locked")  # 1
+        iam = boto3.client("iam", endpoint_url=endpoint)
+        writer = iam_user(iam, "writer", ["s3:*"])  # 2-4
+        reader = iam_user(iam, "reader", ["s3:GetObject", "s3:ListBucket"])  # 5-7
+
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", writer[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", writer[1])
+        check_writable(Location.of("s3://locked/ok"))  # the writer may
+
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", reader[0])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", reader[1])
+        with pytest.raises(StorageError, match="no permission to write to bucket 'locked'"):
+            check_writable(Location.of("s3://locked/ro"))
+
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
+        with pytest.raises(StorageError, match="the credentials were refused"):
+            check_writable(Location.of("s3://locked/bad"))
+
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+            monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+        with pytest.raises(StorageError, match="no credentials found"):
+            check_writable(Location.of("s3://locked/none"))
+
+
+def test_the_report_of_a_sweep_in_a_bucket_is_uploaded_beside_it(s3, tmp_path):
+    from platform.storage.working_copy import wanted
+    from tests.cli import run_module
+    from tests.test_report import H200, check_filled
+
+    uri = f"s3://{BUCKET}/{tmp_path.name}/analysis_2xh200"
+    root = Location.of(uri)
+    root.upload(H200)
+    out = run_module("platform.report", uri)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"report: {uri}/report.html (")
+    page = root.join("report.html").read_text()
+    found = check_filled(page)
+    assert "sweep_z0_mb160_nw8_pf4" in found.text["ranking"]
+    assert f"<code>{uri}</code>" in page  # the bucket's name, not the local copy's
+    assert set(root.files()) == {
+        str(p.relative_to(H200)) for p in H200.rglob("*") if p.is_file()
+    } | {"report.html"}
+    # Read-only use: the page goes to --out, nothing is uploaded.
+    local = tmp_path / "page.html"
+    before = root.files()
+    out = run_module("platform.report", uri, "--out", local)
+    assert out.returncode == 0 and local.is_file() and root.files() == before, out.stderr
+    # What the copy leaves in the bucket: checkpoints, caches, TensorBoard logs.
+    assert wanted("runs/r1/config.json") and wanted("timing.parquet/r1-00000.parquet")
+    assert not wanted("runs/r1/checkpoint_step0000200/dcp-1a2b/__0_0.distcp")
+    assert not wanted("cache/inductor/fxgraph/x") and not wanted("tensorboard/r1/events")
+    assert not wanted("runs/r1/export/model.safetensors")
+
+
+def test_a_report_from_a_bucket_that_is_not_there_is_one_line_and_exit_2(s3):
+    from tests.cli import run_module
+
+    out = run_module("platform.report", "s3://no-such-bucket/sweep")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "platform.report: error: s3://no-such-bucket/sweep: bucket 'no-such-bucket' does not "
+        "exist (create it, or fix the name)"
+    ]
