@@ -71,7 +71,7 @@ class CachedStager:
         self.pinned, self.shared = pinned and self.gpu, shared
         self._buffers = None
         self._making: threading.Thread | None = None
-        self._made: dict[str, Any] = {}  # what the thread made: "buffers" or "error"
+        self._made: dict[str, Any] = {}  # the thread's buffers, under "buffers"
 
     @property
     def should_synchronize_after_execute(self) -> bool:
@@ -95,8 +95,8 @@ class CachedStager:
     def _make(self, state_dict) -> None:
         try:
             self._made["buffers"] = self._new_buffers(state_dict)
-        except BaseException as exc:  # made again by the save that needs them
-            self._made["error"] = exc
+        except Exception:  # the save makes them itself, and a failure there is recorded
+            pass
 
     def _new_buffers(self, state_dict):
         from torch.distributed._state_dict_utils import _create_cpu_state_dict
@@ -110,7 +110,6 @@ class CachedStager:
             self._making.join()
             self._making = None
             self._buffers = self._made.pop("buffers", None)
-            self._made.clear()
         if self._buffers is None:
             self._buffers = self._new_buffers(state_dict)
         staged = _copy_state_dict(state_dict, self._buffers, non_blocking=self.pinned)
