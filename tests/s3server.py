@@ -5,13 +5,14 @@ it (fake keys, no EC2 metadata lookups, ``AWS_ENDPOINT_URL``)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from tests.test_model import free_port
 
 CLIENT_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -20,12 +21,6 @@ CLIENT_ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",  # boto3's name for it (the IAM set-up of the tests)
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextmanager
