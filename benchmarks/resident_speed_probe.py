@@ -16,7 +16,10 @@ tell which kernels a slower run spends its time in. Each
 run also records the caching allocator's out-of-memory count (``num_ooms``: a workspace request
 that failed makes cuDNN choose, and cache for the process's life, another plan), the training
 thread's CPU time per step, and what the process carried into the run (threads, child
-processes, open files, memory mappings, RSS). Tails leave out the profiled window and the next.
+processes, open files, memory mappings, RSS). ``:spy`` (``fresh:buckets:spy``) samples the host's
+stacks, Python and C++, over two windows with py-spy (``--spy-window``, ``--spy-dir``): where the
+host's side of a step goes. Tails leave out the profiled or sampled windows (and the next).
+The samplers: benchmarks/probe_samplers.py.
 
     python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
 """
@@ -30,10 +33,11 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.probe_samplers import Gpu, KernelWindow, Spy, process_facts
 
 TAIL_WINDOWS = 3  # the tail: the last windows' mean samples/s (benchmarks/time_to_answer.py)
 
@@ -84,43 +88,6 @@ def config(
     )
 
 
-class Gpu:
-    """NVML samples every 0.5 s while a run's windows are timed."""
-
-    def __init__(self) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
-        self.nvml = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        self.samples: list[tuple[float, float, float]] = []
-        self.on = False
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self) -> None:
-        n, h = self.nvml, self.handle
-        while True:
-            if self.on:
-                self.samples.append(
-                    (
-                        n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-                        n.nvmlDeviceGetPowerUsage(h) / 1000,
-                        n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
-                    )
-                )
-            time.sleep(0.5)
-
-    def summary(self) -> dict[str, float]:
-        s, self.samples = self.samples, []
-        if not s:
-            return {}
-        return {
-            "sm_mhz": statistics.median(x[0] for x in s),
-            "power_w": statistics.fmean(x[1] for x in s),
-            "temp_c": statistics.fmean(x[2] for x in s),
-        }
-
-
 def gpu_worker(report):
     """Rank 0 of a world of 1 on GPU 0, as a resident group's worker sees itself."""
     import torch
@@ -139,73 +106,9 @@ def gpu_worker(report):
     )
 
 
-class KernelWindow:
-    """torch.profiler's CUDA kernels over one window (started at the K-th report, stopped at
-    the next): the heaviest kernels, in milliseconds per step."""
-
-    TOP = 12
-
-    def __init__(self, after_window: int, steps_per_window: int) -> None:
-        self.after, self.steps = after_window, steps_per_window
-        self.prof = None
-        self.table: list[dict[str, Any]] = []
-
-    def on_window(self, n: int) -> None:
-        import torch
-
-        if n == self.after and self.after > 0:
-            acts = [torch.profiler.ProfilerActivity.CUDA]
-            self.prof = torch.profiler.profile(activities=acts)
-            self.prof.start()
-        elif self.prof is not None and n == self.after + 1:
-            torch.cuda.synchronize()
-            self.prof.stop()
-            self.table = self._top(self.prof.key_averages())
-            self.prof = None
-
-    def _top(self, averages) -> list[dict[str, Any]]:
-        rows = []
-        for e in averages:
-            us = getattr(e, "self_device_time_total", 0)
-            if us > 0:
-                rows.append(
-                    {
-                        "kernel": e.key[:110],
-                        "ms_per_step": us / 1e3 / self.steps,
-                        "calls_per_step": e.count / self.steps,
-                    }
-                )
-        rows.sort(key=lambda r: -r["ms_per_step"])
-        total = sum(r["ms_per_step"] for r in rows)
-        top = [
-            dict(
-                r,
-                ms_per_step=round(r["ms_per_step"], 2),
-                calls_per_step=round(r["calls_per_step"], 1),
-            )
-            for r in rows[: self.TOP]
-        ]
-        return [{"kernel": "(all kernels)", "ms_per_step": round(total, 2)}] + top
-
-
-def process_facts() -> dict[str, Any]:
-    """What the process carries into a run: its threads, child processes, open files and
-    memory mappings (a resident run starts with what the earlier runs left)."""
-    import psutil
-
-    me = psutil.Process()
-    maps = Path(f"/proc/{os.getpid()}/maps")
-    return {
-        "threads": sorted(t.name for t in threading.enumerate()),
-        "os_threads": me.num_threads(),
-        "children": len(me.children(recursive=True)),
-        "fds": me.num_fds(),
-        "maps": len(maps.read_text().splitlines()) if maps.exists() else None,
-        "rss_mb": me.memory_info().rss >> 20,
-    }
-
-
-def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
+def train_once(
+    cfg, gpu: Gpu | None, profile_window: int = 0, spy: Spy | None = None
+) -> dict[str, Any]:
     import torch
 
     from trainables.loop import run_training
@@ -219,14 +122,21 @@ def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
         keys = ("samples_per_s", "step_ms_p50", "cpu_ms_mean")
         windows.append({k: float(m.get(k) or 0.0) for k in keys})
         kernels.on_window(len(windows))
+        if spy is not None:
+            spy.on_window(len(windows))
         if gpu is not None:
             gpu.on = len(windows) >= 1  # from the end of the first (warm-up) window on
 
     run_training(cfg, gpu_worker(report))
     if gpu is not None:
         gpu.on = False
-    # The tail, without the profiled window and the next (where its tables are built).
+    if spy is not None:
+        spy.stop()
+    # The tail, without the profiled window and the next (where its tables are built), and
+    # without the sampled windows.
     profiled = {profile_window + 1, profile_window + 2} if profile_window else set()
+    if spy is not None and spy.after:
+        profiled |= {spy.after + 1, spy.after + 2}
     clean = [w for i, w in enumerate(windows, start=1) if i not in profiled]
     tail = clean[-TAIL_WINDOWS:]
     stats = torch.cuda.memory_stats()
@@ -239,6 +149,7 @@ def train_once(cfg, gpu: Gpu | None, profile_window: int = 0) -> dict[str, Any]:
         "num_ooms": stats.get("num_ooms", 0) - ooms_before,
         "peak_reserved_gb": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 1),
         "kernels": kernels.table,
+        "spy_top": spy.top if spy is not None else [],
         **(gpu.summary() if gpu is not None else {}),
     }
 
@@ -261,12 +172,16 @@ def init_process_group(port: int) -> None:
     torch.cuda.set_device(0)
 
 
-def fresh(args: argparse.Namespace, case: str, profile_window: int) -> dict[str, Any]:
+def fresh(
+    args: argparse.Namespace, case: str, profile_window: int, spy_out: Path | None
+) -> dict[str, Any]:
     """One run in a new process (its own imports, CUDA context and process group)."""
     cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
     cmd += ["--manifest", args.manifest, "--steps", str(args.steps), "--case", case]
     cmd += ["--micro-batch", str(args.micro_batch), "--profile-window", str(profile_window)]
     cmd += ["--telemetry"] if args.telemetry else []
+    if spy_out is not None:
+        cmd += ["--spy-window", str(args.spy_window), "--spy-out", str(spy_out)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -294,13 +209,23 @@ def main(argv: list[str] | None = None) -> int:
         "ends with ':profile' (0: none). Profile only the last run of a process: once "
         "started, the profiler (CUPTI) may keep slowing the process's later launches",
     )
+    p.add_argument(
+        "--spy-window",
+        type=int,
+        default=3,
+        help="in the runs whose step ends with ':spy': py-spy samples the two windows after "
+        "this one (raw stacks into --spy-dir)",
+    )
+    p.add_argument("--spy-dir", type=Path, default=Path("."))
+    p.add_argument("--spy-out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path)
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:  # a fresh run's child: one run, its record as the last line
         init_process_group(29611)
         cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry, args.case)
-        print(json.dumps(train_once(cfg, Gpu(), args.profile_window)), flush=True)
+        spy = Spy(args.spy_window, args.spy_out) if args.spy_out else None
+        print(json.dumps(train_once(cfg, Gpu(), args.profile_window, spy)), flush=True)
         return 0
 
     from trainables.serve import release
@@ -313,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         case, _, mark = rest.partition(":")
         case = case or args.case
         window = args.profile_window if mark == "profile" else 0
-        if step not in STEPS or case not in CASES or mark not in ("", "profile"):
+        spy_out = args.spy_dir / f"spy_{i + 1}_{step}_{case}.txt" if mark == "spy" else None
+        if step not in STEPS or case not in CASES or mark not in ("", "profile", "spy"):
             print(
                 f"--sequence: unknown step {item!r}; steps {', '.join(STEPS)}, cases "
                 f"{', '.join(CASES)}",
@@ -327,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 dist.destroy_process_group()
                 gpu = None
-            rec = fresh(args, case, window)
+            rec = fresh(args, case, window, spy_out)
         else:
             if gpu is None:
                 init_process_group(29612)
@@ -345,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 config(args.manifest, args.steps, args.micro_batch, args.telemetry, case),
                 gpu,
                 window,
+                Spy(args.spy_window, spy_out) if spy_out else None,
             )
         rows.append(dict(rec, case=case, step=step, label=f"{i + 1}. {case}, {STEPS[step]}"))
         print(json.dumps(rows[-1]), flush=True)
@@ -377,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{r['label']}: kernels, ms per step (calls per step)")
             for k in r["kernels"]:
                 print(f"  {k['ms_per_step']:8.2f}  ({k.get('calls_per_step', '')})  {k['kernel']}")
+    for r in rows:
+        if r.get("spy_top"):
+            print(f"\n{r['label']}: py-spy, heaviest leaf frames (samples)")
+            for count, frame in r["spy_top"]:
+                print(f"  {count:7d}  {frame[:140]}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -284,41 +284,52 @@ def test_the_host_buffers_are_made_ahead_and_the_first_save_copies_into_them():
     stager = make_stager(torch.device("cpu"), pinned=True, shared=True)
     state = {"model": {"w": torch.ones(3)}, "optimizer": {"state": {"w": {"step": torch.ones(())}}}}
     stager.prepare(state)
-    assert stager.ready and stager._making is not None
-    stager._making.join()
-    made = stager._made["buffers"]["model"]["w"]
+    made = stager._buffers["model"]["w"]
     assert made.is_shared() and made.data_ptr() != state["model"]["w"].data_ptr()
-    state["model"]["w"].mul_(3)  # training went on while they were made: the save copies now
+    state["model"]["w"].mul_(3)  # training went on after they were made: the save copies now
     staged = stager.stage(state)
     assert staged["model"]["w"].data_ptr() == made.data_ptr()
     assert torch.equal(staged["model"]["w"], torch.full((3,), 3.0))
     stager.prepare(state)  # once per run
-    assert stager._making is None and stager._buffers is not None
+    assert stager._buffers["model"]["w"].data_ptr() == made.data_ptr()
     stager.close()
 
 
-def test_the_writer_makes_buffers_only_once_the_optimizer_has_state():
-    """Before the first optimizer step DCP's state dict would make the optimizer's state with
-    a step of its own (lr 0, but Adam's step count moves): the writer waits for a real step."""
+def test_the_writer_makes_the_buffers_before_the_first_step_and_the_steps_are_unchanged():
+    """Before the first optimizer step DCP's state dict makes the optimizer's state with a step
+    of its own (lr 0, but Adam's step count moves): the writer drops that state again, so the
+    run's steps are bit-identical to a run without it."""
+    import copy
     from types import SimpleNamespace
 
-    from trainables.checkpoint_state import CheckpointWriter
+    from trainables.checkpoint_state import CheckpointWriter, dcp_state
 
-    cfg = TrialConfig(model_size="tiny", checkpoint_every=10, checkpoint_async=False)
-    model = torch.nn.Linear(2, 2)
-    optimizer = torch.optim.AdamW(model.parameters())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    twin = copy.deepcopy(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1)
+    twin_optimizer = torch.optim.AdamW(twin.parameters(), lr=0.05, weight_decay=0.1)
     engine = SimpleNamespace(kind="ddp", bare=model, optimizer=optimizer, effective={})
+    cfg = TrialConfig(model_size="tiny", checkpoint_every=10, checkpoint_async=False)
     writer = CheckpointWriter(cfg, engine, rank=0, world_size=1, device=torch.device("cpu"))
-    assert writer.mode == "sync"
-    writer.prepare()  # synchronous saves stage nothing
-    assert writer._stager is None
-    writer.mode = "thread"  # what an asynchronous writer does at a window:
-    writer.prepare()
-    assert not optimizer.state and (writer._stager is None or not writer._stager.ready)
-    model(torch.ones(1, 2)).sum().backward()
-    optimizer.step()
-    writer.prepare()
-    assert writer._stager.ready
-    writer._stager._making.join()
-    assert int(next(iter(optimizer.state.values()))["step"]) == 1  # untouched by the making
+    assert writer.mode == "sync" and writer.prepare() is False and writer._stager is None
+    writer.mode = "thread"  # what an asynchronous writer does before the first step:
+    assert writer.prepare() is True
+    buffers = writer._stager._buffers["optimizer"]["state"]
+    assert {"step", "exp_avg", "exp_avg_sq"} <= set(next(iter(buffers.values())))
+    assert not optimizer.state and all(p.grad is None for p in model.parameters())
+    x = torch.randn(16, 4)
+    for net, opt in ((model, optimizer), (twin, twin_optimizer)):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            net(x).pow(2).mean().backward()
+            opt.step()
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters(), strict=True)
+    )
+    assert int(next(iter(optimizer.state.values()))["step"]) == 3
+    first = writer._stager._buffers["model"]["0.weight"].data_ptr()
+    staged = writer._stager.stage(dcp_state(engine))  # the save copies into them
+    assert staged["model"]["0.weight"].data_ptr() == first
+    assert torch.equal(staged["model"]["0.weight"], model[0].weight.detach())
     writer.close()

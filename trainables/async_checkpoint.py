@@ -4,9 +4,6 @@ and the stager that copies the state to host memory for ``dcp.async_save`` (``ma
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import torch
 
 __all__ = ["checkpoint_mode", "kept_open", "make_stager"]
@@ -53,11 +50,12 @@ class CachedStager:
     ``shared`` with the writer process), the pattern torchtitan's pinned-memory async mode
     uses: a save holds the step only for the device-to-host copy.
 
-    The buffers are made ahead (:meth:`prepare`, in a thread, from the first window on): made
-    at the first save they held that save 2.0-3.5 s on an H100 (share and pin every tensor;
-    FSDP2's shards are also copied once to find their layout), while a save into them held it
-    0.15-0.27 s (benchmarks/results/checkpoint_overhead_1xh100/). A save that comes before
-    they are ready waits for them.
+    The buffers are made before the first step (:meth:`prepare`, called by
+    ``CheckpointWriter.prepare``; start-up's ``checkpoint_buffers`` part). Made at the first
+    save they held that save 2.0-3.5 s on an H100 (share and pin every tensor; FSDP2's shards
+    are also copied once to find their layout); made in a thread beside the steps, they slowed
+    those steps by about 1.9 s; a save into them held it 0.14-0.27 s
+    (benchmarks/results/checkpoint_overhead_1xh100/). A save without them makes them.
 
     Not torch's DefaultStager: on torch 2.11 a DefaultStager stages once (its second stage()
     fails with ``KeyError: <class 'type'>``, measured on an H100), so every save would make
@@ -70,8 +68,6 @@ class CachedStager:
         self.gpu = device.type == "cuda"
         self.pinned, self.shared = pinned and self.gpu, shared
         self._buffers = None
-        self._making: threading.Thread | None = None
-        self._made: dict[str, Any] = {}  # the thread's buffers, under "buffers"
 
     @property
     def should_synchronize_after_execute(self) -> bool:
@@ -79,24 +75,19 @@ class CachedStager:
 
     @property
     def ready(self) -> bool:
-        """Whether the buffers are made (or being made)."""
-        return self._buffers is not None or self._making is not None
+        """Whether the buffers are made."""
+        return self._buffers is not None
 
     def prepare(self, state_dict) -> None:
-        """Make the buffers for ``state_dict``'s layout in a thread while training goes on
-        (once; its tensors' values are not read, except FSDP2's shards once)."""
+        """Make the buffers for ``state_dict``'s layout now (once; its tensors' values are not
+        read, except FSDP2's shards once). A failure (host memory) is left to the first save,
+        which makes them itself and records its own failure."""
         if self.ready:
             return
-        self._making = threading.Thread(
-            target=self._make, args=(state_dict,), name="checkpoint-buffers", daemon=True
-        )
-        self._making.start()
-
-    def _make(self, state_dict) -> None:
         try:
-            self._made["buffers"] = self._new_buffers(state_dict)
-        except Exception:  # the save makes them itself, and a failure there is recorded
-            pass
+            self._buffers = self._new_buffers(state_dict)
+        except Exception:  # noqa: BLE001 - see above
+            self._buffers = None
 
     def _new_buffers(self, state_dict):
         from torch.distributed._state_dict_utils import _create_cpu_state_dict
@@ -106,10 +97,6 @@ class CachedStager:
     def stage(self, state_dict, **_):
         from torch.distributed._state_dict_utils import _copy_state_dict
 
-        if self._making is not None:  # made ahead: the save waits for the thread, if at all
-            self._making.join()
-            self._making = None
-            self._buffers = self._made.pop("buffers", None)
         if self._buffers is None:
             self._buffers = self._new_buffers(state_dict)
         staged = _copy_state_dict(state_dict, self._buffers, non_blocking=self.pinned)
@@ -121,10 +108,6 @@ class CachedStager:
         """Nothing: stage() returns once the copy is done."""
 
     def close(self) -> None:
-        if self._making is not None:
-            self._making.join()
-            self._making = None
-        self._made.clear()
         self._buffers = None
 
 

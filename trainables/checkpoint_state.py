@@ -185,15 +185,26 @@ class CheckpointWriter:
         # A Future: the stager (CachedStager) copied the state before async_save returned.
         save.upload = getattr(response, "upload_completion", response)
 
-    def prepare(self) -> None:
-        """At a window: the stager's host buffers are made ahead of the first asynchronous
-        save, in a thread (once; only after an optimizer step has made the optimizer's state,
-        so the layout is the one a save will have)."""
+    def prepare(self) -> bool:
+        """Before the first step: the stager's host buffers for the state a save will have, so
+        that neither the first save nor the steps pay for making them (start-up's
+        ``checkpoint_buffers`` part). Before the optimizer's first step its state does not
+        exist: DCP's state dict makes it (torch's ``_init_optim_state``: one step at lr 0 on
+        zero gradients, which leaves the parameters as they were), and it is dropped again
+        once the buffers are made, so the first real step starts from nothing as it would
+        without this (Adam's step count included). A resumed run has its loaded state.
+        Returns whether it made them."""
         if self.mode == "sync" or self.engine.kind == "deepspeed":
-            return
-        if not self.engine.optimizer.state or self._run_stager().ready:
-            return
-        self._run_stager().prepare(dcp_state(self.engine))
+            return False
+        optimizer = self.engine.optimizer
+        made_here = not optimizer.state
+        state = dcp_state(self.engine)
+        if optimizer.state:  # else no layout to make them for: the first save makes them
+            self._run_stager().prepare(state)
+        del state
+        if made_here:
+            optimizer.state.clear()
+        return self._run_stager().ready
 
     def _run_stager(self):
         """One stager per run, its host buffers reused by every save (trainables/

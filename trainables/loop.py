@@ -201,6 +201,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
         notes["compile_s"] = engine.warm_up(cfg)
         clock.lap("compile")
+        if writer is not None and writer.prepare():  # its asynchronous saves' host buffers
+            clock.lap("checkpoint_buffers")
         run = _Run(
             cfg=cfg,
             worker=worker,
@@ -366,8 +368,6 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
     if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
         save(cfg, worker, run.writer, run.batches, state)
         paused = True
-    if run.writer is not None:  # the first save's host buffers, made ahead
-        run.writer.prepare()
     # Rank 0: a checkpoint complete on every rank by now, for Ray Train, with its fields.
     registered = run.writer.registrable() if run.writer and worker.rank == 0 else None
     if registered is not None:
