@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Gpu", "KernelWindow", "Spy", "process_facts"]
+__all__ = ["CpuAccount", "Gpu", "KernelWindow", "Spy", "process_facts"]
 
 
 class Gpu:
@@ -158,6 +158,66 @@ def allow_tracing_by_children() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)
     except Exception:  # noqa: BLE001 - then py-spy says why it cannot attach
         pass
+
+
+class CpuAccount:
+    """Where the host's CPU goes over a run's timed windows, per step: the whole process (every
+    thread), its child processes (the loader's workers), and the training thread's context
+    switches (nonvoluntary: it was runnable and a core was taken from it; voluntary: it
+    waited, for the GPU, a lock or the GIL)."""
+
+    def __init__(self) -> None:
+        self._start: dict[str, float] | None = None
+        self.tid = threading.get_native_id()  # the training thread: the one that makes this
+
+    def _now(self, step: int) -> dict[str, float]:
+        import psutil
+
+        me = psutil.Process()
+        kids = me.children(recursive=True)
+        switches = {"voluntary": 0.0, "nonvoluntary": 0.0}
+        status = Path(f"/proc/self/task/{self.tid}/status")
+        if status.exists():
+            for line in status.read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.endswith("_ctxt_switches"):
+                    switches[key.split("_")[0]] = float(value)
+        cpu = me.cpu_times()
+        kid_cpu = 0.0
+        for k in kids:
+            try:
+                t = k.cpu_times()
+                kid_cpu += t.user + t.system
+            except psutil.Error:
+                pass
+        return {
+            "step": step,
+            "proc": cpu.user + cpu.system,
+            "kids": kid_cpu,
+            **switches,
+            "threads": me.num_threads(),
+        }
+
+    def window(self, step: int) -> None:
+        """At a report: the first one starts the count; every later one moves its end."""
+        now = self._now(step)
+        if self._start is None:
+            self._start = now
+        self._end = now
+
+    def summary(self) -> dict[str, Any]:
+        if self._start is None or self._end["step"] <= self._start["step"]:
+            return {}
+        a, b = self._start, self._end
+        steps = b["step"] - a["step"]
+        return {
+            "proc_cpu_ms_per_step": round((b["proc"] - a["proc"]) * 1e3 / steps, 1),
+            "loader_cpu_ms_per_step": round((b["kids"] - a["kids"]) * 1e3 / steps, 1),
+            "nvcsw_per_step": round((b["nonvoluntary"] - a["nonvoluntary"]) / steps, 2),
+            "vcsw_per_step": round((b["voluntary"] - a["voluntary"]) / steps, 2),
+            "threads_during": int(b["threads"]),
+            "cpus_allowed": len(os.sched_getaffinity(0)),
+        }
 
 
 def process_facts() -> dict[str, Any]:

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.probe_samplers import Gpu, KernelWindow, Spy, process_facts
+from benchmarks.probe_samplers import CpuAccount, Gpu, KernelWindow, Spy, process_facts
 
 TAIL_WINDOWS = 3  # the tail: the last windows' mean samples/s (benchmarks/time_to_answer.py)
 
@@ -116,12 +116,14 @@ def train_once(
     before = process_facts()
     windows: list[dict[str, float]] = []
     kernels = KernelWindow(profile_window, cfg.log_every)
+    account = CpuAccount()
     ooms_before = torch.cuda.memory_stats().get("num_ooms", 0)
 
     def report(m: dict[str, Any], checkpoint=None) -> None:
         keys = ("samples_per_s", "step_ms_p50", "cpu_ms_mean")
         windows.append({k: float(m.get(k) or 0.0) for k in keys})
         kernels.on_window(len(windows))
+        account.window(int(m.get("step") or 0))
         if spy is not None:
             spy.on_window(len(windows))
         if gpu is not None:
@@ -149,6 +151,7 @@ def train_once(
         "num_ooms": stats.get("num_ooms", 0) - ooms_before,
         "peak_reserved_gb": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 1),
         "kernels": kernels.table,
+        **account.summary(),
         "spy_top": spy.top if spy is not None else [],
         **(gpu.summary() if gpu is not None else {}),
     }
@@ -283,15 +286,19 @@ def main(argv: list[str] | None = None) -> int:
     base = {c: statistics.fmean(v) for c, v in fresh_tails.items()}  # the case's fresh mean
     print(
         "\n| run | tail samples/s | / its case's fresh mean | step ms p50 | CPU ms per step "
-        "| OOMs | SM MHz | power W | before it: threads, children, fds, maps, RSS MB |"
+        "| process / loader CPU ms per step | switches per step (nonvoluntary, voluntary) "
+        "| threads during | OOMs | SM MHz | power W "
+        "| before it: threads, children, fds, maps, RSS MB |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         pb = r.get("process_before", {})
         print(
             f"| {r['label']} | {r['tail_samples_per_s']:.1f} | "
             f"{r['tail_samples_per_s'] / base.get(r['case'], float('nan')):.3f} | "
             f"{r['step_ms_p50']:.1f} | {r.get('cpu_ms_mean', float('nan')):.1f} | "
+            f"{r.get('proc_cpu_ms_per_step')} / {r.get('loader_cpu_ms_per_step')} | "
+            f"{r.get('nvcsw_per_step')}, {r.get('vcsw_per_step')} | {r.get('threads_during')} | "
             f"{r.get('num_ooms', 0)} | {r.get('sm_mhz', float('nan')):.0f} | "
             f"{r.get('power_w', float('nan')):.0f} | {pb.get('os_threads')}, "
             f"{pb.get('children')}, {pb.get('fds')}, {pb.get('maps')}, {pb.get('rss_mb')} |"
