@@ -57,12 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--set", action="append", default=[])
     args = p.parse_args(argv)
+    args.output_root.mkdir(parents=True, exist_ok=True)
     rows = []
     for strategy in args.strategies.split(","):
         for r in range(args.repeats):
             for every in (args.every, 0):
                 root = args.output_root / f"{strategy}_ck{every}_r{r}"
                 sets = [f"manifest_path={args.manifest}", f"strategy={strategy}"]
+                sets += [] if strategy == "deepspeed" else ["zero_stage=0"]
                 # export_model none: "best" needs checkpoints, and the export is after the steps
                 sets += [f"checkpoint_every={every}", "export_model=none", *args.set]
                 code = run(args.space, root, sets)

@@ -53,8 +53,8 @@ class CachedStager:
     The buffers are made before the first step (:meth:`prepare`, called by
     ``CheckpointWriter.prepare``; start-up's ``checkpoint_buffers`` part). Made at the first
     save they held that save 2.0-3.5 s on an H100 (share and pin every tensor; FSDP2's shards
-    are also copied once to find their layout); made in a thread beside the steps, they slowed
-    those steps by about 1.9 s; a save into them held it 0.14-0.27 s
+    are also copied once to find their layout); a save into them held it 0.11-0.18 s, and
+    runs with and without checkpoints showed no other cost in the steps
     (benchmarks/results/checkpoint_overhead_1xh100/). A save without them makes them.
 
     Not torch's DefaultStager: on torch 2.11 a DefaultStager stages once (its second stage()
