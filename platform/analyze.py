@@ -1,7 +1,10 @@
 """``python -m platform.analyze OUTPUT_ROOT``: a sweep's tables, best config and summary.
 
 Prints summary.md and writes report.html beside it (one line either way); exit 2 for bad input.
-The work is in ``platform.analysis.analyze``.
+The work is in ``platform.analysis.analyze``. OUTPUT_ROOT may be on object storage
+(``s3://bucket/prefix``): the analysis runs on a local copy of the result files and its files
+are uploaded beside them (platform/storage/working_copy.py), the training command naming the
+bucket's best_config.json.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from platform.analysis import stats
 from platform.analysis.analyze import analyze
 from platform.analysis.report import report_line
 from platform.errors import EXIT_USAGE, UsageError
+from platform.storage.working_copy import working_copy
+from stage1_common.storage import Location, StorageError, check_writable, is_remote
 
 __all__ = ["build_parser", "main"]
 
@@ -23,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m platform.analyze",
         description="Per-run metrics, group summary, ranking, best config and summary of a sweep.",
     )
-    p.add_argument("output_root", type=Path, help="a sweep's output root (holds run_manifest.tsv)")
+    p.add_argument(
+        "output_root",
+        help="a sweep's output root (holds run_manifest.tsv): a folder or s3://bucket/prefix",
+    )
     p.add_argument(
         "--unstable-ratio",
         type=float,
@@ -39,13 +47,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.unstable_ratio <= 1:
             raise UsageError(f"--unstable-ratio must be > 1, got {args.unstable_ratio}")
-        summary = analyze(args.output_root, unstable_ratio=args.unstable_ratio)
-    except UsageError as exc:
+        if is_remote(args.output_root):
+            text, line = _remote(Location.of(args.output_root), args.unstable_ratio)
+        else:
+            root = Path(args.output_root)
+            text = analyze(root, unstable_ratio=args.unstable_ratio)["text"]
+            line = report_line(root)
+    except (UsageError, StorageError) as exc:
         print(f"platform.analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(summary["text"])
-    print(report_line(args.output_root))
+    print(text)
+    print(line)
     return 0
+
+
+def _remote(root: Location, unstable_ratio: float) -> tuple[str, str]:
+    """The analysis of a root on object storage, its files uploaded beside the sweep's."""
+    check_writable(root)  # before any work: a bucket the files cannot go to is one line
+    with working_copy(root) as local:
+        try:
+            summary = analyze(local, unstable_ratio=unstable_ratio, shown_as=root.uri)
+        except UsageError as exc:  # it names the local copy: name the root instead
+            raise UsageError(str(exc).replace(str(local), root.uri)) from None
+        return summary["text"], report_line(local, shown_as=root.uri)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from platform.spaces.load import load_space
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location, StorageError, is_remote
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
@@ -42,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one stage-1 configuration with checkpoints, recovery and validation.",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--config", type=Path, help="a best_config.json written by platform.tune")
+    src.add_argument(
+        "--config",
+        help="a best_config.json written by platform.tune (a path or s3://bucket/prefix/...)",
+    )
     src.add_argument(
         "--space", help="a search space without sweeps: NAME (search_spaces/NAME.yaml) or PATH.yaml"
     )
@@ -57,14 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def space_from_config(path: Path) -> SearchSpace:
+def space_from_config(path: str | Path) -> SearchSpace:
     """A one-run space from a best_config.json: its resolved config, fixed."""
     try:
-        record = json.loads(Path(path).read_text())
+        text = Location.of(path).read_text() if is_remote(path) else Path(path).read_text()
+        record = json.loads(text)
         config = dict(record["config"])
         # Where the sweep's run trained (a resident group) is no instruction for the training:
         # it gets processes of its own (execution/resources.py: resolve_executors).
         config.pop("executor", None)
+    except StorageError as exc:
+        raise UsageError(f"--config: {exc}") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(
             f"--config {path}: not a best_config.json ({type(exc).__name__}: {exc}); pass the "

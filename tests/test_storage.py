@@ -186,3 +186,50 @@ def test_a_report_from_a_bucket_that_is_not_there_is_one_line_and_exit_2(s3):
         "platform.report: error: s3://no-such-bucket/sweep: bucket 'no-such-bucket' does not "
         "exist (create it, or fix the name)"
     ]
+
+
+def test_a_sweep_in_a_bucket_is_analyzed_there_and_its_winner_trains_from_it(s3, tmp_path):
+    from tests.cli import run_module
+    from tests.test_stats import make_root
+
+    uri = f"s3://{BUCKET}/{tmp_path.name}/smoke_20261121-120000"
+    root = Location.of(uri)
+    root.upload(make_root(tmp_path))
+    swept = set(root.files())
+    out = run_module("platform.analyze", uri)
+    assert out.returncode == 0, out.stderr
+    assert "Best: **fast**" in out.stdout
+    assert out.stdout.rstrip().endswith(f"report: {uri}/report.html")
+    written = set(root.files()) - swept
+    assert written == {
+        "per_run_metrics.csv",
+        "group_summary.csv",
+        "ranked_groups.csv",
+        "best_config.json",
+        "summary.json",
+        "summary.md",
+        "report.html",
+    }, written
+    best = json.loads(root.join("best_config.json").read_text())
+    # The training command names the bucket's file, not the local copy the analysis ran on.
+    assert best["command"] == f"python -m platform.train --config {uri}/best_config.json"
+    assert json.loads(root.join("summary.json").read_text())["output_root"] == uri
+    # ... and platform.train reads it from there.
+    dry = run_module("platform.train", "--config", f"{uri}/best_config.json", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("train_z0_mb16_") and " micro_batch=16 " in dry.stdout
+    missing = run_module("platform.train", "--config", f"{uri}/no_such.json", "--dry-run")
+    assert missing.returncode == 2
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith(f"platform.train: error: --config {uri}/no_such.json: not a best_")
+
+
+def test_an_analysis_of_a_bucket_without_a_sweep_is_one_line_naming_the_bucket(s3, tmp_path):
+    from tests.cli import run_module
+
+    uri = f"s3://{BUCKET}/{tmp_path.name}/empty"
+    out = run_module("platform.analyze", uri)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith(f"platform.analyze: error: {uri}") and "holds no sweep" in line
+    assert Location.of(uri).files() == {}  # nothing written

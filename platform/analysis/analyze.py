@@ -18,6 +18,7 @@ from platform.analysis import stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location
 
 __all__ = ["FILES", "analyze", "format_ranked"]
 
@@ -32,9 +33,14 @@ FILES = (
 
 
 def analyze(
-    output_root: OutputRoot | Path | str, *, unstable_ratio: float = stats.UNSTABLE_RATIO
+    output_root: OutputRoot | Path | str,
+    *,
+    unstable_ratio: float = stats.UNSTABLE_RATIO,
+    shown_as: str = "",
 ) -> dict[str, Any]:
-    """Write the analysis files; returns summary.json's content plus ``text`` (summary.md)."""
+    """Write the analysis files; returns summary.json's content plus ``text`` (summary.md).
+    ``shown_as``: the root's own address when ``output_root`` is a local copy of it (object
+    storage: platform/storage/working_copy.py), for the summary and the training command."""
     root = OutputRoot.of(output_root)
     manifest = results.read_manifest(root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
@@ -50,10 +56,10 @@ def analyze(
         (root.RANKED_GROUPS, ranked),
     ):
         results.atomic_write_text(root / name, df.to_csv(index=False))
-    best = _best_config(root, manifest, ranked)
+    best = _best_config(root, manifest, ranked, shown_as)
     if best is not None:
         results.write_json(root.best_config, best)
-    summary = _summary(root, manifest, per_run, ranked, best, unstable_ratio)
+    summary = _summary(shown_as or root, manifest, per_run, ranked, best, unstable_ratio)
     summary["bottlenecks"] = found
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
     text = _markdown(summary, ranked)
@@ -145,7 +151,7 @@ def _vs_baseline(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame)
     return ranked
 
 
-def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame):
+def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame, shown_as: str):
     winners = ranked[ranked["runs_ok"] > 0]
     if winners.empty:
         return None
@@ -162,7 +168,8 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame)
     )
     # The final run: platform.train reads this file's resolved config (with checkpoints,
     # validation and restarts on; see platform/train.py).
-    command = f"python -m platform.train --config {root.best_config}"
+    where = Location.of(shown_as).join(root.BEST_CONFIG).uri if shown_as else root.best_config
+    command = f"python -m platform.train --config {where}"
     return {
         "space": space,
         "group": top["group"],

@@ -32,6 +32,7 @@ from platform.analysis.report_sections import RENDERERS
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location
 
 __all__ = ["REPORT", "SECTIONS", "report_line", "write_report"]
 
@@ -61,15 +62,17 @@ img{max-width:100%;border:1px solid #eee}nav a{margin-right:.8em}
 """
 
 
-def report_line(output_root: OutputRoot | Path | str) -> str:
+def report_line(output_root: OutputRoot | Path | str, *, shown_as: str = "") -> str:
     """``report: PATH`` after writing report.html beside summary.md (the end of every sweep,
-    platform.analyze); a failure is this one line, never the end of the analysis."""
+    platform.analyze); a failure is this one line, never the end of the analysis.
+    ``shown_as``: the root's own address when ``output_root`` is a local copy of it."""
     try:
-        return f"report: {write_report(output_root)}"
+        path = write_report(output_root, shown_as=shown_as)
+        return f"report: {Location.of(shown_as).join(path.name).uri if shown_as else path}"
     except Exception as exc:  # noqa: BLE001
         return (
             f"report: not written ({type(exc).__name__}: {exc}); "
-            f"python -m platform.report {output_root}"
+            f"python -m platform.report {shown_as or output_root}"
         )
 
 
