@@ -132,3 +132,27 @@ def test_coerce_value_of_a_single_key():
 def test_data_path_keys_are_validated(values, fragment):
     with pytest.raises(ConfigError, match=fragment):
         TrialConfig.from_dict(values)
+
+
+@pytest.mark.parametrize(
+    "key, value, tool",
+    [
+        ("manifest_path", "s3://corpus/ls/manifest_16k_trim.tsv", "aws s3 sync"),
+        ("val_manifest_path", "s3://corpus/ls/val.tsv", "aws s3 sync"),
+        ("audio_root", "gs://corpus/ls", "gcloud storage rsync"),
+        ("speech_pretrained_path", "s3://weights/wav2vec2-base", "aws s3 sync"),
+        ("text_pretrained_path", "hf://bert-base-uncased", "rclone copy"),
+        ("tokenizer_path", "s3://weights/bert-tokenizer", "aws s3 sync"),
+    ],
+)
+def test_the_corpus_and_weights_on_object_storage_get_the_fix(key, value, tool):
+    """Issue 26: what the workers read through local paths is refused on object storage with
+    the fix (copy or mount), before any run starts; a local path or file:// stays valid."""
+    base = {"dataset": "manifest", "manifest_path": "/data/ls/manifest_16k_trim.tsv"}
+    with pytest.raises(ConfigError) as info:
+        TrialConfig.from_dict({**base, key: value})
+    line = str(info.value)
+    assert "\n" not in line and line.startswith(f"{key}: {value} is on object storage")
+    assert f"({tool})" in line and "mount the bucket" in line
+    local = "/data/ls/manifest_16k_trim.tsv" if "manifest" in key else "/data/ls"
+    assert getattr(TrialConfig.from_dict({**base, key: local}), key) == local

@@ -74,6 +74,33 @@ def check_config(cfg) -> None:
     _check_training(cfg)
     _check_observing(cfg)
     _check_executor(cfg)
+    _check_local_paths(cfg)
+
+
+# Read through local paths by every worker (the corpus, its audio, tokenizer and weights).
+LOCAL_PATH_KEYS = (
+    "manifest_path",
+    "val_manifest_path",
+    "audio_root",
+    "tokenizer_path",
+    "speech_pretrained_path",
+    "text_pretrained_path",
+)
+
+
+def _check_local_paths(cfg) -> None:
+    """The corpus, tokenizer and weights are read with local file calls (random reads of
+    thousands of audio files per epoch): an object-storage URI gets the fix, copy or mount."""
+    for key in LOCAL_PATH_KEYS:
+        value = str(getattr(cfg, key) or "")
+        scheme, sep, rest = value.partition("://")
+        if sep and len(scheme) > 1 and scheme != "file":
+            tool = {"s3": "aws s3 sync", "gs": "gcloud storage rsync"}.get(scheme, "rclone copy")
+            raise ConfigError(
+                f"{key}: {value} is on object storage, and it is read through local paths; copy "
+                f"it to the same path on every node ({tool}) or mount the bucket there "
+                f"(mountpoint-s3, s3fs, gcsfuse), then set {key} to that path"
+            )
 
 
 def _check_strategy(cfg) -> None:
