@@ -1,6 +1,8 @@
 """What benchmarks/resident_speed_probe.py samples around a run: the GPU's clocks (NVML), the
-CUDA kernels of one window (torch.profiler), the host's stacks of two windows (py-spy), and
-what the process carries into a run."""
+CUDA kernels of one window (torch.profiler), the host's stacks of two windows (py-spy), what
+the process carries into a run, and where on the host it runs: the cores its threads ran on
+and the NUMA node of its memory (a long-lived process may run far from memory an earlier run
+touched first)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CpuAccount", "Gpu", "KernelWindow", "Spy", "process_facts"]
+__all__ = ["CpuAccount", "Gpu", "KernelWindow", "Spy", "host_facts", "numa_pages", "process_facts"]
 
 
 class Gpu:
@@ -196,6 +198,9 @@ class CpuAccount:
             "kids": kid_cpu,
             **switches,
             "threads": me.num_threads(),
+            "cpu": _last_cpu(os.getpid(), self.tid),
+            "by_name": _thread_cpu_by_name(),
+            "kid_cpus": [_last_cpu(k.pid) for k in kids],
         }
 
     def window(self, step: int) -> None:
@@ -203,7 +208,11 @@ class CpuAccount:
         now = self._now(step)
         if self._start is None:
             self._start = now
+            self._cpus: list[int] = []
+            self._kid_cpus: list[int] = []
         self._end = now
+        self._cpus.append(now["cpu"])
+        self._kid_cpus += now["kid_cpus"]
 
     def summary(self) -> dict[str, Any]:
         if self._start is None or self._end["step"] <= self._start["step"]:
@@ -217,7 +226,140 @@ class CpuAccount:
             "vcsw_per_step": round((b["voluntary"] - a["voluntary"]) / steps, 2),
             "threads_during": int(b["threads"]),
             "cpus_allowed": len(os.sched_getaffinity(0)),
+            "train_thread_cpus": self._cpus,  # the core it last ran on, at each window
+            "train_thread_nodes": sorted({_node_of(c) for c in self._cpus if c >= 0}),
+            "loader_nodes": sorted({_node_of(c) for c in self._kid_cpus if c >= 0}),
+            "numa_pages_after": numa_pages(),
+            "thread_cpu_ms_per_step": _per_step(a["by_name"], b["by_name"], steps),
         }
+
+
+def _thread_cpu_by_name() -> dict[str, float]:
+    """CPU seconds of this process's threads, summed per thread name (``comm``: pt_autograd_0,
+    pt_nccl_watchdg, cuda-EvtHandlr, python, ...), and how many threads bear each name."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rpartition(")")[2].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[f"#{name}"] = out.get(f"#{name}", 0) + 1
+    return out
+
+
+def _per_step(a: dict[str, float], b: dict[str, float], steps: int) -> dict[str, Any]:
+    """Each thread name's CPU ms per step between two samples (with its thread count), the
+    busiest first; names that used under 0.5 ms per step are left out."""
+    rows = {
+        name: (round((b[name] - a.get(name, 0.0)) * 1e3 / steps, 1), int(b.get(f"#{name}", 0)))
+        for name in b
+        if not name.startswith("#")
+    }
+    busy = sorted(((v, n, name) for name, (v, n) in rows.items() if v >= 0.5), reverse=True)
+    return {f"{name} x{n}": v for v, n, name in busy}
+
+
+def _last_cpu(pid: int, tid: int | None = None) -> int:
+    """The core a thread (or a process's main thread) last ran on (/proc stat field 39)."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat"
+    try:
+        return int(Path(path).read_text().rpartition(")")[2].split()[36])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def _nodes() -> dict[int, set[int]]:
+    """NUMA node -> its cores (one node 0 with every core where /sys does not say)."""
+    out: dict[int, set[int]] = {}
+    for d in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        cores: set[int] = set()
+        for part in (d / "cpulist").read_text().strip().split(","):
+            if part:
+                a, _, b = part.partition("-")
+                cores |= set(range(int(a), int(b or a) + 1))
+        out[int(d.name[4:])] = cores
+    return out or {0: set(range(os.cpu_count() or 1))}
+
+
+def node_cores(node: Any) -> set[int]:
+    """The cores of a NUMA node that this process may use (none for an unknown node)."""
+    try:
+        cores = _nodes().get(int(node), set())
+    except (TypeError, ValueError):
+        return set()
+    return cores & os.sched_getaffinity(0)
+
+
+def _node_of(cpu: int) -> int:
+    return next((n for n, cores in _nodes().items() if cpu in cores), -1)
+
+
+def numa_pages() -> dict[str, int]:
+    """The process's resident pages per NUMA node (``/proc/self/numa_maps``), in MB."""
+    totals: dict[str, int] = {}
+    try:
+        text = Path("/proc/self/numa_maps").read_text()
+    except OSError:
+        return totals
+    for line in text.splitlines():
+        kernelpage = 4096
+        for field in line.split():
+            if field.startswith("kernelpagesize_kB="):
+                kernelpage = int(field.split("=")[1]) * 1024
+        for field in line.split():
+            if field[:1] == "N" and "=" in field and field[1:].split("=")[0].isdigit():
+                node, pages = field[1:].split("=")
+                totals[node] = totals.get(node, 0) + int(pages) * kernelpage
+    return {f"node{k}": v >> 20 for k, v in sorted(totals.items())}
+
+
+def host_facts() -> dict[str, Any]:
+    """The host as the process sees it: cores, NUMA nodes, the GPU's node, huge pages."""
+
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return ""
+
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in read("/proc/cpuinfo").splitlines()
+            if line.startswith("model name")
+        ),
+        "",
+    )
+    status = dict(
+        line.split(":\t", 1) for line in read("/proc/self/status").splitlines() if ":\t" in line
+    )
+    gpu_node = ""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        bus = pynvml.nvmlDeviceGetPciInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).busId
+        bus = bus.decode() if isinstance(bus, bytes) else bus
+        gpu_node = read(f"/sys/bus/pci/devices/{bus.lower()[4:]}/numa_node") or read(
+            f"/sys/bus/pci/devices/{bus.lower()}/numa_node"
+        )
+    except Exception as exc:  # no NVML here
+        gpu_node = f"unknown ({type(exc).__name__})"
+    return {
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "cpus_allowed": status.get("Cpus_allowed_list", ""),
+        "mems_allowed": status.get("Mems_allowed_list", ""),
+        "numa_nodes": {n: f"{min(c)}-{max(c)} ({len(c)})" for n, c in _nodes().items()},
+        "gpu_numa_node": gpu_node,
+        "thp": read("/sys/kernel/mm/transparent_hugepage/enabled"),
+        "cpu_max": read("/sys/fs/cgroup/cpu.max"),
+        "kernel": os.uname().release,
+    }
 
 
 def process_facts() -> dict[str, Any]:
@@ -234,4 +376,7 @@ def process_facts() -> dict[str, Any]:
         "fds": me.num_fds(),
         "maps": len(maps.read_text().splitlines()) if maps.exists() else None,
         "rss_mb": me.memory_info().rss >> 20,
+        "os_thread_names": {
+            k: int(v) for k, v in _thread_cpu_by_name().items() if k.startswith("#")
+        },
     }

@@ -37,7 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.probe_samplers import CpuAccount, Gpu, KernelWindow, Spy, process_facts
+from benchmarks.probe_samplers import (
+    CpuAccount,
+    Gpu,
+    KernelWindow,
+    Spy,
+    host_facts,
+    process_facts,
+)
 
 TAIL_WINDOWS = 3  # the tail: the last windows' mean samples/s (benchmarks/time_to_answer.py)
 
@@ -49,6 +56,7 @@ STEPS = {  # --sequence's steps
     "light": "in-process, after a light release (collect, empty_cache)",
     "pause": "in-process, after serve.release and a pause",
     "freeze": "in-process, after serve.release and gc.freeze",
+    "numa": "in-process, after serve.release, every thread on the GPU's NUMA node's cores",
 }
 
 
@@ -165,6 +173,23 @@ def light_release() -> None:
     torch.cuda.empty_cache()
 
 
+def pin_to_gpu_node(host: dict[str, Any]) -> None:
+    """Every thread of this process (and the loader workers it forks later) on the cores of
+    the GPU's NUMA node: the placement a fresh process's first touch would favour."""
+    from benchmarks.probe_samplers import node_cores
+
+    cores = node_cores(host.get("gpu_numa_node"))
+    if not cores:
+        print(f"numa: no node to pin to ({host.get('gpu_numa_node')!r})", flush=True)
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except OSError:
+            pass
+    print(f"numa: pinned to {len(cores)} cores of node {host['gpu_numa_node']}", flush=True)
+
+
 def init_process_group(port: int) -> None:
     import torch
     import torch.distributed as dist
@@ -233,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainables.serve import release
 
+    host = host_facts()
+    print(json.dumps({"host": host}), flush=True)
     rows: list[dict[str, Any]] = []
     cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
     gpu = None
@@ -267,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                 release(cfg.to_dict())
             if step == "pause":
                 time.sleep(args.pause_s)
+            if step == "numa":
+                pin_to_gpu_node(host)
             if step == "freeze":  # what the resident group does before a run (trainables/serve)
                 gc.collect()
                 gc.freeze()
@@ -306,6 +335,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.get("process_before"):
             print(f"{r['label']}: Python threads before it: {r['process_before']['threads']}")
+    print(f"\nhost: {host}")
+    for r in rows:  # where it ran: the training thread's and the loader's NUMA nodes, its memory
+        print(
+            f"{r['label']}: training thread on cores {r.get('train_thread_cpus')} (nodes "
+            f"{r.get('train_thread_nodes')}), loader on nodes {r.get('loader_nodes')}, "
+            f"resident MB per node after: {r.get('numa_pages_after')}"
+        )
+    for r in rows:
+        print(f"{r['label']}: CPU ms per step by thread name: {r.get('thread_cpu_ms_per_step')}")
+        print(f"  OS threads before it: {r.get('process_before', {}).get('os_thread_names')}")
     for r in rows:
         if r.get("kernels"):
             print(f"\n{r['label']}: kernels, ms per step (calls per step)")
@@ -317,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             for count, frame in r["spy_top"]:
                 print(f"  {count:7d}  {frame[:140]}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"host": host, "runs": rows}, indent=1))
     return 0
 
 
