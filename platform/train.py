@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"platform.train: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if done:
-        print(f"{output_root}: the run finished already; nothing to resume")
+        print(f"{output_root.shown}: the run finished already; nothing to resume")
         return 0
     try:
         return launch(
@@ -224,18 +224,36 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
         )
     plot = write_plot(output_root, run)
     if plot:
-        print(f"plot: {plot}")
-    export = output_root.export_dir(run)
-    if (export / "export.json").is_file():
+        print(f"plot: {output_root.remote_join(OutputRoot.RUNS, run, plot.name) or plot}")
+    _print_export(output_root, run)
+    if output_root.tensorboard.is_dir():  # --logger tensorboard (the default)
+        print(f"TensorBoard: tensorboard --logdir {output_root.tensorboard}")
+    print(f"wall time {wall_s:.1f} s; results in {output_root.shown}")
+    return 0 if row["status"] == "ok" else 1
+
+
+def _print_export(root: OutputRoot, run: str) -> None:
+    """Where the exported model is, and how to load it (in the bucket for a root on object
+    storage: the workers uploaded it; copy it to the nodes to load it from local paths)."""
+    if root.remote is None:
+        export = root.export_dir(run)
+        if not (export / "export.json").is_file():
+            return
         source = json.loads((export / "export.json").read_text())["source"]
         print(
             f"model ({source}): {export}; load it with --set speech_pretrained_path="
             f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
         )
-    if output_root.tensorboard.is_dir():  # --logger tensorboard (the default)
-        print(f"TensorBoard: tensorboard --logdir {output_root.tensorboard}")
-    print(f"wall time {wall_s:.1f} s; results in {output_root}")
-    return 0 if row["status"] == "ok" else 1
+        return
+    export = Location.of(root.remote_join(OutputRoot.RUNS, run, OutputRoot.EXPORT))
+    try:
+        source = json.loads(export.join("export.json").read_text())["source"]
+    except (OSError, ValueError):
+        return
+    print(
+        f"model ({source}): {export}; copy it to every node (aws s3 sync) and load it with "
+        "--set speech_pretrained_path=<copy>/speech --set text_pretrained_path=<copy>/text"
+    )
 
 
 def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:

@@ -275,6 +275,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     """Print the runs, run the analysis (platform.analyze) and print its ranking; the exit code
     is 0 when every run is ok."""
     output_root = OutputRoot.of(output_root)
+    shown = output_root.remote or ""  # a root on object storage: named by its bucket address
     print("\nruns:")
     for row in manifest:
         sps = row.get("tail_samples_per_sec_mean")
@@ -288,11 +289,12 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     from platform.analysis.analyze import analyze, format_ranked
 
     try:
-        summary = analyze(output_root)  # the tables, best_config.json and summary.md/json
+        # The tables, best_config.json and summary.md/json.
+        summary = analyze(output_root, shown_as=shown)
     except Exception as exc:  # noqa: BLE001 - the runs are recorded; say how to redo this part
         print(
             f"\nanalysis failed ({type(exc).__name__}: {exc}); the runs are recorded, redo it with "
-            f"python -m platform.analyze {output_root}",
+            f"python -m platform.analyze {output_root.shown}",
             file=sys.stderr,
         )
         summary = {"ranking": [], "best_group": None}
@@ -300,12 +302,13 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     print(format_ranked(summary["ranking"]))
     if summary["best_group"]:
         best = json.loads(output_root.best_config.read_text())
-        print(f"\nbest: {best['group']} -> {output_root.best_config}")
+        where = output_root.remote_join(OutputRoot.BEST_CONFIG) or output_root.best_config
+        print(f"\nbest: {best['group']} -> {where}")
         print(f"train with it: {best['command']}")
-    print(f"summary: {output_root.summary_md}")
+    print(f"summary: {output_root.remote_join(OutputRoot.SUMMARY_MD) or output_root.summary_md}")
     from platform.analysis.report import report_line
 
-    print(report_line(output_root))
+    print(report_line(output_root, shown_as=shown))
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]
     early = summary.get("early_stopping")
     if early:
@@ -313,7 +316,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     print(
         f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok"
         + (" or stopped by the scheduler" if early else "")
-        + f"; results in {output_root}"
+        + f"; results in {output_root.shown}"
     )
     return 0 if not failed else 1
 

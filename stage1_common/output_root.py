@@ -4,7 +4,11 @@ Every module that reads or writes an output root asks this object for the path i
 joining its own file names onto a folder, so each name has one home (the layout is the one in
 the README's "What a sweep writes"). The driver hands the object to each step; the workers,
 which receive the root as a plain string in their config, rebuild it with ``OutputRoot.of``.
-Object storage (``s3://``) will plug in here: today the root is a local or mounted path.
+
+An output root on object storage (``--output-root s3://bucket/prefix``) is staged: ``path`` is a
+local folder the driver writes as it would write any root, ``remote`` the bucket's address that
+folder is mirrored to (platform/storage/mirror.py); the workers write their run folders on
+their own node and upload them (trainables/run_files.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class OutputRoot:
     """An output root folder and the names of everything in it."""
 
     path: Path
+    remote: str | None = None  # s3://bucket/prefix when ``path`` stages a root on object storage
 
     # Files and folders at the top of the root.
     MANIFEST = "run_manifest.tsv"
@@ -69,6 +74,18 @@ class OutputRoot:
     def of(cls, value: OutputRoot | str | os.PathLike) -> OutputRoot:
         """``value`` as an OutputRoot (an OutputRoot is returned as it is)."""
         return value if isinstance(value, OutputRoot) else cls(Path(value))
+
+    @property
+    def shown(self) -> str:
+        """How the root is named to the user: the bucket's address, or the folder."""
+        return self.remote or str(self.path)
+
+    def remote_join(self, *parts: str) -> str | None:
+        """The bucket's address of a path inside the root (None for a local root)."""
+        if self.remote is None:
+            return None
+        base, sep, query = self.remote.partition("?")
+        return "/".join([base.rstrip("/"), *parts]) + (sep + query if sep else "")
 
     def __fspath__(self) -> str:
         return str(self.path)

@@ -66,3 +66,15 @@ def make_bucket(endpoint: str, bucket: str) -> None:
         allow_bucket_creation=True,
     )
     fs.create_dir(bucket)
+
+
+@contextmanager
+def bucket_env(monkeypatch, staging, bucket: str) -> Iterator[str]:
+    """A moto server with ``bucket`` made, and the variables a CLI reaches it with (set with
+    ``monkeypatch``; the driver stages its roots under ``staging``); yields the endpoint."""
+    with moto_server() as endpoint:
+        env = {**CLIENT_ENV, "AWS_ENDPOINT_URL": endpoint, "STAGE1_STAGING_DIR": str(staging)}
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        make_bucket(endpoint, bucket)
+        yield endpoint

@@ -13,6 +13,7 @@ from platform.execution.inputs import prepare_tokenizers
 from platform.execution.resources import resolve_resources
 from platform.spaces.expand import RunSpec, expand_runs
 from platform.spaces.load import load_space
+from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError, TrialConfig
 
 
@@ -162,15 +163,22 @@ def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus
     assert prepare_tokenizers([own], tmp_path / "other")[0].config.tokenizer_path == str(saved)
 
 
-def test_output_root_accepts_paths_and_file_uris_and_names_the_fix_for_object_stores():
+def test_output_root_accepts_paths_file_uris_and_buckets_and_names_the_fix_for_others():
     import argparse
 
     from platform.execution.inputs import output_root_arg
 
     assert output_root_arg("outputs/x") == Path("outputs/x")
     assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")
-    with pytest.raises(argparse.ArgumentTypeError, match="mount the bucket on every node"):
-        output_root_arg("s3://bucket/sweeps")
+    assert output_root_arg("s3://bucket/sweeps") == "s3://bucket/sweeps"  # staged, mirrored
+    assert output_root_arg("gs://bucket/sweeps") == "gs://bucket/sweeps"
+    with pytest.raises(argparse.ArgumentTypeError, match="use a folder .* or s3:// / gs://"):
+        output_root_arg("hdfs://namenode/sweeps")
+    # Credentials belong in the environment: the root's address is written into every output.
+    for uri in ("s3://AKIA:s3cr3t@bucket/sweeps", "s3://bucket/sweeps?secret_key=s3cr3t"):
+        with pytest.raises(argparse.ArgumentTypeError) as info:
+            output_root_arg(uri)
+        assert "s3cr3t" not in str(info.value) and "set them in the environment" in str(info.value)
 
 
 def test_what_a_node_check_answer_says():
@@ -185,6 +193,12 @@ def test_what_a_node_check_answer_says():
     assert line.startswith("node 10.0.0.6 (node abcdef012345) runs torch 2.11.0 (driver 2.13.0)")
     unseen = dict(good, output_root="cannot read /o/.node-probe-1 (No such file or directory)")
     assert "cannot see the output root /o" in node_problem(node, unseen, mine, Path("/o"))
+    # A root on object storage: the node reaches the bucket with its own credentials, or not.
+    staged = OutputRoot(Path("/tmp/stage1-roots/a-1"), remote="s3://sweeps/a")
+    denied = dict(good, output_root="cannot read s3://sweeps/a/.node-probe-1 (no credentials)")
+    line = node_problem(node, denied, mine, staged)
+    assert line.startswith("node 10.0.0.6 (node abcdef012345) cannot reach the output root s3://")
+    assert "credentials for the bucket" in line and "AWS_ENDPOINT_URL" in line
     unread = dict(good, manifests={"/d/m.tsv": "cannot read manifest /d/m.tsv (Permission denied)"})
     assert "cannot read the data of /d/m.tsv" in node_problem(node, unread, mine)
     no_code = ModuleNotFoundError("No module named 'trainables'")

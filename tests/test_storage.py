@@ -134,6 +134,19 @@ def test_refused_credentials_and_no_write_permission_each_get_their_line(monkeyp
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", reader[1])
         with pytest.raises(StorageError, match="no permission to write to bucket 'locked'"):
             check_writable(Location.of("s3://locked/ro"))
+        # The same check refuses a sweep's or a training run's root before anything starts.
+        from tests.cli import run_module
+
+        for cli in ("platform.tune", "platform.train"):
+            args = ("--space", "smoke", "--set", "micro_batch=8", "--output-root", "s3://locked/ro")
+            out = run_module(cli, *args)
+            assert out.returncode == 2, out.stderr[-2000:]
+            assert out.stderr.strip() == (
+                f"{cli}: error: s3://locked/ro: no permission to write to bucket 'locked' (grant "
+                "s3:PutObject, s3:GetObject and s3:DeleteObject on the prefix, or use "
+                "credentials that have them)"
+            )
+        assert Location.of("s3://locked/ro").files() == {}  # nothing written
 
         monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
         with pytest.raises(StorageError, match="the credentials were refused"):

@@ -16,7 +16,9 @@ A checkpoint folder (``checkpoint_step0000200``) holds:
 
 Every rank writes its part straight into the checkpoint's folder in the run's storage (no
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
-checkpoint to Ray Train at the first report after it is complete. A checkpoint counts as
+checkpoint to Ray Train at the first report after it is complete. For an output root on object
+storage the folder is on each node, and Ray Train uploads it to the bucket
+(trainables/ray_worker.py; resuming from there: trainables/remote_checkpoints.py). A checkpoint counts as
 complete only when every rank's done file is there and every file it lists has its size: a save
 cut off half-way (a kill while an asynchronous write was in flight) is never resumed from,
 whatever cut it (the resume scan skips it and says so).
@@ -40,6 +42,8 @@ from trainables.distributed import broadcast_from_rank0
 __all__ = [
     "best_checkpoint",
     "checkpoint_name",
+    "checkpoint_step",
+    "complete_by",
     "dcp_dir",
     "find_resume_checkpoint",
     "finish_part",
@@ -164,20 +168,37 @@ def part_records(folder: Path) -> list[dict[str, Any]]:
 def is_complete(folder: Path) -> tuple[bool, str]:
     """Whether every rank's part of the checkpoint is there with its recorded sizes."""
     folder = Path(folder)
+
+    def size(name: str) -> int | None:
+        path = folder / name
+        return path.stat().st_size if path.is_file() else None
+
+    return complete_by(lambda name: (folder / name).read_text(), size)
+
+
+def complete_by(read_text, size) -> tuple[bool, str]:
+    """``is_complete`` over any store: ``read_text(name)`` and ``size(name)`` (None when the file
+    is not there) of the files in one checkpoint's folder (a local folder, or a bucket's
+    listing: trainables/remote_checkpoints.py)."""
     try:
-        meta = json.loads((folder / META).read_text())
+        meta = json.loads(read_text(META))
     except (OSError, ValueError):
         return False, f"{META} missing or unreadable"
     for rank in range(int(meta["world_size"])):
         try:
-            files = json.loads((folder / f"done-rank{rank}.json").read_text())["files"]
+            files = json.loads(read_text(f"done-rank{rank}.json"))["files"]
         except (OSError, ValueError, KeyError):
             return False, f"rank {rank}'s part is missing (done-rank{rank}.json)"
-        for name, size in files.items():
-            path = folder / name
-            if not path.is_file() or path.stat().st_size != size:
+        for name, n in files.items():
+            if size(name) != n:
                 return False, f"rank {rank}'s {name} is missing or cut short"
     return True, ""
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint folder's name (None for any other name)."""
+    m = _NAME.match(name)
+    return int(m.group(1)) if m else None
 
 
 def find_resume_checkpoint(run_dir: Path) -> tuple[Path | None, list[str]]:

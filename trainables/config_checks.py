@@ -77,19 +77,19 @@ def check_config(cfg) -> None:
     _check_local_paths(cfg)
 
 
-# Read through local paths by every worker (the corpus, its audio, tokenizer and weights).
+# Read through local paths by every worker (the corpus, its audio and weights). A tokenizer_path
+# is one small file, read once per worker: it may be on object storage (trainables/text.py).
 LOCAL_PATH_KEYS = (
     "manifest_path",
     "val_manifest_path",
     "audio_root",
-    "tokenizer_path",
     "speech_pretrained_path",
     "text_pretrained_path",
 )
 
 
 def _check_local_paths(cfg) -> None:
-    """The corpus, tokenizer and weights are read with local file calls (random reads of
+    """The corpus and weights are read with local file calls (random reads of
     thousands of audio files per epoch): an object-storage URI gets the fix, copy or mount."""
     for key in LOCAL_PATH_KEYS:
         value = str(getattr(cfg, key) or "")

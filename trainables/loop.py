@@ -1,10 +1,10 @@
 """The per-worker training loop: build, wrap, train ``max_steps`` steps, report one window per
 ``log_every`` steps. It computes and reports; everything that records or prints observes in the
-driver (platform/record/recorder.py)."""
+driver (platform/record/recorder.py). The same under Ray Train (trainables/ray_worker.py sets a
+Ray Train worker up around it) and under torchrun (trainables/torchrun_main.py)."""
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable
@@ -26,32 +26,15 @@ from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.gc_control import CollectorClock
 from trainables.model import contrastive_loss
+from trainables.run_files import RunFiles
 from trainables.run_state import RunState, load_checkpoint, resume, resume_position, save
 from trainables.startup import StartupClock, import_model_code, process_start
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.validation import build_val_dataset, evaluate
 from trainables.watchdog import StallWatchdog, resident_end_after
 from trainables.window_metrics import Window, WindowMetrics, gathered_extras
-from trainables.worker_logs import register_worker
 
-__all__ = [
-    "WorkerContext",
-    "quiet_report_log",
-    "ray_gauges",
-    "ray_worker_context",
-    "run_training",
-    "train_loop_per_worker",
-]
-
-
-def quiet_report_log() -> None:
-    """Ray Train V2 logs every report of every rank at INFO, under a logger named after its
-    source file (so RunConfig's LoggingConfig does not reach it); the driver prints progress."""
-    try:
-        from ray.train.v2._internal.execution import context
-    except ImportError:  # moved in another Ray version: the lines come back, nothing breaks
-        return
-    logging.getLogger(context.__file__).setLevel(logging.WARNING)
+__all__ = ["WorkerContext", "run_training"]
 
 
 @dataclass(frozen=True)
@@ -78,87 +61,8 @@ class WorkerContext:
     # Seconds this worker spent importing the model code before the run (a resident group's
     # first run: the group imports it when it starts), counted as the run's "imports" part.
     imports_s: float = 0.0
-
-
-def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
-    """Ray Train entry point: one call per worker."""
-    entry_ts = time.time()
-    import ray.train
-
-    quiet_report_log()
-    cfg = TrialConfig.from_dict(loop_config["config"])
-    run = loop_config["run"]
-    gauges = ray_gauges(run["name"]) if cfg.telemetry else None
-    rank = ray.train.get_context().get_world_rank()
-
-    def report(metrics: dict[str, Any], checkpoint: tuple[Path, str] | None = None) -> None:
-        if gauges is not None and rank == 0:
-            gauges.update(metrics)
-        # In Ray Train V2 every report is a barrier across workers: once per window only.
-        if checkpoint is None:
-            ray.train.report(metrics)
-            return
-        # Every rank wrote its part into runs/<run>/<name>/ already (the run's storage): nothing
-        # to copy; Ray Train registers the checkpoint once every rank has reported.
-        from ray.train import CheckpointUploadMode
-
-        folder, name = checkpoint
-        ray.train.report(
-            metrics,
-            checkpoint=ray.train.Checkpoint.from_directory(str(folder)),
-            checkpoint_dir_name=name,
-            checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
-        )
-
-    run_training(cfg, ray_worker_context(run, report, entry_ts, resident=False))
-
-
-_GAUGES: dict[str, Any] = {}  # one set per process (a resident worker serves many runs)
-
-
-def ray_gauges(run: str):
-    """This process's RayGauges, set to ``run``'s tags."""
-    from trainables.telemetry import RayGauges
-
-    if "gauges" not in _GAUGES:
-        _GAUGES["gauges"] = RayGauges(run)
-    _GAUGES["gauges"].run = run
-    return _GAUGES["gauges"]
-
-
-def ray_worker_context(
-    run: dict[str, Any],
-    report: Callable[..., None],
-    entry_ts: float,
-    *,
-    resident: bool,
-    imports_s: float = 0.0,
-) -> WorkerContext:
-    """The WorkerContext of this Ray Train worker for ``run`` (the plain dict the driver put in
-    the param space); registers the worker's log files first, before anything can fail."""
-    import ray.train
-    import ray.train.torch
-
-    ctx = ray.train.get_context()
-    run_dir = Path(run["storage_path"]) / run["name"]
-    # First, before anything can fail: where this rank's log files are (fail_tail_lines).
-    record = register_worker(run_dir, ctx.get_world_rank(), ctx.get_local_rank())
-    return WorkerContext(
-        rank=ctx.get_world_rank(),
-        world_size=ctx.get_world_size(),
-        device=ray.train.torch.get_device(),
-        report=report,
-        start_ts=run["trial_start_ts"],
-        local_rank=ctx.get_local_rank(),
-        run_dir=run_dir,
-        node=record["node_ip"],
-        node_id=record["node_id"],
-        entry_ts=entry_ts,
-        cache_dir=OutputRoot.of(run_dir.parent.parent).cache,
-        process_ts=0.0 if resident else process_start(),
-        resident=resident,
-        imports_s=imports_s,
-    )
+    # The run's folder and, for a root on object storage, its place in the bucket (Ray Train).
+    files: RunFiles | None = None
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -171,7 +75,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         cfg, rank=worker.rank, world_size=worker.world_size, pin_memory=worker.device.type == "cuda"
     )
     batches = epochs(loader)
-    state, resume_from, meta = resume_position(cfg, worker.run_dir, worker.world_size)
+    state, resume_from, meta = resume_position(cfg, worker)
     batches.start(int(meta["epoch"]), int(meta["offset"])) if meta else batches.start()
     clock.lap("loader_start")
     import_model_code()
@@ -191,7 +95,13 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     end_after = (
         resident_end_after(cfg.stall_timeout_s, cfg.pg_timeout_s) if worker.resident else 0.0
     )
-    watchdog = StallWatchdog(cfg.stall_timeout_s, worker.run_dir, worker.rank, end_after).start()
+    watchdog = StallWatchdog(
+        cfg.stall_timeout_s,
+        worker.run_dir,
+        worker.rank,
+        end_after,
+        on_dump=worker.files.publish if worker.files is not None else None,
+    ).start()
     writer = None
     if cfg.checkpoint_every and worker.run_dir is not None:
         writer = CheckpointWriter(
@@ -386,14 +296,30 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
     return paused
 
 
+def _best(cfg: TrialConfig, worker: WorkerContext) -> list:
+    """[folder, score] of the best kept checkpoint, on every rank (from the bucket for a root
+    on object storage: a complete copy on every node), or [None, None]."""
+    remote = worker.files.remote if worker.files is not None else None
+    if remote is None:
+        best = [None, None]
+        if worker.rank == 0:
+            best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
+        return broadcast_from_rank0(best, worker.world_size)
+    from trainables.remote_checkpoints import best_in_bucket, choose, local_copy
+
+    order = cfg.checkpoint_score_order
+    name, score = choose(lambda: best_in_bucket(remote, order), worker.world_size, worker.rank)
+    if name is None:
+        return [None, None]
+    kw = {"local_rank": worker.local_rank, "world_size": worker.world_size}
+    return [str(local_copy(remote, name, worker.run_dir, **kw)), score]
+
+
 def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) -> None:
     """export_model: the final model, or the best kept checkpoint's (loaded on every rank)."""
     source = f"final (step {state.step})"
     if cfg.export_model == "best":
-        best = [None, None]
-        if worker.rank == 0:
-            best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
-        folder, score = broadcast_from_rank0(best, worker.world_size)
+        folder, score = _best(cfg, worker)
         if folder is not None:
             meta = load_checkpoint(engine, Path(folder))
             source = f"best {cfg.best_metric} {score:.4f} (step {meta['step']})"

@@ -48,25 +48,39 @@ def _shape(cfg: TrialConfig, world_size: int) -> dict[str, Any]:
 
 
 def resume_position(
-    cfg: TrialConfig, run_dir: Path | None, world_size: int
+    cfg: TrialConfig, worker
 ) -> tuple[RunState, Path | None, dict[str, Any] | None]:
-    """The newest complete checkpoint in the run's folder, if any (a worker-group restart, Ray
-    Train's FailureConfig, or ``--resume`` after the driver died), and its meta: the loader
-    starts at its data position before the model is built. Incomplete ones (a save or upload
-    cut off) are skipped and named."""
+    """The newest complete checkpoint of the run (a worker-group restart, Ray Train's
+    FailureConfig, or ``--resume`` after the driver died), and its meta: the loader starts at
+    its data position before the model is built. Incomplete ones (a save or upload cut off) are
+    skipped and named. The run's folder, or for a root on object storage the bucket (rank 0
+    chooses, every node gets a complete copy). ``worker``: the loop's WorkerContext."""
     state = RunState(attempt_start_ts=time.time())
     folder, skipped = (None, [])
-    if cfg.checkpoint_every and run_dir is not None:
-        folder, skipped = find_resume_checkpoint(run_dir)
+    remote = worker.files.remote if worker.files is not None else None
+    if cfg.checkpoint_every and remote is not None:
+        from trainables.remote_checkpoints import choose, local_copy, newest_in_bucket
+
+        name, skipped = choose(lambda: newest_in_bucket(remote), worker.world_size, worker.rank)
+        if name is not None:
+            folder = local_copy(
+                remote,
+                name,
+                worker.run_dir,
+                local_rank=worker.local_rank,
+                world_size=worker.world_size,
+            )
+    elif cfg.checkpoint_every and worker.run_dir is not None:
+        folder, skipped = find_resume_checkpoint(worker.run_dir)
     state.resume_notes = "; ".join(skipped)
     if folder is None:
         return state, None, None
     meta = read_meta(folder)
-    resharded = check_shape(meta, _shape(cfg, world_size), folder)
+    resharded = check_shape(meta, _shape(cfg, worker.world_size), folder)
     if resharded:
         # The epoch's samples already taken are skipped by count: the offset (batches per
         # rank) scaled by the world sizes.
-        meta["offset"] = int(meta["offset"]) * int(meta["world_size"]) // world_size
+        meta["offset"] = int(meta["offset"]) * int(meta["world_size"]) // worker.world_size
         state.resume_notes = "; ".join(filter(None, [state.resume_notes, resharded]))
     return state, folder, meta
 

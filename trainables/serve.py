@@ -25,13 +25,8 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.distributed import broadcast_from_rank0
-from trainables.loop import (
-    WorkerContext,
-    quiet_report_log,
-    ray_gauges,
-    ray_worker_context,
-    run_training,
-)
+from trainables.loop import WorkerContext, run_training
+from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
 from trainables.startup import import_model_code
 
 __all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
@@ -126,6 +121,8 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
         return "stopped"
     finally:
         ray.get(sent)  # the last window reaches the pool before the run's end does
+        if worker.files is not None:  # a root on object storage
+            worker.files.publish_at_end(worker.local_rank)
     return "ok"
 
 

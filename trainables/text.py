@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from stage1_common.storage import Location, is_remote
+
 __all__ = ["SPECIAL_TOKENS", "build_tokenizer", "load_or_build_tokenizer", "text_tokenizer"]
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] is id 0, like BERT's
@@ -52,6 +54,8 @@ def load_or_build_tokenizer(
 
     from stage1_common.fileio import atomic_write_text
 
+    if tokenizer_path and is_remote(tokenizer_path):  # the sweep's, in its bucket
+        return Tokenizer.from_str(Location.of(tokenizer_path).read_text())
     if tokenizer_path:
         return Tokenizer.from_file(str(tokenizer_path))
     digest = hashlib.sha1(Path(manifest_path).read_bytes()).hexdigest()[:12]

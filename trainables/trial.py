@@ -22,7 +22,7 @@ def build_trainer(run: dict[str, Any]):
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from trainables.loop import train_loop_per_worker  # torch: only where the run trains
+    from trainables.ray_worker import train_loop_per_worker  # torch: only where it trains
 
     cfg = TrialConfig.from_dict(run["config"])
 

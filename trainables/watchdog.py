@@ -14,6 +14,7 @@ import faulthandler
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["StallWatchdog", "pg_timeout_for"]
@@ -42,9 +43,15 @@ class StallWatchdog:
     on (with one worker there is no collective whose timeout would end it)."""
 
     def __init__(
-        self, stall_timeout_s: float, dump_dir: Path | None, rank: int, end_after_s: float = 0.0
+        self,
+        stall_timeout_s: float,
+        dump_dir: Path | None,
+        rank: int,
+        end_after_s: float = 0.0,
+        on_dump: Callable[[Path], None] | None = None,
     ):
         self.stall_timeout_s = stall_timeout_s
+        self.on_dump = on_dump  # told the dump's path once it is written (its upload)
         self.end_after_s = end_after_s
         self.dump_path = Path(dump_dir) / f"stacks-rank{rank}.txt" if dump_dir else None
         self.last_beat = time.monotonic()
@@ -83,3 +90,8 @@ class StallWatchdog:
                 )
                 fh.flush()
                 faulthandler.dump_traceback(file=fh, all_threads=True)
+            if self.on_dump is not None:
+                try:
+                    self.on_dump(self.dump_path)
+                except Exception:  # the dump stays on this node; the driver says so
+                    pass

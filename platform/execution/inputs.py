@@ -19,6 +19,7 @@ from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.fileio import ensure_writable_dir
 from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location
 
 __all__ = [
     "needs_corpus",
@@ -32,15 +33,31 @@ __all__ = [
 ]
 
 
-def output_root_arg(text: str) -> Path:
-    """``--output-root``: a path, or a ``file://`` URI (read with pyarrow.fs). On a cluster it
-    must be storage every node mounts at that path; object stores are refused with the fix."""
+def output_root_arg(text: str) -> Path | str:
+    """``--output-root``: a path, a ``file://`` URI (read with pyarrow.fs), or an object-storage
+    prefix (``s3://bucket/prefix``, ``gs://...``: kept as the URI, staged by
+    platform/storage/mirror.py). A folder on a cluster must be storage every node mounts."""
     import argparse
     from urllib.parse import urlparse
+
+    from stage1_common.storage import is_remote
 
     scheme = urlparse(text).scheme
     if not scheme or len(scheme) == 1:  # a plain path (or a Windows drive letter)
         return Path(text)
+    if is_remote(text):
+        parsed = urlparse(text)
+        secret = {"access_key", "secret_key", "session_token"} & set(
+            k.lower() for k, _, _ in (q.partition("=") for q in parsed.query.split("&") if q)
+        )
+        if "@" in parsed.netloc or secret:
+            # Every output names its root: a key in it would be written into all of them.
+            raise argparse.ArgumentTypeError(
+                f"{parsed.scheme}://{parsed.hostname or ''}{parsed.path}: credentials in the "
+                "URI would be written into every output; set them in the environment "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) instead"
+            )
+        return text
     if scheme == "file":
         import pyarrow.fs
 
@@ -48,13 +65,16 @@ def output_root_arg(text: str) -> Path:
         if isinstance(fs, pyarrow.fs.LocalFileSystem):
             return Path(path)
     raise argparse.ArgumentTypeError(
-        f"{text}: {scheme}:// output roots are not supported yet; mount the bucket on every node "
-        "(s3fs, gcsfuse) or use a shared filesystem path"
+        f"{text}: {scheme}:// output roots are not supported; use a folder (on a cluster, one "
+        "every node mounts) or s3:// / gs://"
     )
 
 
-def prepare_output_root(output_root: Path | None, space_name: str) -> OutputRoot:
-    """Create the output root and prove it writable, before Ray starts."""
+def prepare_output_root(output_root: Path | str | None, space_name: str) -> OutputRoot:
+    """Create the output root and prove it writable, before Ray starts (a root on object
+    storage: the bucket probed, a staging folder made)."""
+    if isinstance(output_root, str):
+        return _remote_root(output_root, resume=False)
     if output_root is None:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         output_root = Path("outputs") / f"{space_name}_{stamp}"
@@ -77,7 +97,7 @@ def prepare_inputs(
     *,
     address: str | None,
     resume: bool,
-    output_root: Path | None,
+    output_root: Path | str | None,
     what: str = "sweep",
 ) -> tuple[OutputRoot, dict[str, dict[str, Any]]]:
     """Before Ray starts: the runs' inputs, the cluster address, and the output root (a new
@@ -98,8 +118,22 @@ def prepare_inputs(
         return prepare_output_root(output_root, space.name), {}
     if output_root is None:
         raise UsageError(f"--resume needs the --output-root of the {what} to finish")
+    if isinstance(output_root, str):
+        root = _remote_root(output_root, resume=True)
+        return root, previous_status(root, runs)
     root = OutputRoot(output_root.expanduser().resolve())
     return root, previous_status(root, runs)
+
+
+def _remote_root(uri: str, *, resume: bool) -> OutputRoot:
+    """A root on object storage, staged locally; its problems as UsageError (one line)."""
+    from platform.storage.mirror import stage_remote_root
+    from stage1_common.storage import StorageError
+
+    try:
+        return stage_remote_root(uri, resume=resume)
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def remove_if_empty(output_root: OutputRoot | Path) -> None:
@@ -180,6 +214,9 @@ def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> l
             if not path.is_file():
                 results.atomic_write_text(path, text)
             built[key] = str(path)
+            if root.remote:  # every node reads it from the bucket (trainables/text.py)
+                built[key] = root.remote_join(OutputRoot.TOKENIZERS, path.name)
+                Location.of(built[key]).write_text(text)
         out.append(
             dataclasses.replace(run, config=dataclasses.replace(cfg, tokenizer_path=built[key]))
         )

@@ -81,7 +81,9 @@ def launch(request: LaunchRequest) -> int:
     from stage1_common.cluster import alive_nodes
 
     started = time.time()
-    print(f"output root: {request.output_root}", flush=True)
+    root = request.output_root
+    staged = f" (staged in {root.path}, mirrored there)" if root.remote else ""
+    print(f"output root: {root.shown}{staged}", flush=True)
     try:
         cluster = _connect(request)
         try:
@@ -229,7 +231,17 @@ def _announce(cluster) -> None:
 # --- steps 3 and 4: build the Tuner, run it to the end ---
 def _run_to_the_end(request: LaunchRequest, runs: list[RunSpec], started: float) -> int:
     """Clear what the runs to redo left behind, build the Tuner, fit it, report; the exit
-    code."""
+    code. A root on object storage is mirrored to its bucket all the while."""
+    from platform.storage.mirror import RootMirror
+
+    with RootMirror(request.output_root) as mirror:
+        code = _fit_and_report(request, runs, started)
+    if mirror.error:
+        print(f"warning: the bucket missed an upload on the way ({mirror.error})", flush=True)
+    return code
+
+
+def _fit_and_report(request: LaunchRequest, runs: list[RunSpec], started: float) -> int:
     from platform.execution.tuner import build_sweep
 
     if request.resume:

@@ -30,7 +30,8 @@ def check_nodes(
 
     samples = [(m, audio_sample(Path(m), root)) for m, root in manifests or ()]
     with contextlib.ExitStack() as stack:
-        probe, token = stack.enter_context(probe_file(output_root)) if output_root else (None, None)
+        where = _probe_place(output_root) if output_root else None
+        probe, token = stack.enter_context(probe_file(where)) if where else (None, None)
         answers = on_every_node(node_facts, probe, token, samples, timeout_s=timeout_s)
     mine = versions()
     for node, fact in answers:
@@ -38,6 +39,13 @@ def check_nodes(
         if problem:
             raise UsageError(problem)
     return [fact for _, fact in answers]
+
+
+def _probe_place(output_root: OutputRoot | Path | None) -> str:
+    """Where the node check's probe goes: the bucket of a staged root, else the folder."""
+    if isinstance(output_root, OutputRoot) and output_root.remote:
+        return output_root.remote
+    return str(output_root or "")
 
 
 def node_problem(
@@ -69,6 +77,14 @@ def node_problem(
         return (
             f"node {where} runs {', '.join(differ)}; install the driver's versions on every "
             "node (one image for the cluster), or run the driver on the head node"
+        )
+    staged = isinstance(output_root, OutputRoot) and output_root.remote
+    if fact.get("output_root") and staged:
+        return (
+            f"node {where} cannot reach the output root "
+            f"{OutputRoot.of(output_root).shown}: {fact['output_root']}; give every node "
+            "credentials for the bucket (AWS_* variables, a profile or an instance role) and "
+            "its endpoint (AWS_ENDPOINT_URL)"
         )
     if fact.get("output_root"):
         return (

@@ -36,7 +36,7 @@ def previous_status(
         return {}  # the earlier attempt stopped before its manifest was written: nothing ran
     if not manifest.is_file():
         raise UsageError(
-            f"--resume: {output_root} holds no sweep ({OutputRoot.MANIFEST} is missing); "
+            f"--resume: {root.shown} holds no sweep ({OutputRoot.MANIFEST} is missing); "
             "drop --resume to start one there"
         )
     with manifest.open(encoding="utf-8", newline="") as fh:
@@ -44,7 +44,7 @@ def previous_status(
     recorded, wanted = [r["run"] for r in rows], [r.name for r in runs]
     if recorded != wanted:
         raise UsageError(
-            f"--resume: {output_root} holds a different sweep ({len(recorded)} runs, first "
+            f"--resume: {root.shown} holds a different sweep ({len(recorded)} runs, first "
             f"{recorded[:1]}); resume with the --space and --set that started it"
         )
     done = {}

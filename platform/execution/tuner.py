@@ -203,8 +203,14 @@ def _start_pool(root: OutputRoot, space: SearchSpace) -> tuple[str, Any]:
             max_concurrency=1000,  # every trial's poll and every rank's ask wait in a thread
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
-        .remote(name, space.max_concurrent_trials, str(root.group_runs), node)
+        .remote(name, space.max_concurrent_trials, _group_storage(root), node)
     )
+
+
+def _group_storage(root: OutputRoot) -> str:
+    """Where Ray Train keeps the resident groups' state: tune/groups/, in the bucket for a
+    root on object storage."""
+    return root.remote_join(OutputRoot.TUNE, "groups") or str(root.group_runs)
 
 
 def _trial_name(trial) -> str:
@@ -213,10 +219,16 @@ def _trial_name(trial) -> str:
 
 def _trial_param(run: RunSpec, root: OutputRoot) -> dict[str, Any]:
     """What a trial receives (plain values: it crosses the Ray boundary)."""
-    return {
+    param = {
         "name": run.name,
         "group": run.group,
         "repeat": run.repeat,
         "storage_path": str(root.runs),
         "config": run.config.to_dict(),
     }
+    if root.remote:
+        # Ray Train's storage is the bucket (its state, the checkpoints it uploads); each rank
+        # writes the run's folder on its own node, under this name (trainables/run_files.py).
+        param["storage_path"] = root.remote_join(OutputRoot.RUNS)
+        param["scratch"] = root.path.name
+    return param

@@ -22,6 +22,7 @@ from platform.record.loggers import make_loggers, scalars_of
 from platform.record.progress import Progress
 from platform.spaces.expand import RunSpec
 from platform.storage import results
+from platform.storage.mirror import pull_run
 from stage1_common.output_root import OutputRoot
 
 __all__ = ["SweepRecorder"]
@@ -142,6 +143,7 @@ class SweepRecorder(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         run = self._run(trial)
         lines = self.runs[run].config.fail_tail_lines
+        pull_run(self.root, run)  # a root on object storage: what its workers uploaded
         failure = diagnose(self.root, run, error_text(trial), lines)
         self._finish(trial, failure.status, failure.reason, failure.exit_code)
         if lines > 0:

@@ -2,7 +2,12 @@
 worker killed with SIGKILL, then the driver stopped by Ctrl-C and by SIGKILL (SIGTERM, which
 becomes the same graceful stop as Ctrl-C, is tested in tests/test_resume.py).
 Nothing measured is lost, nothing is recorded twice, every file reads back, and each --resume
-runs exactly the runs that did not finish ok."""
+runs exactly the runs that did not finish ok.
+
+The sweep's output root is a bucket on a real S3-compatible server (moto in a subprocess,
+issue 26): the driver stages it and mirrors it there, the workers upload their run folders from
+their scratch folders, and each --resume starts from what the bucket holds. Every check reads
+the bucket (a fresh copy of it), never the driver's staging folder."""
 
 import json
 import os
@@ -13,7 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from stage1_common.storage import Location
 from tests.integration.helpers import LiveCli, smoke_manifest
+from tests.s3server import bucket_env
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +28,32 @@ SETS = ("max_steps=30", "log_every=5")
 FIRST, SECOND = "sweep_z0_mb4_nw0_pf2_r1", "sweep_z0_mb8_nw0_pf2_r1"
 
 
+@pytest.fixture
+def bucket(tmp_path, monkeypatch):
+    """A fresh bucket; the CLIs reach it through the standard AWS variables. The driver's
+    staging and the workers' scratch folders are this test's own."""
+    with bucket_env(monkeypatch, tmp_path / "driver-staging", "sweeps"):
+        yield "s3://sweeps/smoke-interrupted"
+
+
+class Bucket:
+    """What the bucket holds now, read through a fresh local copy of it."""
+
+    def __init__(self, uri: str, tmp: Path):
+        self.uri, self.tmp, self.n = uri, tmp, 0
+
+    def copy(self) -> Path:
+        self.n += 1
+        return Location.of(self.uri).download(self.tmp / f"copy{self.n}")
+
+    def read(self, rel: str) -> str:
+        return Location.of(self.uri).join(rel).read_text()
+
+
 class Sweep(LiveCli):
     """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
 
-    def __init__(self, root: Path, manifest: Path, *flags: str):
+    def __init__(self, root: str, manifest: Path, *flags: str):
         sets = [*SETS, f"manifest_path={manifest}"]
         args = ["--space", "smoke", "--output-root", str(root)]
         super().__init__("platform.tune", *args, *[a for s in sets for a in ("--set", s)], *flags)
@@ -42,16 +71,17 @@ def windows(df: pd.DataFrame, run: str) -> list[int]:
     return sorted(df.loc[df["run"] == run, "window"])
 
 
-def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
-    root = tmp_path / "out"
+def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bucket):
+    remote = Bucket(bucket, tmp_path)
     corpus = smoke_manifest(tmp_path / "corpus")
     full = list(range(6))  # 30 steps / 5
 
     # 1. kill -9 of rank 1's Ray Train worker: that run fails, the sweep goes on; Ctrl-C in the
     #    next run stops the sweep within 15 s with exit 130.
-    sweep = Sweep(root, corpus)
+    sweep = Sweep(bucket, corpus)
     sweep.wait_for(f"[1/2] {FIRST}: step 10/30")
-    worker = json.loads((root / "runs" / FIRST / "workers" / "rank1.json").read_text())
+    # Uploaded by the rank from its node as soon as it registered.
+    worker = json.loads(remote.read(f"runs/{FIRST}/workers/rank1.json"))
     os.kill(worker["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
     sweep.wait_for(f"[1/2] {FIRST}: failed")
@@ -61,6 +91,8 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
     out = sweep.out
     assert sweep.proc.returncode == 130 and took < 15, (took, out[-4000:])
     assert detected_s < 60, detected_s
+    assert f"output root: {bucket} (staged in " in out
+    root = remote.copy()
     m = manifest(root)
     assert list(m["status"]) == ["failed", "interrupted"]
     assert m.loc[FIRST, "failure_reason"].startswith("rank 1: ")
@@ -77,12 +109,14 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
 
     # 2. --resume reruns both: the first to the end; a SIGKILL of the driver in the second. No
     #    handler runs, yet every file on disk reads back and the finished run is complete.
-    sweep = Sweep(root, corpus, "--resume")
+    sweep = Sweep(bucket, corpus, "--resume")
     sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
+    time.sleep(3)  # the mirror's interval (STAGE1_SYNC_INTERVAL_S, 2 s): the bucket caught up
     sweep.proc.kill()
     sweep.finish(timeout_s=30)
     assert sweep.proc.returncode == -signal.SIGKILL
     assert "resuming: 0 runs finished ok are kept, 2 run again" in sweep.out
+    root = remote.copy()
     m = manifest(root)
     assert list(m["status"]) == ["ok", "running"]  # as the manifest stood at the kill
     assert not (root / "runs" / FIRST / "fail_tail.txt").exists()  # the failed attempt's
@@ -93,10 +127,12 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path):
             pd.read_parquet(part)  # no part file is truncated
 
     # 3. --resume finishes exactly the missing run: complete, no duplicate rows.
-    sweep = Sweep(root, corpus, "--resume")
+    sweep = Sweep(bucket, corpus, "--resume")
     sweep.finish()
     assert sweep.proc.returncode == 0, sweep.out[-4000:]
     assert "resuming: 1 runs finished ok are kept, 1 run again" in sweep.out
+    assert f"report: {bucket}/report.html" in sweep.out
+    root = remote.copy()
     m = manifest(root)
     assert list(m["status"]) == ["ok", "ok"] and list(m["exit_code"]) == [0, 0]
     final = timing(root)

@@ -20,10 +20,12 @@ import pandas as pd
 import pytest
 from safetensors.torch import load_file, save_file
 
+from stage1_common.storage import Location
 from tests.checkpoints import save_tiny_checkpoints
 from tests.cli import ROOT, run_module
 from tests.integration.cluster import LocalCluster, can_unshare
 from tests.integration.helpers import smoke_manifest
+from tests.s3server import bucket_env
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +39,16 @@ def cluster(tmp_path_factory):
     if why:
         pytest.skip(f"worker raylets need a mount namespace of their own: {why}")
     folder = tmp_path_factory.mktemp("cluster")
-    # Seen by the driver only: the worker nodes get an empty folder in its place.
+    # Seen by the driver only: the worker nodes get an empty folder in its place. A root in
+    # the bucket is staged there, so the worker nodes can reach it only through the bucket.
     private = tmp_path_factory.mktemp("driver-only")
-    # Two CPUs per worker node: three workers would fit the cluster, not three nodes.
-    with LocalCluster(folder, workers=2, hide=(private,), worker_cpus=2) as c:
-        c.private = private
-        yield c
+    # Every node gets the bucket's endpoint and credentials from its environment, as nodes of
+    # a cloud cluster get theirs (the raylets inherit these variables).
+    with pytest.MonkeyPatch.context() as mp, bucket_env(mp, private, "multinode"):
+        # Two CPUs per worker node: three workers would fit the cluster, not three nodes.
+        with LocalCluster(folder, workers=2, hide=(private,), worker_cpus=2) as c:
+            c.private = private
+            yield c
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +90,16 @@ def tune(cluster, space: str, root: Path, *sets: str, timeout: int = 500):
 def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     tmp_path, cluster, corpus, checkpoints
 ):
-    root = tmp_path / "out"
+    # The output root is a bucket (issue 26): no folder the nodes share holds any output. The
+    # worker nodes upload their ranks' records and stack dumps; every check reads the bucket.
+    bucket = "s3://multinode/faults"
     speech, text = checkpoints
     # Run 1's rank 1 hangs in step 12, run 2's rank 1 raises inside step 7. Each run's 2 ranks
     # are on the 2 worker nodes.
     out = tune(
         cluster,
         "cpu_faults",
-        root,
+        bucket,
         f"manifest_path={corpus}",
         "max_missing_files_fraction=0.05",
         "placement_strategy=STRICT_SPREAD",
@@ -103,6 +111,7 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     text_out = out.stdout[-4000:] + out.stderr[-4000:]
     assert out.returncode == 1, text_out
     assert "cluster: 3 nodes" in out.stdout and "sees the output root" in out.stdout
+    root = Location.of(bucket).download(tmp_path / "bucket-copy")
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
     assert list(manifest["status"]) == ["stalled", "failed"], text_out
     assert list(manifest["exit_code"].astype(str)) == ["124", "1"]

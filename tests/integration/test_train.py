@@ -2,11 +2,14 @@
 without faults, and one whose Ray Train worker is killed with SIGKILL (the worker group restarts
 from the latest checkpoint by itself) and whose driver is then killed with SIGKILL (``--resume``
 continues from the latest complete checkpoint, skipping one cut off mid-save). The faulted run
-ends with the same loss as the clean one: same seed, same data order after each resume."""
+ends with the same loss as the clean one: same seed, same data order after each resume.
+
+The clean run writes to a folder; the faulted one to a bucket on a real S3-compatible server
+(moto, issue 26): Ray Train uploads its checkpoints there, the restarted group and the resumed
+run load them from there, and every check of that run reads the bucket."""
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -14,10 +17,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from stage1_common.storage import Location
 from tests.cli import run_module
 from tests.conftest import prepare_serial
 from tests.integration.helpers import LiveCli
 from tests.output_layout import check_layout
+from tests.s3server import bucket_env
 
 pytestmark = pytest.mark.integration
 RUN = "train_z0_mb16_nw0_pf2_r1"
@@ -55,10 +60,17 @@ def last_loss(root: Path) -> tuple[int, float]:
     return int(t["step"].iloc[-1]), float(t["loss"].iloc[-1])
 
 
+@pytest.fixture
+def bucket(tmp_path, monkeypatch):
+    with bucket_env(monkeypatch, tmp_path / "driver-staging", "runs"):
+        yield "s3://runs/faulted"
+
+
 def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
-    tmp_path, learnable_manifest
+    tmp_path, learnable_manifest, bucket
 ):
-    clean, faulted = tmp_path / "clean", tmp_path / "faulted"
+    clean, faulted = tmp_path / "clean", bucket
+    remote = Location.of(bucket)
     args = ["--space", "train_smoke", *sets(learnable_manifest, slow_end=True)]
     plain = ["--space", "train_smoke", *sets(learnable_manifest)]
     done = run_module("platform.train", *plain, "--output-root", clean, timeout=400)
@@ -87,7 +99,8 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     driver = LiveCli("platform.train", *args, "--output-root", faulted)
     driver.wait_for(f"{RUN}: step 15/{STEPS}", timeout_s=300)
     driver.wait_for(f"{RUN}: checkpoint at step 10:", timeout_s=120)
-    pid = json.loads((faulted / "runs" / RUN / "workers" / "rank1.json").read_text())["pid"]
+    # The rank's record, uploaded from its scratch folder when it registered.
+    pid = json.loads(remote.join("runs", RUN, "workers", "rank1.json").read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
     at = driver.wait_for("restarted (attempt 2)", timeout_s=180)
     assert "resumed from step 10" in driver.lines[at]
@@ -96,18 +109,26 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     driver.stop(signal.SIGKILL)
     assert driver.proc.returncode == -signal.SIGKILL
     time.sleep(2)  # the Ray cluster follows its driver (fate-sharing)
-    # A checkpoint cut off mid-save, newer than the last complete one: never resumed from.
-    run_dir = faulted / "runs" / RUN
-    latest = max(run_dir.glob("checkpoint_step*"))
-    assert latest.name == "checkpoint_step0000020"
-    cut = run_dir / "checkpoint_step0000029"
-    shutil.copytree(latest, cut)
-    (cut / "done-rank1.json").unlink()
+    # A checkpoint cut off mid-upload, newer than the last complete one: never resumed from.
+    run_dir = remote.join("runs", RUN)
+    kept = sorted({rel.split("/")[0] for rel in run_dir.files() if rel.startswith("checkpoint_")})
+    assert kept[-1] == "checkpoint_step0000020", kept  # in the bucket; its node's copy deleted
+    local = run_dir.join(kept[-1]).download(tmp_path / "ckpt20")
+    (local / "done-rank1.json").unlink()
+    run_dir.join("checkpoint_step0000029").upload(local)
     resumed = run_module("platform.train", *args, "--output-root", faulted, "--resume", timeout=400)
     out = resumed.stdout
     assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
-    assert "skipped checkpoint_step0000029: incomplete (rank 1's part is missing" in out
+    assert "skipped checkpoint_step0000029 in the bucket: incomplete (rank 1's part is" in out
     assert "resumed from the checkpoint at step 20" in out
+    assert f"results in {bucket}" in out
+    faulted = Location.of(bucket).download(tmp_path / "faulted-copy")
+    # Ray Train's keep_checkpoints=2 in the bucket (the cut one it never registered stays),
+    # and the model the workers exported from the best of them, uploaded beside.
+    kept = sorted(p.name for p in (faulted / "runs" / RUN).glob("checkpoint_step*"))
+    assert "checkpoint_step0000030" in kept and len(kept) <= 3, kept
+    model, info = load_exported(faulted / "runs" / RUN / "export")
+    assert info["source"].startswith("best val_mean_r1")
     timing = pd.read_parquet(faulted / "timing.parquet")
     rank0 = timing[timing["rank"] == 0]
     assert sorted(rank0["attempt"].unique()) == [0, 1, 2]  # first, restart, --resume

@@ -1,0 +1,164 @@
+"""An output root on object storage (issue 26), against a real S3-compatible server (moto in a
+subprocess): the staging folder mirrored to the bucket (new and changed files uploaded whole,
+removed ones deleted, inputs and caches left out), a worker's run folder uploaded from its
+node, and each bad storage input to platform.tune and platform.train refused before anything
+starts: one line, exit 2, nothing written (refused or missing credentials and no write
+permission: tests/test_storage.py, the same check). The sweeps and training runs themselves run
+against a bucket in tests/integration/ (test_interrupt_resume.py, test_train.py,
+test_multinode.py)."""
+
+import json
+import os
+import time
+
+import pytest
+
+from platform.storage.mirror import RootMirror, mirrored, pull_run, stage_remote_root
+from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location, StorageError
+from tests.cli import run_module
+from tests.s3server import CLIENT_ENV, make_bucket, moto_server
+from trainables.run_files import RunFiles
+
+BUCKET = "sweeps"
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    staging = tmp_path_factory.mktemp("staging")
+    with pytest.MonkeyPatch.context() as mp, moto_server() as endpoint:
+        env = {**CLIENT_ENV, "AWS_ENDPOINT_URL": endpoint, "STAGE1_STAGING_DIR": str(staging)}
+        for key, value in env.items():
+            mp.setenv(key, value)
+        make_bucket(endpoint, BUCKET)
+        yield endpoint
+
+
+def touch(path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_the_staging_folder_is_mirrored_to_the_bucket(s3, tmp_path):
+    uri = f"s3://{BUCKET}/{tmp_path.name}/sweep"
+    root = stage_remote_root(uri, resume=False)
+    assert root.remote == uri and root.shown == uri and root.path.is_dir()
+    assert Location.of(uri).files() == {}  # the write probe is gone
+    touch(root.manifest, "run\tstatus\nr1\trunning\n")
+    touch(root.timing / "r1-00000.parquet", "rows")
+    touch(root.runs / "r1" / "config.json", "{}")
+    # Left out: the synthetic corpus, caches, Tune's state, checkpoints, unfinished temporaries.
+    for rel in (
+        "data/prepared/manifest.tsv",
+        "cache/inductor/x",
+        "tune/experiment_state.json",
+        "runs/r1/checkpoint_step0000010/meta.json",
+        ".run_manifest.tsv.abc.tmp",
+    ):
+        touch(root.path / rel, "x")
+        assert not mirrored(rel), rel
+    with RootMirror(root, interval_s=0.2) as mirror:
+        deadline = time.monotonic() + 20
+        while "timing.parquet/r1-00000.parquet" not in Location.of(uri).files():
+            assert time.monotonic() < deadline, "the mirror never uploaded"
+            time.sleep(0.1)
+        touch(root.manifest, "run\tstatus\nr1\tok\n")  # changed: uploaded again, whole
+        (root.timing / "r1-00000.parquet").unlink()  # gone (--resume drops it): deleted
+        touch(root.timing / "r1-00001.parquet", "rows of the next attempt")
+    assert mirror.error == ""
+    bucket = Location.of(uri)
+    assert set(bucket.files()) == {
+        "run_manifest.tsv",
+        "timing.parquet/r1-00001.parquet",
+        "runs/r1/config.json",
+    }
+    assert bucket.join("run_manifest.tsv").read_text().endswith("r1\tok\n")
+
+    # --resume, here or on another machine: a fresh staging folder from the bucket; a file it
+    # deletes there is deleted in the bucket too (it came from there).
+    again = stage_remote_root(uri, resume=True)
+    assert again.manifest.read_text().endswith("r1\tok\n")
+    assert (
+        not (again.path / "data").exists()
+        and not (again.runs / "r1" / "checkpoint_step0000010").exists()
+    )
+    (again.timing / "r1-00001.parquet").unlink()
+    RootMirror(again).sync()
+    assert "timing.parquet/r1-00001.parquet" not in bucket.files()
+    # Not --resume: a root that holds a sweep is refused, naming it.
+    with pytest.raises(StorageError, match=f"output root {uri} already holds a sweep"):
+        stage_remote_root(uri, resume=False)
+
+
+def test_a_workers_run_folder_reaches_the_bucket_and_the_driver(s3, tmp_path):
+    uri = f"s3://{BUCKET}/{tmp_path.name}/sweep"
+    root = stage_remote_root(uri, resume=False)
+    run = {"name": "r1", "storage_path": f"{uri}/runs", "scratch": root.path.name}
+    files = RunFiles(run)
+    assert files.folder != root.run_dir("r1")  # on the worker's node, not the driver's staging
+    files.register(rank=1, local_rank=0)  # uploaded at once: a failed rank's log paths
+    assert set(Location.of(f"{uri}/runs/r1").files()) == {"workers/rank1.json"}
+    log = tmp_path / "worker.err"
+    log.write_text("".join(f"line {i}\n" for i in range(2500)))
+    files.record["stderr"] = str(log)  # the rank's Ray log file (its node may be gone later)
+    touch(files.folder / "stacks-rank1.txt", "stacks")
+    touch(files.folder / "checkpoint_step0000010" / "__1_0.distcp", "shard")  # Ray Train's
+    touch(files.folder / "export" / "speech" / "config.json", "{}")
+    files.publish_at_end(local_rank=0)
+    bucket = Location.of(f"{uri}/runs/r1")
+    assert set(bucket.files()) == {
+        "workers/rank1.json",
+        "workers/rank1.stderr.log",
+        "stacks-rank1.txt",
+        "export/speech/config.json",
+    }
+    tail = bucket.join("workers/rank1.stderr.log").read_text().splitlines()
+    assert len(tail) == 2000 and tail[-1] == "line 2499"  # the end of a long log
+    pull_run(root, "r1")  # the driver, when the run fails: why, from the worker's files
+    assert (root.run_dir("r1") / "stacks-rank1.txt").read_text() == "stacks"
+    assert json.loads((root.workers_dir("r1") / "rank1.json").read_text())["pid"] == os.getpid()
+    assert not (root.workers_dir("r1") / "rank1.stderr.log").exists()  # the record says where
+    assert not (root.run_dir("r1") / "export").exists()
+
+
+def test_bad_object_storage_roots_are_refused_before_anything_starts(s3, tmp_path):
+    base = f"s3://{BUCKET}/{tmp_path.name}"
+    cases = [
+        (
+            ("platform.tune", "--space", "smoke", "--output-root", "s3://no-such-bucket/sweep"),
+            "platform.tune: error: s3://no-such-bucket/sweep: bucket 'no-such-bucket' does not "
+            "exist (create it, or fix the name)",
+        ),
+        (
+            ("platform.tune", "--space", "smoke", "--output-root", f"{base}/new", "--resume"),
+            f"platform.tune: error: --resume: {base}/new holds no sweep (run_manifest.tsv is "
+            "missing); drop --resume to start one there",
+        ),
+        (
+            (
+                "platform.train",
+                "--space",
+                "smoke",
+                "--set",
+                "micro_batch=8",
+                "--output-root",
+                "s3://no-such-bucket/train",
+            ),
+            "platform.train: error: s3://no-such-bucket/train: bucket 'no-such-bucket' does not "
+            "exist (create it, or fix the name)",
+        ),
+    ]
+    for args, line in cases:
+        out = run_module(*args)
+        assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+        (got,) = out.stderr.strip().splitlines()
+        assert got.startswith(line), got
+    assert Location.of(base).files() == {}  # nothing written anywhere in the bucket
+    # A root that holds a sweep already, without --resume.
+    Location.of(f"{base}/done").join(OutputRoot.MANIFEST).write_text("run\tstatus\n")
+    out = run_module("platform.tune", "--space", "smoke", "--output-root", f"{base}/done")
+    assert out.returncode == 2
+    assert out.stderr.strip() == (
+        f"platform.tune: error: output root {base}/done already holds a sweep; choose another "
+        "--output-root"
+    )

@@ -1,0 +1,97 @@
+"""Where a worker writes its run's folder (``runs/<run>/``: its rank's record, stack dumps, the
+export), and how that folder reaches an output root on object storage.
+
+With a root in a folder every node mounts, the worker writes there directly. With a root on
+object storage (the trial's ``run`` carries ``scratch``), each rank writes the folder on its own
+node, under the system's temporary folder, and uploads it to ``<root>/runs/<run>/`` in the
+bucket: its record at once (the driver reads the log paths of a failed rank from it), a stack
+dump as soon as it is written (a hung rank may be killed before it ends), everything else when
+the run ends, also when it fails, with the last ``LOG_TAIL_LINES`` lines of the rank's stdout
+and stderr (``workers/rank<r>.stdout.log``: its node and its Ray session folder may be gone
+later). Each file is uploaded whole (stage1_common/storage.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from stage1_common.output_root import OutputRoot
+from stage1_common.storage import Location
+from trainables.worker_logs import register_worker, tail_lines
+
+__all__ = ["LOG_TAIL_LINES", "RunFiles"]
+
+LOG_TAIL_LINES = 2000  # a resident worker's log holds every run it served: the end of it
+
+
+class RunFiles:
+    """A run's folder on this node and, for a root on object storage, its place in the bucket."""
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        if run.get("scratch"):
+            base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"]
+            self.folder = base / "runs" / run["name"]
+            self.remote: Location | None = Location.of(f"{run['storage_path']}/{run['name']}")
+        else:
+            self.folder = Path(run["storage_path"]) / run["name"]
+            self.remote = None
+        self.record: dict[str, Any] = {}
+
+    def register(self, rank: int, local_rank: int) -> dict[str, Any]:
+        """This rank's record (pid, node, log files: trainables/worker_logs.py), written and
+        uploaded first, before anything can fail."""
+        self.record = register_worker(self.folder, rank, local_rank)
+        self.publish(self.folder / OutputRoot.WORKERS / f"rank{rank}.json")
+        return self.record
+
+    def publish_at_end(self, local_rank: int) -> None:
+        """At the end of the run, also a failed one: this rank's log tails, and the node's
+        folder (by the node's first local rank: the ranks of a node share it)."""
+        if self.remote is None:
+            return
+        try:
+            self._publish_at_end(local_rank)
+        except Exception as exc:  # the bucket is unreachable: said, never hiding the run's error
+            print(f"run files: not uploaded to {self.remote} ({exc})", file=sys.stderr)
+
+    def _publish_at_end(self, local_rank: int) -> None:
+        rank = self.record.get("rank")
+        for stream in ("stdout", "stderr"):
+            path = self.record.get(stream)
+            if rank is None or not path:
+                continue
+            try:
+                text = "\n".join(tail_lines(Path(path), LOG_TAIL_LINES)) + "\n"
+            except OSError:
+                continue
+            where = f"{OutputRoot.WORKERS}/rank{rank}.{stream}.log"
+            self.remote.join(where).write_text(text)
+        if local_rank == 0:
+            self.publish_all()
+
+    @property
+    def cache_root(self) -> Path:
+        """The root whose ``cache/`` the run's compile and FLOP caches use (on this node)."""
+        return self.folder.parent.parent
+
+    def publish(self, path: Path) -> None:
+        """Upload one file of the folder now (nothing for a root every node mounts)."""
+        if self.remote is None or not Path(path).is_file():
+            return
+        rel = Path(path).relative_to(self.folder).as_posix()
+        self.remote.join(rel).write_bytes(Path(path).read_bytes())
+
+    def publish_all(self) -> None:
+        """Upload every file of the folder but the checkpoints (Ray Train uploads those) and
+        unfinished temporaries. The ranks of a node share the folder: its first local rank
+        calls this."""
+        if self.remote is None or not self.folder.is_dir():
+            return
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+            parts = path.relative_to(self.folder).parts
+            if any(p.startswith(("checkpoint_", ".")) for p in parts):
+                continue
+            self.publish(path)
