@@ -33,7 +33,7 @@ def test_auto_is_resident_for_a_sweep_and_fresh_where_a_run_needs_its_own_proces
         "plain": "resident",
         "leak": "fresh",
         "restarts": "fresh",
-        "checkpoints_only": "resident",
+        "checkpoints_only": "fresh",  # registered with a Ray Train run of its own
         "asked_fresh": "fresh",
     }
     trained = resolve_executors([spec("final")], training=True)
@@ -58,6 +58,8 @@ def test_resident_where_it_cannot_work_is_one_line_naming_the_key_and_the_fix():
         TrialConfig(executor="resident", inject_leak_mb_per_step=1.0)
     with pytest.raises(ConfigError, match=r"set executor=fresh \(or auto\)$"):
         TrialConfig(executor="resident", checkpoint_every=5, max_failures=2)
+    with pytest.raises(ConfigError, match=r"saves checkpoints through Ray Train"):
+        TrialConfig(executor="resident", checkpoint_every=5)
     with pytest.raises(UsageError, match=r"platform.train trains in processes of its own"):
         resolve_executors([spec("final", executor="resident")], training=True)
     with pytest.raises(ConfigError, match=r"executor"):

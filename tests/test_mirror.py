@@ -162,3 +162,45 @@ def test_bad_object_storage_roots_are_refused_before_anything_starts(s3, tmp_pat
         f"platform.tune: error: output root {base}/done already holds a sweep; choose another "
         "--output-root"
     )
+
+
+def test_a_checkpoint_is_registered_per_node_only_once_no_writer_holds_it(tmp_path):
+    """A root on object storage: Ray Train deletes a node's folder once uploaded, so a save is
+    registered only when every rank's part is written and no rank's writer still holds it (a
+    writer that did would write its done file again into the deleted folder at the next
+    save). One rank here; the agreement across ranks is the same list, gathered."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    import torch
+
+    from trainables.checkpoint import finish_part
+    from trainables.checkpoint_state import CheckpointWriter, _Save
+    from trainables.config import TrialConfig
+
+    engine = SimpleNamespace(kind="ddp", effective={})
+    cfg = TrialConfig(model_size="tiny", checkpoint_every=5, checkpoint_async=False)
+    writer = CheckpointWriter(
+        cfg, engine, rank=0, world_size=1, device=torch.device("cpu"), per_node=True
+    )
+    folder = tmp_path / "checkpoint_step0000005"
+    (folder / "dcp-1").mkdir(parents=True)
+    (folder / "dcp-1" / "__0_0.distcp").write_bytes(b"x" * 10)
+    save = _Save(folder=folder, rank=0, t0=0.0, upload=Future())
+    writer._unregistered.append(folder)
+    writer._save = save
+    save.upload.add_done_callback(save.whole)
+    assert writer.registrable_everywhere() is None  # still being written
+    finish_part(folder, 0, save_s=0.0)  # a done file from an earlier write of this folder...
+    assert writer.registrable_everywhere() is None  # ...but the writer still holds the save
+    save.upload.set_result(None)  # written: the done file is there
+    assert (folder / "done-rank0.json").is_file()
+    assert writer.registrable_everywhere() == folder  # and the writer let it go
+    assert writer._save is None and writer._unregistered == []
+    assert writer.registered_parts[0]["files"] == {"dcp-1/__0_0.distcp": 10}
+    import shutil
+
+    shutil.rmtree(folder)  # what Ray Train does once the node's folder is uploaded
+    writer.wait()  # the next save's wait: nothing held, nothing written into the gone folder
+    assert not folder.exists()
+    assert writer.registrable_everywhere() is None  # nothing more to register

@@ -111,12 +111,13 @@ def _owned(name: str, rank: int) -> bool:
     return rank == 0
 
 
-def prepare_folder(folder: Path, *, rank: int, world_size: int) -> str:
+def prepare_folder(folder: Path, *, rank: int, world_size: int, clears: bool | None = None) -> str:
     """Empty ``folder`` for a new save (an earlier attempt may have left a cut-off one there):
-    rank 0 clears it while the others wait (every rank calls it). Returns the name of this
+    rank 0 clears it while the others wait (every rank calls it; ``clears``: whether this rank
+    does, for folders on each node: each node's first local rank). Returns the name of this
     save's DCP folder, the same on every rank and new for every save: a writer process that
     outlived its killed rank finds its folder gone instead of writing into this save."""
-    if rank == 0 and Path(folder).exists():
+    if (rank == 0 if clears is None else clears) and Path(folder).exists():
         import shutil
 
         shutil.rmtree(folder)

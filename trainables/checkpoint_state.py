@@ -19,6 +19,7 @@ checkpoint to Ray Train only once every rank's part is complete (:meth:`registra
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import threading
@@ -32,6 +33,7 @@ import torch
 
 from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
 from trainables.checkpoint import DS_TAG, dcp_dir, finish_part, is_complete, part_records
+from trainables.distributed import gather_objects
 
 __all__ = ["CheckpointWriter", "load_state", "registered_fields"]
 
@@ -78,12 +80,25 @@ class _Save:
 class CheckpointWriter:
     """Every rank's checkpoint writer for one run."""
 
-    def __init__(self, cfg, engine, *, rank: int, world_size: int, device: torch.device):
+    def __init__(
+        self,
+        cfg,
+        engine,
+        *,
+        rank: int,
+        world_size: int,
+        device: torch.device,
+        per_node: bool = False,
+    ):
         self.engine, self.rank, self.world_size, self.device = engine, rank, world_size, device
+        # A root on object storage: each node's folder holds only its own ranks' parts, so a
+        # checkpoint is known complete by every rank together (registrable_everywhere).
+        self.per_node = per_node
         self.mode, note = checkpoint_mode(cfg.strategy, cfg.checkpoint_async)
         engine.effective["checkpoint_mode"] = note
         self._save: _Save | None = None  # the one in flight
-        self._unregistered: list[Path] = []  # rank 0: not yet given to Ray Train
+        self._unregistered: list[Path] = []  # rank 0 (per_node: every rank): not yet registered
+        self.registered_parts: list[dict[str, Any]] | None = None  # per_node: the last one's
         self._group = None  # a gloo group for DCP (async_save needs a CPU backend)
         self._stager = None
         self._pinned = cfg.checkpoint_pinned
@@ -139,7 +154,7 @@ class CheckpointWriter:
         self._writer_started()
         save = _Save(folder=Path(folder), rank=self.rank, t0=t0)
         path = save.folder / dcp_name
-        if self.rank == 0:
+        if self.rank == 0 or self.per_node:
             self._unregistered.append(save.folder)
         if self.engine.kind == "deepspeed":
             (save.folder / DS_TAG).mkdir(parents=True, exist_ok=True)
@@ -273,6 +288,34 @@ class CheckpointWriter:
                 return folder
         return None
 
+    def registrable_everywhere(self) -> Path | None:
+        """Every rank, ``per_node``: the newest saved checkpoint whose part is written on every
+        rank (one collective, only while a save is unregistered: the same on every rank), and
+        that no rank's writer holds any more (its done file is never rewritten after Ray Train
+        took, uploaded and deleted the node's folder)."""
+        self.poll()
+        if not self._unregistered:
+            return None
+        mine = [int(self._part_written(folder)) for folder in self._unregistered]
+        everyone = gather_objects(mine, self.world_size)
+        agreed = [min(flags) for flags in zip(*everyone, strict=True)]
+        for i in range(len(agreed) - 1, -1, -1):
+            if agreed[i]:
+                folder = self._unregistered[i]
+                del self._unregistered[: i + 1]
+                # Every rank's done record (rank 0's node holds only its own ranks' files).
+                self.registered_parts = gather_objects(
+                    json.loads((folder / f"done-rank{self.rank}.json").read_text()),
+                    self.world_size,
+                )
+                return folder
+        return None
+
+    def _part_written(self, folder: Path) -> bool:
+        if self._save is not None and self._save.folder == folder:
+            return False
+        return (Path(folder) / f"done-rank{self.rank}.json").is_file()
+
     def close(self) -> None:
         """The end of the run (or its failure): nothing may stay in flight; the stager's host
         buffers are freed."""
@@ -289,11 +332,18 @@ class CheckpointWriter:
                 self._stager = None
 
 
-def registered_fields(folder: Path, meta: dict[str, Any], worst: float) -> dict[str, Any]:
-    """The report fields of a complete checkpoint (rank 0, from every rank's done file): its
-    step and score (Ray Train ranks it by checkpoint_score), the slowest rank's save and block
-    times, and the bytes of all ranks."""
-    parts = part_records(folder)
+def registered_fields(
+    folder: Path,
+    meta: dict[str, Any],
+    worst: float,
+    parts: list[dict[str, Any]] | None = None,
+    shown: str = "",
+) -> dict[str, Any]:
+    """The report fields of a complete checkpoint (rank 0, from every rank's done file, or
+    ``parts``: those gathered from the ranks): its step and score (Ray Train ranks it by
+    checkpoint_score), the slowest rank's save and block times, the bytes of all ranks, and
+    where it is (``shown``: its address in the bucket)."""
+    parts = parts or part_records(folder)
     score = meta.get("score")
     return {
         "checkpoint_step": int(meta["step"]),
@@ -302,7 +352,7 @@ def registered_fields(folder: Path, meta: dict[str, Any], worst: float) -> dict[
         "checkpoint_block_s": max(p.get("block_s", 0.0) for p in parts),
         "checkpoint_wait_s": max(p.get("wait_s", 0.0) for p in parts),
         "checkpoint_size_bytes": sum(sum(p["files"].values()) for p in parts),
-        "checkpoint_path": str(folder),
+        "checkpoint_path": shown or str(folder),
     }
 
 

@@ -335,8 +335,8 @@ def describe_type(hint: Any) -> str:
 def needs_own_processes(cfg) -> str:
     """Why a run must train in processes of its own (``executor: fresh``), or '' when a resident
     worker group can run it."""
-    if cfg.checkpoint_every and cfg.max_failures:
-        return "it restarts its workers from its checkpoints (checkpoint_every, max_failures)"
+    if cfg.checkpoint_every:  # registered with its own Ray Train run (and restarted from them)
+        return "it saves checkpoints through Ray Train (checkpoint_every)"
     if cfg.inject_leak_mb_per_step:
         return "it plants a host-memory leak (inject_leak_mb_per_step), which must be its own"
     return ""

@@ -7,7 +7,13 @@ import os
 import socket
 from typing import Any
 
-__all__ = ["broadcast_from_rank0", "gather_placement", "gather_to_rank0", "placement_fields"]
+__all__ = [
+    "broadcast_from_rank0",
+    "gather_objects",
+    "gather_placement",
+    "gather_to_rank0",
+    "placement_fields",
+]
 
 
 def gather_to_rank0(payload: Any, rank: int, world_size: int) -> list[Any] | None:
@@ -29,6 +35,17 @@ def broadcast_from_rank0(values: list[Any], world_size: int) -> list[Any]:
 
         dist.broadcast_object_list(values, src=0)
     return values
+
+
+def gather_objects(value: Any, world_size: int) -> list[Any]:
+    """Every rank's ``value``, in rank order (a collective: every rank calls it)."""
+    if world_size == 1:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world_size
+    dist.all_gather_object(out, value)
+    return out
 
 
 def gather_placement(node_id: str, node: str, world_size: int) -> list[tuple[str, str, int]]:

@@ -105,7 +105,12 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     writer = None
     if cfg.checkpoint_every and worker.run_dir is not None:
         writer = CheckpointWriter(
-            cfg, engine, rank=worker.rank, world_size=worker.world_size, device=worker.device
+            cfg,
+            engine,
+            rank=worker.rank,
+            world_size=worker.world_size,
+            device=worker.device,
+            per_node=worker.files is not None and worker.files.remote_root,
         )
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
@@ -278,11 +283,20 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
     if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
         save(cfg, worker, run.writer, run.batches, state)
         paused = True
-    # Rank 0: a checkpoint complete on every rank by now, for Ray Train, with its fields.
-    registered = run.writer.registrable() if run.writer and worker.rank == 0 else None
-    if registered is not None:
+    # A checkpoint complete on every rank by now, for Ray Train (rank 0 knows it from the shared
+    # folder; a root on object storage: every rank, together), with its fields.
+    registered = None
+    if run.writer is not None and run.writer.per_node:
+        registered = run.writer.registrable_everywhere()
+    elif run.writer is not None and worker.rank == 0:
+        registered = run.writer.registrable()
+    if registered is not None and worker.rank == 0:
         worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
-        metrics.update(registered_fields(registered, read_meta(registered), worst))
+        remote = worker.files.remote if worker.files is not None else None
+        parts = run.writer.registered_parts if run.writer.per_node else None
+        shown = remote.join(registered.name).uri if remote is not None else ""
+        meta = read_meta(registered)
+        metrics.update(registered_fields(registered, meta, worst, parts, shown))
     metrics.update(gathered_extras(cfg, metrics, run.telemetry, worker.rank, worker.world_size))
     # Under Ray Train V2 a report is a barrier across workers, and it blocks while the previous
     # report is still queued, until the controller polls (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S);

@@ -72,7 +72,7 @@ def local_copy(
     """``run_dir/name`` complete on this node: its first local rank downloads the bucket's
     folder unless a complete copy is there; every rank returns once every node has it."""
     folder = Path(run_dir) / name
-    if local_rank == 0 and not is_complete(folder)[0]:
+    if local_rank == 0 and not _same(folder, remote.join(name)):
         tmp = folder.with_name(f".{name}.download")
         shutil.rmtree(tmp, ignore_errors=True)
         remote.join(name).download(tmp)
@@ -84,6 +84,18 @@ def local_copy(
         dist.barrier()
     read_meta(folder)  # every rank sees the whole copy (a missing meta would raise here)
     return folder
+
+
+def _same(folder: Path, there: Location) -> bool:
+    """Whether this node holds a complete copy of the bucket's checkpoint (the meta names the
+    save: its time and DCP folder; a folder left by an earlier sweep at the same address is
+    not it)."""
+    if not is_complete(folder)[0]:
+        return False
+    try:
+        return (folder / "meta.json").read_text() == there.join("meta.json").read_text()
+    except OSError:
+        return False
 
 
 def choose(pick, world_size: int, rank: int) -> list:

@@ -27,14 +27,28 @@ __all__ = ["LOG_TAIL_LINES", "RunFiles"]
 LOG_TAIL_LINES = 2000  # a resident worker's log holds every run it served: the end of it
 
 
+def _node() -> str:
+    """This node's id (Ray's; the hostname outside Ray), short."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()[:12]
+    except Exception:
+        import socket
+
+        return socket.gethostname()
+
+
 class RunFiles:
     """A run's folder on this node and, for a root on object storage, its place in the bucket."""
 
     def __init__(self, run: dict[str, Any]) -> None:
         if run.get("scratch"):
-            base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"]
+            # One folder per node (several raylets of one host, or containers sharing /tmp,
+            # must not share it: each node's copy holds only its own ranks' parts).
+            base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"] / _node()
             self.folder = base / "runs" / run["name"]
-            self.remote: Location | None = Location.of(f"{run['storage_path']}/{run['name']}")
+            self.remote: Location | None = Location.of(run["storage_path"]).join(run["name"])
         else:
             self.folder = Path(run["storage_path"]) / run["name"]
             self.remote = None
@@ -71,6 +85,11 @@ class RunFiles:
             self.remote.join(where).write_text(text)
         if local_rank == 0:
             self.publish_all()
+
+    @property
+    def remote_root(self) -> bool:
+        """Whether the run's root is on object storage (each node holds its own folder)."""
+        return self.remote is not None
 
     @property
     def cache_root(self) -> Path:

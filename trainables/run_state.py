@@ -112,7 +112,9 @@ def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: Run
     t0 = time.perf_counter()
     writer.wait()
     folder = worker.run_dir / checkpoint_name(state.step)
-    dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size)
+    per_node = worker.files is not None and worker.files.remote_root
+    clears = worker.local_rank == 0 if per_node else None  # each node's own folder
+    dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size, clears=clears)
     meta = {
         # best_metric at the latest validation: how Ray Train ranks it, and the export picks
         "score": (state.last_val or {}).get(cfg.best_metric),

@@ -235,17 +235,18 @@ def _run_to_the_end(request: LaunchRequest, runs: list[RunSpec], started: float)
     from platform.storage.mirror import RootMirror
 
     with RootMirror(request.output_root) as mirror:
-        code = _fit_and_report(request, runs, started)
+        code = _fit_and_report(request, runs, started, mirror)
     if mirror.error:
-        print(f"warning: the bucket missed an upload on the way ({mirror.error})", flush=True)
+        print(f"warning: the bucket missed an upload ({mirror.error})", flush=True)
     return code
 
 
-def _fit_and_report(request: LaunchRequest, runs: list[RunSpec], started: float) -> int:
+def _fit_and_report(request: LaunchRequest, runs: list[RunSpec], started: float, mirror) -> int:
     from platform.execution.tuner import build_sweep
 
     if request.resume:
         _clear_earlier_attempts(request, [r for r in runs if r.name not in request.done])
+        mirror.sync()  # the earlier attempts' files gone from the bucket before any run starts
     sweep = build_sweep(
         request.space,
         runs,

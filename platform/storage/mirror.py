@@ -25,7 +25,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from stage1_common.fileio import TMP_SUFFIX
+from stage1_common.fileio import TMP_SUFFIX, atomic_write_bytes
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location, StorageError, check_writable, explain
 
@@ -98,12 +98,12 @@ def pull_run(root: OutputRoot, run: str) -> None:
 
 
 def _download(location: Location, local: Path, keep) -> list[str]:
+    """The files of ``location`` that ``keep`` names, each written whole (the mirror may be
+    scanning the folder)."""
     got = []
     for rel in sorted(location.files()):
         if keep(rel):
-            target = local / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(location.join(rel).read_bytes())
+            atomic_write_bytes(local / rel, location.join(rel).read_bytes())
             got.append(rel)
     return got
 
@@ -134,7 +134,13 @@ class RootMirror:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
-        self.sync()
+        try:
+            self.sync()
+        except Exception as exc:  # never in place of the sweep's own outcome: said instead
+            self.error = (
+                f"{self.remote}: {explain(self.remote, exc)}; everything is in "
+                f"{self.root.path}: upload it with aws s3 sync {self.root.path} {self.remote}"
+            )
 
     def sync(self) -> int:
         """Upload what is new or changed, delete what went; returns the files uploaded."""

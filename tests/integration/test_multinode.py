@@ -26,6 +26,7 @@ from tests.cli import ROOT, run_module
 from tests.integration.cluster import LocalCluster, can_unshare
 from tests.integration.helpers import smoke_manifest
 from tests.s3server import bucket_env
+from trainables.checkpoint import is_complete
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +106,10 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
         "placement_strategy=STRICT_SPREAD",
         "nodes=2",
         "host_telemetry_interval_s=0.5",
+        # Checkpoints from ranks on two nodes, each node's folder holding its own rank's part:
+        # the ranks agree a save is whole, each node uploads its part (executor: fresh).
+        "checkpoint_every=5",
+        "checkpoint_async=false",
         f"speech_pretrained_path={speech}",
         f"text_pretrained_path={text}",
     )
@@ -133,6 +138,13 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     waiting = (run_dir / "stacks-rank0.txt").read_text()
     # Rank 0 went on to step 13 and waits inside one of DDP's collectives for rank 1.
     assert "after step 12" in waiting and "torch/nn/parallel/distributed.py" in waiting
+
+    # Its checkpoints in the bucket, complete though no node held all of them: 5 and 10, taken
+    # before the hang (Ray Train keeps 2).
+    saved = sorted((run_dir).glob("checkpoint_step*"))
+    assert [p.name for p in saved] == ["checkpoint_step0000005", "checkpoint_step0000010"]
+    assert all(is_complete(p)[0] for p in saved), [is_complete(p) for p in saved]
+    assert set(manifest["executor"]) == {"fresh"}  # checkpoints: a Ray Train run of its own
 
     # Placement: the ranks of a run ran on the two worker nodes (the head has no CPU), and the
     # timing rows and the manifest say which.
