@@ -53,6 +53,7 @@ def test_the_staging_folder_is_mirrored_to_the_bucket(s3, tmp_path):
         "cache/inductor/x",
         "tune/experiment_state.json",
         "runs/r1/checkpoint_step0000010/meta.json",
+        "runs/r1/export/speech/model.safetensors",
         ".run_manifest.tsv.abc.tmp",
     ):
         touch(root.path / rel, "x")

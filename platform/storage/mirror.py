@@ -10,7 +10,8 @@ leaves the bucket at most one interval behind its disk; ``--resume`` starts from
 (any machine can finish the sweep) and reruns what the bucket does not show finished.
 
 Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``--resume``),
-``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record). The
+``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record), and the
+checkpoints and exported models of ``runs/<run>/``, which the workers upload. The
 workers upload their run folders themselves (trainables/run_files.py), and Ray Train writes the
 checkpoints into the bucket (its ``storage_path``).
 """
@@ -76,6 +77,8 @@ def mirrored(relative: str) -> bool:
     parts = relative.split("/")
     if parts[0] in _NOT_MIRRORED or parts[-1].endswith(TMP_SUFFIX):
         return False
+    if parts[0] == OutputRoot.RUNS and OutputRoot.EXPORT in parts[2:3]:
+        return False  # an exported model: the workers' upload, never staged (hundreds of MB)
     return not any(p.startswith("checkpoint_") or p.startswith(".") for p in parts)
 
 
