@@ -28,15 +28,15 @@ LOG_TAIL_LINES = 2000  # a resident worker's log holds every run it served: the 
 
 
 def _node() -> str:
-    """This node's id (Ray's; the hostname outside Ray), short."""
-    try:
-        import ray
+    """This node's id (Ray's, in a Ray worker; the hostname elsewhere), short. Never starts
+    Ray (``ray.get_runtime_context`` would start a local cluster in a process without one)."""
+    import socket
+    import sys
 
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         return ray.get_runtime_context().get_node_id()[:12]
-    except Exception:
-        import socket
-
-        return socket.gethostname()
+    return socket.gethostname()
 
 
 class RunFiles:

@@ -34,13 +34,15 @@ def _fd_target(fd: int) -> str:
 
 def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]:
     """Write this worker's record under ``run_dir/workers/``; returns it."""
+    node_ip = node_id = ""  # outside Ray (torchrun): the hostname says where the logs are
     try:
         import ray
 
-        node_ip = ray.util.get_node_ip_address()
-        node_id = ray.get_runtime_context().get_node_id()
-    except Exception:  # outside Ray (torchrun): the hostname says where the logs are
-        node_ip = node_id = ""
+        if ray.is_initialized():  # asking otherwise would start a local Ray cluster
+            node_ip = ray.util.get_node_ip_address()
+            node_id = ray.get_runtime_context().get_node_id()
+    except Exception:
+        pass
     record = {
         "rank": rank,
         "local_rank": local_rank,
