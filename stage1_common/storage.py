@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import posixpath
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from stage1_common.fileio import atomic_path
+from stage1_common.fileio import atomic_path, atomic_write_bytes
 
 __all__ = ["Location", "StorageError", "check_writable", "explain", "is_remote"]
 
@@ -130,6 +131,17 @@ class Location:
         target.mkdir(parents=True, exist_ok=True)
         pafs.copy_files(self.path, str(target.resolve()), self.fs, pafs.LocalFileSystem())
         return target
+
+    def pull(self, folder: Path, keep: Callable[[str], bool] = lambda rel: True) -> list[str]:
+        """Copy the files of this location that ``keep`` names (by their path relative to it)
+        into ``folder``, each written whole (a scanner of that folder never sees half a file);
+        returns their relative paths."""
+        got = []
+        for rel in sorted(self.files()):
+            if keep(rel):
+                atomic_write_bytes(folder / rel, self.join(rel).read_bytes(), durable=False)
+                got.append(rel)
+        return got
 
     def delete(self) -> None:
         """Remove this folder and everything under it (nothing if it is not there)."""

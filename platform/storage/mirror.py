@@ -26,7 +26,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from stage1_common.fileio import TMP_SUFFIX, atomic_write_bytes
+from stage1_common.fileio import TMP_SUFFIX
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location, StorageError, check_writable, explain
 
@@ -61,7 +61,7 @@ def stage_remote_root(uri: str, *, resume: bool) -> OutputRoot:
     local = staging_folder(location.uri)
     shutil.rmtree(local, ignore_errors=True)
     local.mkdir(parents=True)
-    got = _download(location, local, mirrored) if resume else []
+    got = location.pull(local, mirrored) if resume else []
     stats = {rel: _stat(local / rel) for rel in got}
     (local / BASELINE).write_text(json.dumps(stats))
     return OutputRoot(local, remote=location.uri)
@@ -95,20 +95,9 @@ def pull_run(root: OutputRoot, run: str) -> None:
         return records or rel.startswith("stacks-rank")
 
     try:
-        _download(remote, root.run_dir(run), keep)
+        remote.pull(root.run_dir(run), keep)
     except OSError:
         pass  # the reason is then read from the error text alone
-
-
-def _download(location: Location, local: Path, keep) -> list[str]:
-    """The files of ``location`` that ``keep`` names, each written whole (the mirror may be
-    scanning the folder)."""
-    got = []
-    for rel in sorted(location.files()):
-        if keep(rel):
-            atomic_write_bytes(local / rel, location.join(rel).read_bytes())
-            got.append(rel)
-    return got
 
 
 class RootMirror:

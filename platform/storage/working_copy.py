@@ -50,14 +50,8 @@ def working_copy(root: Location) -> Iterator[Path]:
 
 def _download(root: Location, local: Path) -> dict[str, int]:
     """The result files, each with its local modification time (to tell what changed)."""
-    copied: dict[str, int] = {}
     try:
-        for rel in sorted(root.files()):
-            if wanted(rel):
-                target = local / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(root.join(rel).read_bytes())
-                copied[rel] = target.stat().st_mtime_ns
+        got = root.pull(local, wanted)
     except OSError as exc:
         raise StorageError(f"{root}: {explain(root, exc)}") from None
-    return copied
+    return {rel: (local / rel).stat().st_mtime_ns for rel in got}
