@@ -19,7 +19,9 @@ thread's CPU time per step, and what the process carried into the run (threads, 
 processes, open files, memory mappings, RSS). ``:spy`` (``fresh:buckets:spy``) samples the host's
 stacks, Python and C++, over two windows with py-spy (``--spy-window``, ``--spy-dir``): where the
 host's side of a step goes. Tails leave out the profiled or sampled windows (and the next).
-The samplers: benchmarks/probe_samplers.py.
+Each run records page faults per step, its anonymous memory on huge pages and glibc malloc's
+state; ``mallopt``, ``thp`` and ``hugefresh`` change how malloc and the kernel back a run's memory
+(benchmarks/memory_facts.py). The samplers: benchmarks/probe_samplers.py.
 
     python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
 """
@@ -37,6 +39,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.memory_facts import (
+    FaultAccount,
+    advise_huge_pages,
+    fix_malloc_thresholds,
+    huge_page_env,
+    malloc_facts,
+    memory_host_facts,
+    memory_table,
+    smaps_rollup,
+)
 from benchmarks.probe_samplers import (
     CpuAccount,
     Gpu,
@@ -57,10 +69,14 @@ STEPS = {  # --sequence's steps
     "pause": "in-process, after serve.release and a pause",
     "freeze": "in-process, after serve.release and gc.freeze",
     "numa": "in-process, after serve.release, every thread on the GPU's NUMA node's cores",
+    "mallopt": "in-process, after serve.release and fixed malloc thresholds (mallopt)",
+    "thp": "in-process, after serve.release, its anonymous memory advised to huge pages",
+    "hugefresh": "fresh process, malloc's heaps on huge pages (glibc.malloc.hugetlb=1)",
 }
 
 
 CASES = {"buckets": "1.0,1.5,2.0,2.5,3.0", "mainline": ""}  # crop_buckets_s per case
+MARKS = ("", "profile", "spy")  # what may follow a step's case
 
 
 def config(
@@ -121,10 +137,10 @@ def train_once(
 
     from trainables.loop import run_training
 
-    before = process_facts()
+    before, malloc_start = process_facts(), malloc_facts()
     windows: list[dict[str, float]] = []
     kernels = KernelWindow(profile_window, cfg.log_every)
-    account = CpuAccount()
+    account, faults = CpuAccount(), FaultAccount()
     ooms_before = torch.cuda.memory_stats().get("num_ooms", 0)
 
     def report(m: dict[str, Any], checkpoint=None) -> None:
@@ -132,6 +148,7 @@ def train_once(
         windows.append({k: float(m.get(k) or 0.0) for k in keys})
         kernels.on_window(len(windows))
         account.window(int(m.get("step") or 0))
+        faults.window(int(m.get("step") or 0))
         if spy is not None:
             spy.on_window(len(windows))
         if gpu is not None:
@@ -160,6 +177,10 @@ def train_once(
         "peak_reserved_gb": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 1),
         "kernels": kernels.table,
         **account.summary(),
+        **faults.summary(),
+        "smaps_end": smaps_rollup(),
+        "malloc_start": malloc_start,
+        "malloc_end": malloc_facts(),
         "spy_top": spy.top if spy is not None else [],
         **(gpu.summary() if gpu is not None else {}),
     }
@@ -201,7 +222,11 @@ def init_process_group(port: int) -> None:
 
 
 def fresh(
-    args: argparse.Namespace, case: str, profile_window: int, spy_out: Path | None
+    args: argparse.Namespace,
+    case: str,
+    profile_window: int,
+    spy_out: Path | None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One run in a new process (its own imports, CUDA context and process group)."""
     cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
@@ -210,7 +235,7 @@ def fresh(
     cmd += ["--telemetry"] if args.telemetry else []
     if spy_out is not None:
         cmd += ["--spy-window", str(args.spy_window), "--spy-out", str(spy_out)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -258,32 +283,37 @@ def main(argv: list[str] | None = None) -> int:
 
     from trainables.serve import release
 
-    host = host_facts()
+    host = {**host_facts(), **memory_host_facts()}
     print(json.dumps({"host": host}), flush=True)
     rows: list[dict[str, Any]] = []
     cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
     gpu = None
-    for i, item in enumerate(args.sequence.split(",")):
-        step, _, rest = item.partition(":")
+    sequence = [(item, *item.partition(":")[::2]) for item in args.sequence.split(",")]
+    for item, step, rest in sequence:  # every step checked before the first run
         case, _, mark = rest.partition(":")
-        case = case or args.case
-        window = args.profile_window if mark == "profile" else 0
-        spy_out = args.spy_dir / f"spy_{i + 1}_{step}_{case}.txt" if mark == "spy" else None
-        if step not in STEPS or case not in CASES or mark not in ("", "profile", "spy"):
+        if step not in STEPS or (case or args.case) not in CASES or mark not in MARKS:
             print(
                 f"--sequence: unknown step {item!r}; steps {', '.join(STEPS)}, cases "
                 f"{', '.join(CASES)}",
                 file=sys.stderr,
             )
             return 2
-        if step == "fresh":
+    for i, (_, step, rest) in enumerate(sequence):
+        case, _, mark = rest.partition(":")
+        case = case or args.case
+        window = args.profile_window if mark == "profile" else 0
+        spy_out = args.spy_dir / f"spy_{i + 1}_{step}_{case}.txt" if mark == "spy" else None
+        variant: Any = ""
+        if step in ("fresh", "hugefresh"):
             if gpu is not None:  # the in-process runs are over: the child takes the GPU alone
                 release(cfg.to_dict())
                 import torch.distributed as dist
 
                 dist.destroy_process_group()
                 gpu = None
-            rec = fresh(args, case, window, spy_out)
+            env = huge_page_env() if step == "hugefresh" else None
+            variant = env["GLIBC_TUNABLES"] if env else ""
+            rec = fresh(args, case, window, spy_out, env)
         else:
             if gpu is None:
                 init_process_group(29612)
@@ -299,14 +329,21 @@ def main(argv: list[str] | None = None) -> int:
             if step == "freeze":  # what the resident group does before a run (trainables/serve)
                 gc.collect()
                 gc.freeze()
+            if step == "mallopt":
+                variant = fix_malloc_thresholds()
+            if step == "thp":
+                variant = advise_huge_pages()
             rec = train_once(
                 config(args.manifest, args.steps, args.micro_batch, args.telemetry, case),
                 gpu,
                 window,
                 Spy(args.spy_window, spy_out) if spy_out else None,
             )
-        rows.append(dict(rec, case=case, step=step, label=f"{i + 1}. {case}, {STEPS[step]}"))
+        label = f"{i + 1}. {case}, {STEPS[step]}"
+        rows.append(dict(rec, case=case, step=step, label=label, variant=variant))
         print(json.dumps(rows[-1]), flush=True)
+        if args.json:  # after every run: a command cut short keeps the runs it finished
+            args.json.write_text(json.dumps({"host": host, "runs": rows}, indent=1))
 
     fresh_tails: dict[str, list[float]] = {}
     for r in rows:
@@ -332,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.get('power_w', float('nan')):.0f} | {pb.get('os_threads')}, "
             f"{pb.get('children')}, {pb.get('fds')}, {pb.get('maps')}, {pb.get('rss_mb')} |"
         )
+    print("", *memory_table(rows), sep="\n")
     for r in rows:
         if r.get("process_before"):
             print(f"{r['label']}: Python threads before it: {r['process_before']['threads']}")
@@ -355,8 +393,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{r['label']}: py-spy, heaviest leaf frames (samples)")
             for count, frame in r["spy_top"]:
                 print(f"  {count:7d}  {frame[:140]}")
-    if args.json:
-        args.json.write_text(json.dumps({"host": host, "runs": rows}, indent=1))
     return 0
 
 
