@@ -17,6 +17,7 @@ from platform.analysis import stats
 from platform.analysis.analyze import analyze
 from platform.analysis.report import report_line
 from platform.errors import EXIT_USAGE, UsageError
+from platform.record.cli import cli_parser
 from platform.storage.working_copy import working_copy
 from stage1_common.storage import Location, StorageError, check_writable, is_remote
 
@@ -24,9 +25,9 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.analyze",
-        description="Per-run metrics, group summary, ranking, best config and summary of a sweep.",
+    p = cli_parser(
+        "python -m platform.analyze",
+        "Per-run metrics, group summary, ranking, best config and summary of a sweep.",
     )
     p.add_argument(
         "output_root",

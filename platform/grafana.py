@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from platform.errors import EXIT_USAGE
+from platform.record.cli import cli_parser
 from platform.record.grafana import FILENAME, UID, board_json
 from platform.storage import results
 
@@ -17,9 +18,9 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.grafana",
-        description="Write the Grafana dashboard of the platform's ray_stage1_* gauges.",
+    p = cli_parser(
+        "python -m platform.grafana",
+        "Write the Grafana dashboard of the platform's ray_stage1_* gauges.",
     )
     p.add_argument("--out", type=Path, default=Path(FILENAME), help=f"default ./{FILENAME}")
     return p

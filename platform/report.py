@@ -14,6 +14,7 @@ from pathlib import Path
 
 from platform.analysis.report import write_report
 from platform.errors import EXIT_USAGE, UsageError
+from platform.record.cli import cli_parser
 from platform.storage.working_copy import working_copy
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location, StorageError, check_writable, is_remote
@@ -22,9 +23,9 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.report",
-        description="Write OUTPUT_ROOT/report.html: one self-contained page about a sweep.",
+    p = cli_parser(
+        "python -m platform.report",
+        "Write OUTPUT_ROOT/report.html: one self-contained page about a sweep.",
     )
     p.add_argument(
         "output_root",

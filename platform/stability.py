@@ -3,8 +3,12 @@
     python -m platform.stability --output-root DIR --groups a,b --min-repeats 3 \\
         --max-iter-ratio-median 1.5 --max-iter-ratio-max 2.5 --max-iter-p50-cv 0.05
 
-Prints one verdict line per group (the figures and limits are in platform/analysis/stability.py);
-exit 0 when all pass, 1 when any fails, 2 for bad input.
+Prints one verdict line per group: PASS, FAIL (unstable: a figure above its limit) or NOT ENOUGH
+REPEATS (fewer ok runs than --min-repeats; figures within their limits), then the line
+``limits: --min-repeats 3 ...`` it judged by, so that a saved log states its limits (the report
+judges the folder by them). The figures and verdicts are in platform/analysis/stability.py.
+OUTPUT_ROOT may also be a folder of analysis files only (its group_summary.csv). Exit 0 when all
+pass, 1 otherwise, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -14,22 +18,16 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from platform.analysis.stability import (
-    StabilityLimits,
-    check,
-    group_figures,
-    pick_groups,
-    verdict_line,
-)
+from platform.analysis.limits import flags_line
+from platform.analysis.stability import StabilityLimits, judge, verdict_line
 from platform.errors import EXIT_USAGE, UsageError
+from platform.record.cli import cli_parser
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.stability", description=__doc__.split("\n")[0]
-    )
+    p = cli_parser("python -m platform.stability", __doc__.split("\n")[0])
     p.add_argument("--output-root", type=Path, required=True, help="a sweep's output root")
     p.add_argument("--groups", default="", help="comma-separated group names (default: all)")
     p.add_argument("--min-repeats", type=int, default=StabilityLimits.min_repeats)
@@ -45,14 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         limits = StabilityLimits(**{f.name: getattr(args, f.name) for f in fields(StabilityLimits)})
-        groups = group_figures(args.output_root)
-        names = pick_groups(groups, args.groups, args.output_root)
+        verdicts = judge(args.output_root, limits, args.groups)
     except UsageError as exc:
         print(f"platform.stability: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    verdicts = check(groups, names, limits)
     for v in verdicts:
         print(verdict_line(v))
+    print(flags_line(limits))
     return 0 if all(v["passed"] for v in verdicts) else 1
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.inputs import output_root_arg, prepare_inputs
+from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
+from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
 from platform.spaces.expand import RunSpec, expand_runs
 from platform.spaces.load import load_space
@@ -38,9 +39,9 @@ PLOT = "curves.png"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.train",
-        description="Train one stage-1 configuration with checkpoints, recovery and validation.",
+    p = cli_parser(
+        "python -m platform.train",
+        "Train one stage-1 configuration with checkpoints, recovery and validation.",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -50,14 +51,25 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--space", help="a search space without sweeps: NAME (search_spaces/NAME.yaml) or PATH.yaml"
     )
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a key")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key (YAML value); repeatable; python -m platform.tune --keys lists them",
+    )
     p.add_argument(
         "--output-root", type=output_root_arg, help="default: outputs/train_<space>_<timestamp>"
     )
     add_logger_argument(p, default="tensorboard")
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
-    p.add_argument("--dry-run", action="store_true", help="print the run and exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the run and check its inputs as a real run would (exit 2 on a problem); "
+        "starts no Ray and writes nothing",
+    )
     return p
 
 
@@ -136,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             cfg = runs[0].config
             print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
+            check_inputs_only(
+                space,
+                runs,
+                address=args.address,
+                resume=args.resume,
+                output_root=args.output_root,
+                what="run",
+            )
             return 0
         output_root, done = prepare_inputs(
             space,

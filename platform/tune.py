@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.inputs import needs_corpus, output_root_arg, prepare_inputs
+from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
 from platform.execution.resume import EARLY_STATUSES
+from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
-from platform.spaces.expand import RunSpec, expand_runs
+from platform.spaces.describe import format_plan
+from platform.spaces.expand import expand_runs
+from platform.spaces.keys import format_keys, matching_keys
 from platform.spaces.load import list_spaces, load_space
-from platform.spaces.preflight import check_inputs
-from platform.spaces.space import SearchSpace
 from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError
 
@@ -31,9 +32,9 @@ __all__ = ["main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m platform.tune",
-        description="Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
+    p = cli_parser(
+        "python -m platform.tune",
+        "Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
     )
     p.add_argument(
         "--space",
@@ -49,7 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a key (YAML value; a list such as [4,8] makes it swept); repeatable",
     )
-    p.add_argument("--dry-run", action="store_true", help="print the runs and exit; starts no Ray")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the runs and check their inputs as a real run would (exit 2 on a problem); "
+        "starts no Ray and writes nothing",
+    )
     p.add_argument(
         "--from-env",
         action="store_true",
@@ -61,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", help="connect to this Ray cluster instead of starting a local one")
     p.add_argument("--list-spaces", action="store_true", help="list the spaces and exit")
     p.add_argument(
+        "--keys",
+        nargs="?",
+        const="",
+        metavar="PATTERN",
+        help="list the config keys (type, default, doc) whose name or family holds PATTERN (a "
+        "substring, or a glob such as 'inject_*'; all without it), and exit",
+    )
+    p.add_argument(
         "--resume",
         action="store_true",
         help="finish the sweep in --output-root: keep its ok runs, rerun the others",
@@ -71,14 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="OUTPUT_ROOT",
         help="Phase A to B: sweep the best groups of this earlier sweep instead of the grid",
     )
-    p.add_argument(
-        "--top", type=int, default=2, help="with --from-ranked: how many groups (default 2)"
-    )
+    p.add_argument("--top", type=int, default=2, help="with --from-ranked: how many groups")
     p.add_argument("--repeats", type=int, help="repeats per group (the same as --set repeats=N)")
     p.add_argument(
         "--dashboard-host",
         default="127.0.0.1",
-        help="address the Ray dashboard of a local cluster listens on (default loopback only)",
+        help="address the Ray dashboard of a local cluster listens on; 0.0.0.0 opens it to the "
+        "network",
     )
     p.add_argument("--dashboard-port", type=int, default=8265, help="Ray dashboard port")
     p.add_argument(
@@ -95,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_spaces:
             for name, description in list_spaces().items():
                 print(f"{name:<24} {description}")
+            return 0
+        if args.keys is not None:
+            print(format_keys(matching_keys(args.keys)))
             return 0
         runbook = None
         if args.from_env:
@@ -131,12 +147,11 @@ def main(argv: list[str] | None = None) -> int:
                 "--resume of a search: optuna sweep is not supported yet; start it again in a new "
                 "--output-root (or use search: random)"
             )
-        if args.dry_run:
-            print(format_plan(space, runs))
-            try:
-                check_inputs(space, runs)
-            except UsageError as exc:  # a plan is still worth seeing; the real run stops here
-                print(f"note: {exc}")
+        if args.dry_run:  # the plan, then what the real run would refuse, with its line
+            print(format_plan(space, runs), flush=True)
+            check_inputs_only(
+                space, runs, address=args.address, resume=args.resume, output_root=args.output_root
+            )
             return 0
         output_root, done = prepare_inputs(
             space, runs, address=args.address, resume=args.resume, output_root=args.output_root
@@ -222,53 +237,6 @@ def _tee_console(path: Path) -> None:
         ) from None
     sys.stdout = _Tee(sys.stdout, log)
     sys.stderr = _Tee(sys.stderr, log)
-
-
-# --- planning ---
-def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
-    configs = [r.config.to_dict() for r in runs]
-    # Swept keys, and keys that follow them (strategy auto: ddp for z0, deepspeed for z1-z3).
-    swept = space.swept_keys + [
-        k
-        for k in configs[0]
-        if k not in space.swept_keys and len({repr(c[k]) for c in configs}) > 1
-    ]
-    fixed = {k: v for k, v in configs[0].items() if k not in swept}
-    lines = [
-        f"space {space.name}: {space.description}",
-        f"{len(runs)} runs = {len(runs) // space.repeats} groups x {space.repeats} repeats, "
-        f"{space.max_concurrent_trials} at a time",
-        _schedule_line(space, len(runs) // space.repeats),
-        "fixed: " + " ".join(f"{k}={v}" for k, v in fixed.items()),
-    ]
-    if needs_corpus(space, runs):
-        lines.append(f"data: {space.data.describe()}, before the first run")
-    width = max(len(r.name) for r in runs)
-    header = f"{'#':>3}  {'run':<{width}}  " + "  ".join(f"{k:>12}" for k in swept)
-    lines += ["", header, "-" * len(header)]
-    for i, run in enumerate(runs, start=1):
-        values = "  ".join(f"{getattr(run.config, k)!s:>12}" for k in swept)
-        lines.append(f"{i:>3}  {run.name:<{width}}  {values}")
-    return "\n".join(lines)
-
-
-def _schedule_line(space: SearchSpace, groups: int) -> str:
-    search, sched = space.search, space.scheduler
-    what = {
-        "grid": "search grid: every group",
-        "random": f"search random: {groups} groups drawn (seed {search.seed})",
-        "optuna": f"search optuna: {search.num_samples} of these {groups} groups, picked as "
-        f"the sweep goes (seed {search.seed})",
-    }[search.name]
-    how = {
-        "fifo": "scheduler fifo: every run to max_steps",
-        "asha": f"scheduler asha: warm-up {sched.warmup_windows} windows, first rung after "
-        f"{sched.grace_windows} more, reduction factor {sched.reduction_factor}",
-        "race": f"scheduler race: warm-up {sched.warmup_windows} windows, judged after "
-        f"{sched.min_windows} clean windows at {sched.confidence:g} confidence, noise floor "
-        f"{sched.noise_floor:g}; slower and unstable groups stop early, survivors get the repeats",
-    }[sched.name]
-    return f"{what}; {how}"
 
 
 def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_s: float) -> int:

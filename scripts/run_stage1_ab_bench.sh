@@ -6,7 +6,7 @@
 #   DATASET_MANIFEST_PATH=/data/ls16k/manifest_16k_trim.tsv ./scripts/run_stage1_ab_bench.sh
 #
 # The variables (platform/spaces/runbook.py lists them all) become a sweep of python -m platform.tune;
-# it prints the same sweep as a space file to move to. DRY_RUN=1 prints the runs only. Any
+# it prints the same sweep as a space file to move to. DRY_RUN=1 prints the runs and checks the inputs, starting nothing. Any
 # arguments are passed on to platform.tune (e.g. --space NAME as the base, --logger tensorboard).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,5 @@
-"""The leak check's slope on hand-made telemetry, worked out by hand."""
+"""The leak check's slope on hand-made telemetry, worked out by hand; its verdicts (a memory with
+too few samples is NOT JUDGED, never OK); the CLI's lines, limits and exit codes."""
 
 import math
 
@@ -6,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from platform.analysis.leak import fit_mb_per_1k_steps, leak_figures
+from platform.analysis.leak import LeakLimits, fit_mb_per_1k_steps, leak_figures, verdict
 from platform.storage import results
 from tests.cli import run_module
 
@@ -78,6 +79,40 @@ def test_too_few_samples_cannot_be_judged():
     assert f["host_samples"] == 2 and math.isnan(f["host_mb_per_1k_steps"])  # ts 100, 102
 
 
+def figures(host=math.nan, host_n=0, gpu=math.nan, gpu_n=0):
+    return {
+        "host_mb_per_1k_steps": host,
+        "host_samples": host_n,
+        "gpu_mb_per_1k_steps": gpu,
+        "gpu_samples": gpu_n,
+    }
+
+
+@pytest.mark.parametrize(
+    "f, word",
+    [
+        (figures(host=10.0, host_n=8), "OK"),  # a CPU run: no GPU samples at all
+        (figures(host=10.0, host_n=8, gpu=0.0, gpu_n=8), "OK"),
+        (figures(host=50.0, host_n=8, gpu=20.0, gpu_n=8), "OK"),  # at both limits
+        (figures(host=50.1, host_n=8, gpu=0.0, gpu_n=8), "LEAK"),
+        (figures(host=0.0, host_n=8, gpu=20.1, gpu_n=8), "LEAK"),
+        (figures(host_n=1, gpu=20.1, gpu_n=8), "LEAK"),  # a judged leak needs no other figure
+        # The 2x H200 case: GPU memory flat and judged, host RSS 1 sample after warm-up.
+        (figures(host_n=1, gpu=0.0, gpu_n=8), "NOT JUDGED"),
+        (figures(host=0.0, host_n=8, gpu_n=3), "NOT JUDGED"),  # GPU sampled, too few
+        (figures(), "NOT JUDGED"),
+    ],
+)
+def test_a_run_is_ok_only_when_its_memory_was_judged(f, word):
+    v = verdict("r", f, LeakLimits())
+    assert v["verdict"] == word and v["passed"] is (word == "OK")
+    assert v["line"].startswith(f"{word} r: host RSS")
+    if f["host_samples"] < 5:
+        assert (
+            f"host RSS not judged (too few samples: {f['host_samples']} after warm-up" in v["line"]
+        )
+
+
 def test_cli_verdicts_and_bad_paths(tmp_path):
     root = tmp_path / "out"
     results.write_tsv(root / results.MANIFEST, [{"run": "leaky"}, {"run": "clean"}], ["run"])
@@ -102,6 +137,7 @@ def test_cli_verdicts_and_bad_paths(tmp_path):
     assert out.stdout.splitlines() == [
         "OK clean: host RSS +0.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
         "LEAK leaky: host RSS +1000.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
+        "limits: --max-host-mb-per-1k-steps 50 --max-gpu-mb-per-1k-steps 20 --skip-fraction 0.25",
     ]
     assert leak(root / "runs" / "clean").returncode == 0
     assert leak(root, "--max-host-mb-per-1k-steps", "1000").returncode == 0  # at the limit: ok

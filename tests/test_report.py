@@ -15,6 +15,20 @@ from tests.cli import run_module
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "benchmarks" / "results" / "analysis_2xh200"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# The sections of benchmarks/results/dashboard_1xh100/report.html (platform.report at 04e8fb5).
+H100_PAGE_SECTIONS = [
+    "ranking",
+    "throughput",
+    "iteration",
+    "data",
+    "gpu",
+    "host",
+    "skew",
+    "bottlenecks",
+    "stability",
+    "failed",
+    "environment",
+]
 
 
 class Sections(HTMLParser):
@@ -51,11 +65,13 @@ def read_sections(page: str) -> Sections:
     return parser
 
 
-def check_filled(page: str) -> Sections:
-    """Every section is there with content, nothing broke, nothing is fetched from a network."""
+def check_filled(page: str, keys: list[str] | None = None) -> Sections:
+    """Every section (``keys``; default: today's) is there with content, nothing broke,
+    nothing is fetched from a network."""
     found = read_sections(page)
-    assert list(found.text) == [key for key, _ in SECTIONS]
-    for key, _ in SECTIONS:
+    keys = keys or [key for key, _ in SECTIONS]
+    assert list(found.text) == keys
+    for key in keys:
         body = found.text[key].strip()
         assert body or found.images[key], f"section {key} is empty"
         assert "could not be drawn" not in body, body
@@ -97,12 +113,15 @@ def test_the_committed_2xh200_analysis_folder_reports_every_section(tmp_path):
     assert f"report: {page}" in out.stdout
     assert page.stat().st_size < 3_000_000
     found = check_filled(page.read_text())
-    # Its figures: the winner and the intervals, the Phase B verdicts (mb96 fails on its iter
-    # p50 CV 0.053), the leak log, the bottlenecks with the setting to try next, its plots.
+    # Its figures: the winner and the intervals, the Phase B verdicts under the limits of its
+    # stability.log (mb96 fails on its iter p50 CV 0.053), its leak.log, the bottlenecks with
+    # the setting to try next, its plots.
     assert "sweep_z0_mb160_nw8_pf4" in found.text["ranking"]
     assert re.search(
         r"sweep_z0_mb96_nw8_pf4\s*FAIL.*iter p50 CV 0\.05\d+ > 0\.05", found.text["stability"]
     )
+    assert re.search(r"sweep_z0_mb160_nw8_pf4\s*PASS", found.text["stability"])
+    assert "NOT JUDGED sweep_z0_mb96_nw8_pf4_r1" in found.text["stability"]  # its leak.log
     assert "GPU memory +0.0 MB per 1,000 steps" in found.text["stability"]
     assert "a larger micro_batch may raise throughput" in found.text["bottlenecks"]
     for key in ("throughput", "iteration", "gpu", "host", "skew"):
@@ -114,6 +133,20 @@ def test_the_committed_2xh200_analysis_folder_reports_every_section(tmp_path):
         rendered = read_sections(dom)
         assert list(rendered.text) == [key for key, _ in SECTIONS]
         assert sum(rendered.images.values()) == sum(found.images.values())
+
+
+def test_the_version_line_names_the_distribution_its_version_and_the_commit():
+    from importlib.metadata import version
+
+    from stage1_common.version import version_line
+
+    line = version_line()
+    assert line.startswith(f"stage1-platform {version('stage1-platform')}")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if commit:  # a git checkout: the commit it runs from, and whether tracked files differ
+        assert re.fullmatch(rf"stage1-platform \S+ \(git {commit}(, dirty)?\)", line), line
 
 
 def test_a_folder_without_a_sweep_is_one_line_and_exit_2(tmp_path):
@@ -151,6 +184,7 @@ def test_the_committed_h100_run_exported_every_dashboard_gauge_and_drew_its_gpus
     folder = ROOT / "benchmarks" / "results" / "dashboard_1xh100"
     scraped = set(re.findall(r"^(ray_stage1_\w+)\{", (folder / "scrape.txt").read_text(), re.M))
     assert gauges_in(dashboard()) == scraped
-    found = check_filled((folder / "report.html").read_text())
+    # The page was written before issue 27 (its README): the sections of that version.
+    found = check_filled((folder / "report.html").read_text(), H100_PAGE_SECTIONS)
     assert found.images["gpu"] == 1 and "throttle_reasons" in found.text["gpu"]
     assert "no GPU samples" not in found.text["gpu"]

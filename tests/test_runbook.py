@@ -4,8 +4,10 @@ bad values stop with one line and exit 2. No Ray here (DRY_RUN=1 starts none).""
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,9 @@ from platform.spaces.runbook import VARIABLES, from_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "run_stage1_ab_bench.sh"
+# The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its manifest is
+# a real file (a data_prep manifest's columns, no rows), made for these tests.
+LS16K = Path(tempfile.mkdtemp(prefix="runbook-ls16k-"))
 
 # Section 3.1 of the runbook: the seeds' 2x4090 sweep.
 MAINLINE = dict(
@@ -31,7 +36,7 @@ MAINLINE = dict(
     SWEEP_PREFETCH_LIST="2,4",
     SWEEP_LOG_EVERY="50",
     TAIL_TIMING_POINTS="10",
-    DATASET_MANIFEST_PATH="/data/ls16k/manifest_16k_trim.tsv",
+    DATASET_MANIFEST_PATH=str(LS16K / "manifest_16k_trim.tsv"),
 )
 STRAGGLER = dict(
     MODE="sweep",
@@ -63,13 +68,24 @@ LEAK = dict(
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ls16k():
+    from trainables.manifest import MANIFEST_REQUIRED
+
+    (LS16K / "manifest_16k_trim.tsv").write_text("\t".join(MANIFEST_REQUIRED) + "\n")
+    yield LS16K
+    shutil.rmtree(LS16K, ignore_errors=True)
+
+
 def bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """The runbook's command line: variables in the environment, the script run from anywhere."""
+    """The runbook's command line: variables in the environment, the script run from anywhere
+    (here the dataset folder: the default output root is checked there, and not created)."""
     clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    manifest = {"DATASET_MANIFEST_PATH": MAINLINE["DATASET_MANIFEST_PATH"]}
     return subprocess.run(
         [str(SCRIPT), *args],
-        cwd="/",
-        env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **env},
+        cwd=LS16K,
+        env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **manifest, **env},
         capture_output=True,
         text=True,
         timeout=120,

@@ -268,9 +268,44 @@ def test_a_baseline_picks_exactly_one_group(tmp_path):
     # Every key of the cases set: the cases collapse into one group, and no baseline is left.
     one = expand_runs(space.with_overrides(["micro_batch=8", "crop_buckets_s=1,2"]))
     assert len(one) == 1 and not one[0].baseline
-    with pytest.raises(UsageError, match="matches 2 groups"):
-        expand_runs(space.with_overrides(["micro_batch=[8, 16]"]))  # no longer names one group
+    # The baseline's value is gone from the swept list: it takes the list's first.
+    first = expand_runs(space.with_overrides(["micro_batch=[8, 16]"]))
+    assert [(r.config.micro_batch, r.config.crop_buckets_s) for r in first if r.baseline] == [
+        (8, "")
+    ]
     # A swept list that still holds the baseline's value keeps it.
     smoke = load_space("smoke")
     kept = expand_runs(smoke.with_overrides(["micro_batch=[2, 4, 8]"]))
     assert [r.group for r in kept if r.baseline] == ["sweep_z0_mb4_nw0_pf2"]
+
+
+@pytest.mark.parametrize(
+    "sets, baseline, group",
+    [
+        # A fixed key swept: the baseline keeps the value the space had fixed (num_workers 0) ...
+        (["num_workers=[1, 0]"], {"micro_batch": 4, "num_workers": 0}, "sweep_z0_mb4_nw0_pf2"),
+        # ... or the list's first when that value is not among the new ones.
+        (["num_workers=[2, 1]"], {"micro_batch": 4, "num_workers": 2}, "sweep_z0_mb4_nw2_pf2"),
+        # A key the space leaves at its default (ddp_static_graph false) keeps the default.
+        (["ddp_static_graph=[true, false]"], None, "sweep_z0_mb4_nw0_pf2_ddpstaticgraphoff"),
+        # zero_stage swept with strategy auto: z0 (ddp) stays the baseline, z2 runs deepspeed.
+        (["strategy=auto", "zero_stage=[0, 2]"], None, "sweep_z0_mb4_nw0_pf2"),
+        # Set twice: the later list decides, from the value the first left in the baseline.
+        (["num_workers=[1, 0]", "num_workers=[0, 2]"], None, "sweep_z0_mb4_nw0_pf2"),
+    ],
+)
+def test_a_set_that_sweeps_a_key_keeps_the_baseline_one_group(sets, baseline, group):
+    space = load_space("smoke").with_overrides(sets)
+    if baseline is not None:
+        assert space.baseline == baseline
+    runs = expand_runs(space)
+    assert len({r.group for r in runs}) > 2
+    assert [r.group for r in runs if r.baseline] == [group]
+
+
+def test_a_set_that_pins_a_swept_key_drops_it_from_the_baseline_and_a_space_without_one_gets_none():
+    pinned = load_space("smoke").with_overrides(["micro_batch=8", "num_workers=[0, 1]"])
+    assert pinned.baseline == {}
+    assert not any(r.baseline for r in expand_runs(pinned))
+    plain = load_space("cpu_strategies").with_overrides(["num_workers=[0, 1]"])
+    assert plain.baseline == {}

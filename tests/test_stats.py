@@ -202,6 +202,13 @@ def test_analyze_writes_every_file_and_agrees_with_the_rows(tmp_path):
     assert best["command"] == f"python -m platform.train --config {root / 'best_config.json'}"
     saved = json.loads((root / "summary.json").read_text())
     assert saved["status_counts"] == {"ok": 3, "failed": 1} and saved["best_group"] == "fast"
+    # The code that wrote the files: summary.json's written_by, summary.md's last line.
+    assert saved["written_by"].startswith("stage1-platform ")
+    assert (
+        summary["text"]
+        .rstrip()
+        .endswith(f"Written by python -m platform.analyze, {saved['written_by']}.")
+    )
     assert saved["top_two_within_noise"] is None  # slow has one ok run
     assert saved["not_ok_runs"] == [
         {"run": "slow_r2", "status": "failed", "reason": "rank 1: RuntimeError: boom"}

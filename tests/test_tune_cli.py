@@ -48,6 +48,16 @@ def test_dry_run_shows_set_overrides():
     assert out.stdout.count("_pf2_r1") == 3 and "max_steps=12" in out.stdout
 
 
+def test_a_set_that_sweeps_a_fixed_key_keeps_one_baseline_group_in_the_plan():
+    out = tune(
+        "--space", "smoke", "--set", "strategy=auto", "--set", "zero_stage=[0,2]", "--dry-run"
+    )
+    assert out.returncode == 0, out.stderr
+    marked = [ln.split()[1] for ln in out.stdout.splitlines() if ln.endswith("(baseline)")]
+    assert marked == ["sweep_z0_mb4_nw0_pf2_r1"]  # the space's zero_stage 0, as before the --set
+    assert "sweep_z2_mb8_nw0_pf2_r1" in out.stdout
+
+
 def test_a_space_file_anywhere_runs_under_its_stem_and_is_recorded_by_path(tmp_path):
     mine = tmp_path / "team_repo" / "my_sweep.yml"
     mine.parent.mkdir()

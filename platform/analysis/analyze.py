@@ -19,6 +19,7 @@ from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location
+from stage1_common.version import version_line
 
 __all__ = ["FILES", "analyze", "format_ranked"]
 
@@ -231,6 +232,7 @@ def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> di
     not_ok = manifest[manifest["status"] != "ok"]
     return {
         "output_root": str(output_root),
+        "written_by": version_line(),  # the code that wrote these files (report and notes show it)
         "runs": int(len(manifest)),
         "status_counts": {str(k): int(v) for k, v in statuses.items()},
         "groups": int(len(ranked)),
@@ -288,7 +290,8 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
             f"Unstable (iter p90/p50 > {summary['unstable_ratio']:g} in most runs), ranked after "
             f"the stable ones: {', '.join(summary['unstable_groups'])}."
         )
-    return "\n".join(lines + _notes(summary)) + "\n"
+    written = ["", f"Written by python -m platform.analyze, {summary['written_by']}."]
+    return "\n".join(lines + _notes(summary) + written) + "\n"
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:

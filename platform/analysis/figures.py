@@ -1,5 +1,8 @@
-"""The report page's building blocks: HTML notes and tables, and matplotlib figures inlined as
-PNG data URIs (the page needs no network). matplotlib is imported only when a figure is drawn."""
+"""The report page's building blocks: HTML notes and tables, matplotlib figures inlined as PNG
+data URIs (the page needs no network), labelled reference lines, and the folder's own saved
+plots with what each shows. An image's alt text names what it draws, the same words the
+section's heading uses (tests compare them). matplotlib is imported only when a figure is
+drawn."""
 
 from __future__ import annotations
 
@@ -7,13 +10,33 @@ import base64
 import html
 import io
 import math
+import numbers
 from typing import Any
 
 import pandas as pd
 
 from stage1_common.output_root import OutputRoot
 
-__all__ = ["as_text", "html_table", "new_figure", "note", "png", "rank0", "saved_plot"]
+__all__ = [
+    "SAVED_PLOTS",
+    "as_text",
+    "html_table",
+    "new_figure",
+    "note",
+    "png",
+    "rank0",
+    "reference_line",
+    "saved_plot",
+]
+
+# What each plot the notebooks save in a folder's plots/ draws (notebooks/*.ipynb): the heading
+# and alt text of a section that shows one instead of a figure drawn from rows.
+SAVED_PLOTS = {
+    "iter_ms_over_steps.png": "iter_ms p50 per window of rank 0, per run",
+    "gpu_util_power.png": "GPU utilisation and power over time, per run and rank",
+    "host_rss_over_steps.png": "trainer RSS over steps, per run and node, with a fitted line",
+    "rank_skew.png": "rank skew per window, per run",
+}
 
 
 def note(text: str) -> str:
@@ -29,15 +52,16 @@ def html_table(df: pd.DataFrame, columns: list[str] | None = None, digits: int =
 
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return "-" if math.isnan(v) else f"{v:,.{digits}f}"
-        return html.escape(str(v))
+            return "<td>-</td>" if math.isnan(v) else f"<td>{v:,.{digits}f}</td>"
+        if isinstance(v, numbers.Number):
+            return f"<td>{v}</td>"
+        return f'<td class="text">{html.escape(str(v))}</td>'  # text reads from the left
 
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>"
-        for row in df.itertuples(index=False)
+        "<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in df.itertuples(index=False)
     )
-    return f"<table><tr>{head}</tr>{rows}</table>"
+    return f'<div class="wide"><table><tr>{head}</tr>{rows}</table></div>'
 
 
 def as_text(value: Any) -> str:
@@ -45,38 +69,50 @@ def as_text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
 
-def png(fig) -> str:
-    """The figure as an inlined <img>; the figure is closed."""
+def png(fig, alt: str) -> str:
+    """The figure as an inlined <img> whose alt text ``alt`` says what it draws; the figure is
+    closed."""
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
     plt.close(fig)
     return (
-        f'<img alt="plot" src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
+        f'<img alt="{html.escape(alt)}" '
+        f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
     )
 
 
-def saved_plot(data: dict, name: str) -> str:
-    """The folder's own ``plots/<name>`` inlined, or "" when it has none."""
+def saved_plot(data: dict, name: str, caption: str = "") -> str:
+    """The folder's own ``plots/<name>`` inlined with what it draws (``SAVED_PLOTS``), or ""
+    when it has none; ``caption``: a line about reading it."""
     path = data["root"] / OutputRoot.PLOTS / name
     if not path.is_file():
         return ""
     return (
-        f'<img alt="{html.escape(name)}" src="data:image/png;base64,'
+        f'<img alt="{html.escape(SAVED_PLOTS[name])}" src="data:image/png;base64,'
         f'{base64.b64encode(path.read_bytes()).decode()}">'
-        + note(f"{OutputRoot.PLOTS}/{name} of this folder (no Parquet rows here to draw from)")
+        + note(
+            f"{OutputRoot.PLOTS}/{name} of this folder, drawn by a notebook: "
+            f"{SAVED_PLOTS[name]} (no Parquet rows here to draw from). {caption}".strip()
+        )
     )
 
 
-def new_figure(rows: int = 1, cols: int = 1, height: float = 3.2):
-    """A figure ten inches wide with ``rows`` x ``cols`` axes (as a flat array)."""
+def reference_line(ax, value: float, label: str, *, vertical: bool = False) -> None:
+    """A dashed line at ``value`` named in the legend: no unlabelled line on the page."""
+    draw = ax.axvline if vertical else ax.axhline
+    draw(value, color="k", linestyle="--", linewidth=1, label=label)
+
+
+def new_figure(rows: int = 1, cols: int = 1, height: float = 3.2, width: float = 10.0):
+    """A figure ``width`` inches wide with ``rows`` x ``cols`` axes (as a flat array)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(rows, cols, figsize=(10, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows), squeeze=False)
     return fig, axes.ravel()
 
 

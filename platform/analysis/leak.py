@@ -6,8 +6,17 @@ between the timing windows' end times and steps; only samples between the first 
 window count (start-up allocations are not a leak), and of those the first ``skip_fraction`` of
 the steps are left out too (allocators and caches still warm up after the first window). A
 least-squares line through the rest gives MB per 1,000 steps: summed over nodes for the host,
-the largest over GPUs for GPU memory. A run leaks when either slope exceeds its limit
-(``LeakLimits``); it cannot be judged with fewer than ``MIN_SAMPLES`` samples.
+the largest over GPUs for GPU memory. Each memory with fewer than ``MIN_SAMPLES`` samples left
+is not judged. A run's verdict:
+
+- ``LEAK``: a judged slope above its limit (``LeakLimits``; equality passes);
+- ``OK``: host memory judged and within its limit, and GPU memory judged within its limit or
+  never sampled (a CPU run);
+- ``NOT JUDGED``: otherwise (host memory, or sampled GPU memory, had too few samples): never OK
+  on a growth nobody judged.
+
+``python -m platform.leak`` prints one line per run and then its limits
+(platform/analysis/limits.py); the report calls ``root_verdicts`` as the command does.
 """
 
 from __future__ import annotations
@@ -19,13 +28,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from platform.analysis.limits import logged_limits
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 
 __all__ = [
+    "LEAK",
     "MIN_SAMPLES",
+    "NOT_JUDGED",
+    "OK",
     "LeakLimits",
+    "folder_limits",
     "fit_mb_per_1k_steps",
     "leak_figures",
     "root_verdicts",
@@ -35,6 +49,7 @@ __all__ = [
 ]
 
 MIN_SAMPLES = 5
+OK, LEAK, NOT_JUDGED = "OK", "LEAK", "NOT JUDGED"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +141,19 @@ def targets(paths: list[Path]) -> list[tuple[OutputRoot, list[str] | None]]:
     return out
 
 
+def folder_limits(output_root: OutputRoot | str) -> tuple[LeakLimits, str]:
+    """The limits to judge a folder by, and where they come from: those its leak.log states
+    (so the report agrees with the folder's own check), else the defaults."""
+    root = OutputRoot.of(output_root)
+    logged = logged_limits(LeakLimits, root / root.LEAK_LOG)
+    if logged is not None:
+        return logged, f"the limits of this folder's {root.LEAK_LOG}"
+    return LeakLimits(), "the defaults of python -m platform.leak"
+
+
 def root_verdicts(
     output_root: OutputRoot | str, runs: list[str] | None, limits: LeakLimits
-) -> list[tuple[str, bool]]:
+) -> list[dict]:
     """The verdicts of ``runs`` (None: every run with timing rows) of one output root."""
     root = OutputRoot.of(output_root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
@@ -143,9 +168,9 @@ def verdicts(
     gpu: pd.DataFrame,
     limits: LeakLimits,
     runs: list[str] | None = None,
-) -> list[tuple[str, bool]]:
-    """(line, passed) per run of the three datasets (``runs``: None for every run with timing
-    rows, in name order)."""
+) -> list[dict]:
+    """``verdict``'s answer per run of the three datasets (``runs``: None for every run with
+    timing rows, in name order)."""
     out = []
     for run in runs or sorted(set(timing["run"])):
         f = leak_figures(
@@ -158,22 +183,45 @@ def verdicts(
     return out
 
 
-def verdict(run: str, f: dict, limits: LeakLimits) -> tuple[str, bool]:
-    """The line platform.leak prints for one run's figures, and whether it passed (neither
-    slope above its limit, and at least one of them known)."""
+def verdict(run: str, f: dict, limits: LeakLimits) -> dict:
+    """One run's verdict from its figures (``leak_figures``): ``verdict`` (OK, LEAK or NOT
+    JUDGED), ``passed`` (OK), ``host`` and ``gpu`` (each memory's part of the line, its slope
+    and samples), and ``line``, what platform.leak prints."""
     # round(..) + 0.0: a flat line's slope of -1e-13 prints as +0.0, not -0.0
     host, gpu = (round(f[k], 1) + 0.0 for k in ("host_mb_per_1k_steps", "gpu_mb_per_1k_steps"))
-    parts = [
-        f"host RSS {host:+.1f} MB per 1,000 steps ({f['host_samples']} samples)"
-        if math.isfinite(host)
-        else f"host RSS: too few samples ({f['host_samples']}; host telemetry on?)",
-        f"GPU memory {gpu:+.1f} MB per 1,000 steps ({f['gpu_samples']} samples)"
-        if math.isfinite(gpu)
-        else "GPU memory: no samples",
-    ]
-    if not math.isfinite(host) and not math.isfinite(gpu):
-        return f"UNKNOWN {run}: " + "; ".join(parts), False
-    leaks = (math.isfinite(host) and host > limits.max_host_mb_per_1k_steps) or (
-        math.isfinite(gpu) and gpu > limits.max_gpu_mb_per_1k_steps
+    host_part, host_state = _part(
+        "host RSS", host, f["host_samples"], limits.max_host_mb_per_1k_steps
     )
-    return f"{'LEAK' if leaks else 'OK'} {run}: " + "; ".join(parts), not leaks
+    gpu_part, gpu_state = _part("GPU memory", gpu, f["gpu_samples"], limits.max_gpu_mb_per_1k_steps)
+    if LEAK in (host_state, gpu_state):
+        word = LEAK
+    elif host_state == OK and gpu_state in (OK, "no samples"):
+        word = OK
+    else:
+        word = NOT_JUDGED
+    return {
+        "run": run,
+        "verdict": word,
+        "passed": word == OK,
+        "host": host_part,
+        "gpu": gpu_part,
+        "host_mb_per_1k_steps": host,
+        "gpu_mb_per_1k_steps": gpu,
+        "host_samples": f["host_samples"],
+        "gpu_samples": f["gpu_samples"],
+        "line": f"{word} {run}: {host_part}; {gpu_part}",
+    }
+
+
+def _part(what: str, slope: float, samples: int, limit: float) -> tuple[str, str]:
+    """One memory's part of the line and its state (OK, LEAK, NOT JUDGED, or "no samples")."""
+    if math.isfinite(slope):
+        text = f"{what} {slope:+.1f} MB per 1,000 steps ({samples} samples)"
+        return text, LEAK if slope > limit else OK
+    if samples == 0 and what == "GPU memory":
+        return f"{what}: no samples", "no samples"
+    hint = "; host telemetry on?" if what == "host RSS" and samples == 0 else ""
+    return (
+        f"{what} not judged (too few samples: {samples} after warm-up, {MIN_SAMPLES} needed{hint})",
+        NOT_JUDGED,
+    )

@@ -1,62 +1,87 @@
 """One self-contained ``report.html`` per sweep (``python -m platform.report OUTPUT_ROOT``).
 
 Written at the end of every sweep beside ``summary.md`` (platform/tune.py, platform/analyze.py),
-and by hand for any output root. The page needs no network: its plots are PNGs inlined as data URIs, its style is
-inline, it has no script. Sections, each always filled (with the data, or with a line saying
-why there is none):
+and by hand for any output root. The page needs no network: its plots are PNGs inlined as data
+URIs, its style is inline, it has no script. Sections (``SECTIONS``), each always filled (with
+the data, or with a line saying why there is none):
 
-ranking (with intervals), throughput per group, iteration time p50/p90 over steps, data share,
-GPU utilisation/power/clocks/temperature and throttle reasons, host memory, rank skew,
-bottlenecks with the setting to try next, stability and leak verdicts, failed runs with their
-log tails, environment.
+ranking (with intervals, swept values, MFU and peak memory), throughput per group, tail
+samples/s against each swept key, iteration time over steps, loss curves, data wait, GPU
+telemetry, host memory, rank skew, bottlenecks with the setting to try next, stability and leak
+verdicts (one part each, as ``platform.stability`` and ``platform.leak`` give them, under the
+limits of the folder's own logs), failed runs with their log tails, environment and versions.
 
-A folder holding only the analysis files (CSV/JSON, no Parquet rows: e.g. one committed to a
-repository) is reported from what it has: its ``plots/`` (the notebooks' figures) stand in for
-the plots drawn from rows, and its ``stability.log``/``leak.log`` for the verdicts.
+A section's heading names what it drew (a renderer returns ``(heading, html)`` where that
+depends on the data); ``SECTIONS`` holds the headings of the others. A folder holding only the
+analysis files (CSV/JSON, no Parquet rows: e.g. one committed to a repository) is reported from
+what it has: its ``plots/`` (the notebooks' figures, under their own headings) stand in for the
+plots drawn from rows, its group_summary.csv for the stability figures, its ``leak.log`` for the
+leak verdicts.
 
-This module assembles the page; the sections are drawn by platform/analysis/report_sections.py
-from what ``_load`` gathers.
+This module assembles the page; the sections are drawn by report_sections.py (tables, across
+groups), report_plots.py (over steps and time) and report_verdicts.py (stability, leaks).
 """
 
 from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from platform.analysis import report_plots, report_sections, report_verdicts
 from platform.analysis.figures import note
-from platform.analysis.report_sections import RENDERERS
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location
+from stage1_common.version import version_line
 
-__all__ = ["REPORT", "SECTIONS", "report_line", "write_report"]
+__all__ = ["RENDERERS", "REPORT", "SECTIONS", "report_line", "write_report"]
 
 REPORT = OutputRoot.REPORT
+# (key, heading where the renderer does not name one after what it drew), in page order.
 SECTIONS = (
     ("ranking", "Ranking"),
     ("throughput", "Throughput per group"),
-    ("iteration", "Iteration time over steps (p50 and p90)"),
-    ("data", "Data share of the iteration"),
-    ("gpu", "GPU: utilisation, power, clocks, temperature, throttle reasons"),
+    ("sweep", "Tail samples/s against each swept key"),
+    ("iteration", "Iteration time over steps"),
+    ("loss", "Training loss over steps"),
+    ("data", "Data wait"),
+    ("gpu", "GPU telemetry"),
     ("host", "Host memory"),
     ("skew", "Rank skew"),
     ("bottlenecks", "Bottlenecks and what to try next"),
     ("stability", "Stability and leak verdicts"),
     ("failed", "Failed runs"),
-    ("environment", "Environment"),
+    ("environment", "Environment and versions"),
 )
+RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
+    "ranking": report_sections.ranking,
+    "throughput": report_sections.throughput,
+    "sweep": report_sections.sweep,
+    "iteration": report_plots.iteration,
+    "loss": report_plots.loss,
+    "data": report_plots.data_share,
+    "gpu": report_plots.gpu,
+    "host": report_plots.host,
+    "skew": report_plots.skew,
+    "bottlenecks": report_sections.bottlenecks,
+    "stability": report_verdicts.verdicts,
+    "failed": report_sections.failed,
+    "environment": report_sections.environment,
+}
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0;font-size:13px}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child,td.text{text-align:left}.wide{overflow-x:auto}
 .pass{color:#176f2c;font-weight:600}.fail{color:#b00020;font-weight:600}
+.short{color:#8a5a00;font-weight:600}
 .note{color:#555;font-style:italic}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}
 img{max-width:100%;border:1px solid #eee}nav a{margin-right:.8em}
 """
@@ -90,48 +115,61 @@ def write_report(
             f"{name}: no sweep here (no {root.MANIFEST} or {root.SUMMARY_JSON}); give a sweep's "
             "output root"
         )
-    data = _load(root)
-    body = []
-    for key, title in SECTIONS:
-        try:
-            content = RENDERERS[key](data)
-        except Exception as exc:  # noqa: BLE001 - one broken section never loses the page
-            content = note(f"this section could not be drawn: {type(exc).__name__}: {exc}")
-        body.append(f'<section id="{key}"><h2>{html.escape(title)}</h2>\n{content}\n</section>')
-    nav = " ".join(f'<a href="#{k}">{html.escape(t.split(":")[0])}</a>' for k, t in SECTIONS)
+    data = _load(root, name)
+    sections = [(key, *_section(key, default, data)) for key, default in SECTIONS]
+    body = "".join(
+        f'<section id="{key}"><h2>{html.escape(title)}</h2>\n{content}\n</section>'
+        for key, title, content in sections
+    )
+    nav = " ".join(
+        f'<a href="#{key}">{html.escape(default.split(" (")[0])}</a>' for key, default in SECTIONS
+    )
     summary = data["summary"]
     head = (
         f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>"
         f"<p>{summary.get('runs', len(data['manifest']))} runs in "
         f"{summary.get('groups', len(data['ranked']))} groups; best group "
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S')} by python -m platform.report from "
-        f"<code>{html.escape(name)}</code>.</p><nav>{nav}</nav>"
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')} by python -m platform.report "
+        f"({html.escape(version_line())}) from <code>{html.escape(name)}</code>.</p>"
+        f"<nav>{nav}</nav>"
     )
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>Sweep report {html.escape(root.path.name)}</title><style>{_STYLE}</style></head>"
-        f"<body>{head}{''.join(body)}</body></html>\n"
+        f"<body>{head}{body}</body></html>\n"
     )
     path = Path(out) if out else root / root.REPORT
     results.atomic_write_text(path, page)
     return path
 
 
-def _load(root: OutputRoot) -> dict[str, Any]:
-    """Everything the sections draw from, read once (``root``: the OutputRoot)."""
+def _section(key: str, default: str, data: dict) -> tuple[str, str]:
+    """(heading, html) of one section; a section that breaks says so, never loses the page."""
+    try:
+        content = RENDERERS[key](data)
+    except Exception as exc:  # noqa: BLE001
+        return default, note(f"this section could not be drawn: {type(exc).__name__}: {exc}")
+    return content if isinstance(content, tuple) else (default, content)
+
+
+def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
+    """Everything the sections draw from, read once (``root``: the OutputRoot; ``shown_as``:
+    its name on the page)."""
 
     def csv(name: str) -> pd.DataFrame:
         path = root / name
         return pd.read_csv(path) if path.is_file() else pd.DataFrame()
 
     per_run = csv(root.PER_RUN_METRICS)
+    # A folder of analysis files only has per_run_metrics.csv's runs (with their status).
+    manifest = results.read_manifest(root) if root.holds_sweep() else per_run
     return {
         "root": root,
-        # A folder of analysis files only has per_run_metrics.csv's runs (with their status).
-        "manifest": results.read_manifest(root) if root.holds_sweep() else per_run,
+        "shown_as": shown_as,
+        "manifest": manifest,
+        "swept": report_sections.swept_values(root, manifest),
         "per_run": per_run,
-        "groups": csv(root.GROUP_SUMMARY),
         "ranked": csv(root.RANKED_GROUPS),
         "summary": results.read_json(root / root.SUMMARY_JSON),
         "best": results.read_json(root.best_config),

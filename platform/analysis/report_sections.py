@@ -1,57 +1,122 @@
-"""The report page's sections, one renderer each: the data ``report._load`` gathered in, an
-HTML fragment out. Each section is always filled, with the data or with a line saying why there
-is none; a folder of analysis files only (no Parquet rows) shows its own ``plots/`` and its
-``stability.log``/``leak.log`` instead."""
+"""The report's tables and the sections across groups: the ranking (with the swept values, MFU
+and peak memory), throughput per group, tail samples/s against each swept key, bottlenecks,
+failed runs and the environment. Each takes the data ``report._load`` gathered and returns an
+HTML fragment, or ``(heading, html)`` where the heading depends on what was drawn; each is
+always filled, with the data or with a line saying why there is none."""
 
 from __future__ import annotations
 
 import html
 import json
+import math
+import numbers
 
 import pandas as pd
 
-from platform.analysis.figures import (
-    as_text,
-    html_table,
-    new_figure,
-    note,
-    png,
-    rank0,
-    saved_plot,
-)
-from platform.analysis.leak import LeakLimits, verdicts
-from platform.analysis.stability import StabilityLimits, check
-from platform.analysis.stats import throttle_names
+from platform.analysis.figures import as_text, html_table, new_figure, note, png
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
+from stage1_common.version import version_line
 
-__all__ = ["RENDERERS"]
+__all__ = ["bottlenecks", "environment", "failed", "ranking", "sweep", "swept_values", "throughput"]
+
+# Per-run figures shown per group in the ranking, where the runs measured them: MFU as a
+# percentage (mean over the group's ok runs) and peak GPU memory (the largest of them).
+MEASURED = {"mfu": ("MFU %", "mean", 100.0), "peak_mem_gib": ("peak GiB", "max", 1.0)}
+# ranked_groups.csv's columns under shorter headings, so that the table fits the page.
+RANKING_HEADERS = {
+    "runs_ok": "ok runs",
+    "tail_samples_per_sec_robust": "tail samples/s (robust)",
+    "ci95_low": "95 % low",
+    "ci95_high": "95 % high",
+    "tail_mean_iter_p50_ms": "iter p50 ms",
+    "unstable_group": "unstable",
+    "vs_baseline": "x baseline",
+    "left_race": "left the race",
+}
+
+
+def swept_values(root: OutputRoot, manifest: pd.DataFrame) -> pd.DataFrame:
+    """One row per group with its value of each swept key (the ``swept`` of its first run's
+    runs/<run>/config.json, as best_config.json takes it); no rows where the folder keeps no
+    run folders (a folder of analysis files only)."""
+    rows: dict[str, dict] = {}
+    if "run" not in manifest:
+        return pd.DataFrame(columns=["group"])
+    for run, group in zip(manifest["run"], manifest["group"], strict=True):
+        if group not in rows:
+            swept = results.read_json(root.run_config(str(run))).get("swept")
+            if swept:
+                rows[group] = {
+                    k: v if isinstance(v, (int, float, str)) else str(v) for k, v in swept.items()
+                }
+    return pd.DataFrame([{"group": g, **values} for g, values in rows.items()]).reindex(
+        columns=["group", *dict.fromkeys(k for v in rows.values() for k in v)]
+    )
 
 
 def ranking(data: dict) -> str:
     ranked = data["ranked"]
     if ranked.empty:
         return note("no group measured anything yet (no ranked_groups.csv)")
+    swept = data["swept"]
+    keys = [k for k in swept.columns if k != "group" and k not in ranked]
+    table = ranked.merge(swept[["group", *keys]], on="group", how="left")
+    measured = _measured(data["per_run"])
+    table = table.merge(measured, on="group", how="left") if not measured.empty else table
     cols = [
         "rank",
         "group",
+        *keys,
         "runs_ok",
         "tail_samples_per_sec_robust",
         "ci95_low",
         "ci95_high",
         "tail_mean_iter_p50_ms",
+        *[c for c in measured.columns if c != "group"],
         "unstable_group",
-        "vs_baseline",
-        "left_race",
+        *[c for c in ("vs_baseline", "left_race") if _filled(table.get(c))],
     ]
-    noise = data["summary"].get("top_two_within_noise")
-    out = html_table(ranked, cols)
-    if noise:
+    shown = table[[c for c in cols if c in table]]  # an older ranked_groups.csv lacks some
+    out = html_table(shown.rename(columns=RANKING_HEADERS), digits=2)
+    if keys:
+        out += note(f"swept: {', '.join(keys)} (each group's values, from runs/<run>/config.json)")
+    else:
+        out += note(
+            "swept values: not shown, this folder keeps no runs/<run>/config.json (a folder of "
+            "analysis files only; best_config.json names the winner's)"
+        )
+    missing = [label for c, (label, _, _) in MEASURED.items() if label not in measured]
+    if missing:
+        out += note(
+            f"{' and '.join(missing)}: not measured by these runs (MFU needs the GPU's peak "
+            "FLOPs, peak memory a CUDA device)"
+        )
+    if data["summary"].get("top_two_within_noise"):
         out += note("the top two groups are within noise of each other: repeat them to separate")
     return out
 
 
-def throughput(data: dict) -> str:
+def _filled(values: pd.Series | None) -> bool:
+    """Whether a column has any value (a sweep without a baseline or a race has none)."""
+    present = values.dropna() if values is not None else pd.Series(dtype=object)
+    return bool((present.astype(str) != "").any())
+
+
+def _measured(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per group over its ok runs: the ``MEASURED`` figures that some run has."""
+    if "group" not in per_run:
+        return pd.DataFrame()
+    ok = per_run[per_run["status"] == "ok"]
+    out = pd.DataFrame({"group": pd.unique(ok["group"])})
+    for column, (label, how, scale) in MEASURED.items():
+        values = pd.to_numeric(ok[column], errors="coerce") if column in ok else None
+        if values is not None and values.notna().any():
+            out[label] = out["group"].map(values.groupby(ok["group"]).agg(how) * scale)
+    return out if len(out.columns) > 1 else pd.DataFrame()
+
+
+def throughput(data: dict) -> tuple[str, str] | str:
     ranked = data["ranked"]
     if ranked.empty:
         return note("nothing measured")
@@ -63,119 +128,52 @@ def throughput(data: dict) -> str:
     colors = ["#b00020" if u else "#3a7bd5" for u in r["unstable_group"].astype(bool)]
     ax.barh(r["group"], mean, xerr=[low, high], color=colors, capsize=3)
     ax.set_xlabel("tail samples/s (robust mean, 95 % interval; red: unstable)")
-    return png(fig)
+    title = "Throughput per group: robust mean of tail samples/s, 95 % interval (2+ ok runs)"
+    return title, png(fig, title)
 
 
-def _over_steps(data: dict, columns: list[str], ylabel: str, plot_name: str, what: str) -> str:
-    timing = rank0(data["timing"])
-    if timing.empty:
-        return saved_plot(data, plot_name) or note(f"no timing rows: {what} needs timing.parquet")
-    fig, (ax,) = new_figure()
-    for run, df in timing.sort_values("step").groupby("run"):
-        for i, col in enumerate(columns):
-            ax.plot(df["step"], df[col], ls="-" if i == 0 else "--", label=f"{run} {col}")
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, ncol=2)
-    return png(fig)
-
-
-def iteration(data: dict) -> str:
-    return _over_steps(
-        data, ["iter_ms_p50", "iter_ms_p90"], "iter_ms", "iter_ms_over_steps.png", "iteration time"
-    )
-
-
-def data_share(data: dict) -> str:
-    timing = rank0(data["timing"])
-    per_run = data["per_run"]
-    table = (
-        html_table(per_run, ["run", "data_share", "data_p90_over_p50"], 3)
-        if "data_share" in per_run
-        else ""
-    )
-    if timing.empty:
-        return table or note("no timing rows")
-    timing = timing.assign(data_share=timing["data_ms_mean"] / timing["iter_ms_mean"])
-    fig, (ax,) = new_figure()
-    for run, df in timing.sort_values("step").groupby("run"):
-        ax.plot(df["step"], df["data_share"], label=run)
-    ax.set_xlabel("step")
-    ax.set_ylabel("data_ms / iter_ms")
-    ax.legend(fontsize=7)
-    return png(fig) + table
-
-
-def gpu(data: dict) -> str:
-    gpu = data["gpu"]
-    if gpu.empty:
-        saved = saved_plot(data, "gpu_util_power.png")
-        if saved:
-            return saved
-        use_gpu = set(map(str, data["manifest"].get("use_gpu", pd.Series(dtype=str))))
-        why = (
-            "this sweep ran on CPUs (use_gpu false)"
-            if use_gpu <= {"False", "false"}
-            else (
-                "telemetry off or NVML missing (see gpu_telemetry_empty_flag in run_manifest.tsv)"
-            )
+def sweep(data: dict) -> tuple[str, str] | str:
+    """One small panel per swept key: each ok run's tail samples/s at its value of that key
+    (whatever the other keys were), and the mean of those runs per value."""
+    swept, per_run = data["swept"], data["per_run"]
+    keys = [k for k in swept.columns if k != "group"]
+    if not keys:
+        return note(
+            "no swept values here (runs/<run>/config.json): nothing to plot against; the "
+            "ranking's groups are the sweep's points"
         )
-        return note(f"no GPU samples: {why}")
-    fig, axes = new_figure(2, 2, height=2.8)
-    gpu = gpu.assign(t=gpu["ts"] - gpu["ts"].min())
-    for (run, rank), df in gpu.sort_values("t").groupby(["run", "rank"]):
-        for ax, col in zip(
-            axes, ("util_gpu_pct", "power_w", "sm_clock_mhz", "temp_c"), strict=True
-        ):
-            ax.plot(df["t"], df[col], label=f"{run} r{rank}")
-            ax.set_title(col, fontsize=9)
-    axes[0].legend(fontsize=6)
-    reasons = gpu.groupby(["run", "rank"])["throttle_reasons"].agg(
-        lambda s: (
-            ", ".join(sorted({n for v in s.dropna() for n in throttle_names(int(v))})) or "none"
+    ok = per_run[(per_run["status"] == "ok") & per_run["tail_samples_per_sec_mean"].notna()]
+    runs = ok.merge(swept, on="group", how="inner")
+    if runs.empty:
+        return note("no ok run measured tail samples/s")
+    cols = min(3, len(keys))
+    fig, axes = new_figure(math.ceil(len(keys) / cols), cols, height=2.6, width=3.4 * cols + 0.6)
+    for ax, key in zip(axes, keys, strict=False):
+        values = sorted(runs[key].dropna().unique(), key=_order)
+        x = runs[key].map({v: i for i, v in enumerate(values)})
+        ax.scatter(x, runs["tail_samples_per_sec_mean"], s=14, label="an ok run")
+        means = runs.groupby(x)["tail_samples_per_sec_mean"].mean()
+        ax.scatter(
+            means.index, means.values, marker="_", s=400, color="k", label="mean of its runs"
         )
+        ax.set_xticks(range(len(values)), [str(v) for v in values], fontsize=8)
+        ax.set_xlim(-0.5, len(values) - 0.5)
+        ax.set_xlabel(key)
+    for ax in axes[len(keys) :]:
+        ax.set_visible(False)
+    axes[0].set_ylabel("tail samples/s")
+    axes[0].legend(fontsize=7)
+    title = f"Tail samples/s against each swept key ({', '.join(keys)})"
+    return title, png(fig, title) + note(
+        "Each dot is one ok run at its value of the key, whatever the other swept keys were; "
+        "the bar is the mean of those runs."
     )
-    summary = gpu.groupby(["run", "rank"]).agg(
-        util_gpu_pct=("util_gpu_pct", "mean"),
-        power_w=("power_w", "mean"),
-        sm_clock_mhz=("sm_clock_mhz", "median"),
-        temp_c_max=("temp_c", "max"),
-    )
-    summary["throttle_reasons"] = reasons
-    return png(fig) + html_table(summary.reset_index(), digits=1)
 
 
-def host(data: dict) -> str:
-    host = data["host"]
-    if host.empty:
-        return saved_plot(data, "host_rss_over_steps.png") or note(
-            "no host samples (telemetry off?)"
-        )
-    host = host.assign(t=host["ts"] - host["ts"].min())
-    fig, axes = new_figure(1, 2, height=3)
-    for (run, node), df in host.sort_values("t").groupby(["run", "node"]):
-        axes[0].plot(df["t"], df["trainer_rss_mib"], label=f"{run} {node}")
-        axes[1].plot(df["t"], df["mem_available_mib"], label=f"{run} {node}")
-    axes[0].set_title("trainer + loader RSS, MiB", fontsize=9)
-    axes[1].set_title("memory available, MiB", fontsize=9)
-    axes[0].legend(fontsize=6)
-    return png(fig)
-
-
-def skew(data: dict) -> str:
-    timing = data["timing"]
-    per_run = data["per_run"]
-    if not timing.empty and timing["rank_skew"].notna().any():
-        fig, (ax,) = new_figure()
-        for run, df in rank0(timing).sort_values("step").groupby("run"):
-            ax.plot(df["step"], df["rank_skew"], label=run)
-        ax.set_ylabel("max/min iter_ms p50 across ranks")
-        ax.legend(fontsize=7)
-        return png(fig) + html_table(per_run, ["run", "rank_skew_max"], 3)
-    saved = saved_plot(data, "rank_skew.png")
-    if saved:
-        return saved
-    return note("rank skew needs every rank's timing: run with --set timing_ranks=all")
+def _order(value):
+    """Numbers in order, then text in order (a swept key may mix them)."""
+    is_number = isinstance(value, numbers.Number)  # numpy's integers too
+    return (0, float(value), "") if is_number else (1, 0.0, str(value))
 
 
 def bottlenecks(data: dict) -> str:
@@ -190,46 +188,6 @@ def bottlenecks(data: dict) -> str:
     if not rows:
         return note("no bottleneck found in any run (data share, rank skew, throttling, memory)")
     return html_table(pd.DataFrame(rows))
-
-
-def stability(data: dict) -> str:
-    out = []
-    groups = data["groups"]
-    root = data["root"]
-    limits = StabilityLimits()  # the defaults of python -m platform.stability
-    if not groups.empty and "iter_ratio_median" in groups:
-        rows = "".join(
-            f'<tr><td>{html.escape(v["group"])}</td><td class="{"pass" if v["passed"] else "fail"}">'
-            f"{'PASS' if v['passed'] else 'FAIL'}</td><td>{v['runs_ok']}</td>"
-            f"<td>{v['iter_ratio_median']:.3f}</td><td>{v['iter_ratio_max']:.3f}</td>"
-            f"<td>{v['iter_p50_cv']:.4f}</td><td>{html.escape('; '.join(v['failures']))}</td></tr>"
-            for v in check(groups, list(groups["group"]), limits)
-        )
-        out.append(
-            f"<p>Phase B limits (python -m platform.stability): at least {limits.min_repeats} ok "
-            f"runs, iter p90/p50 median &le; {limits.max_iter_ratio_median:g} and max &le; "
-            f"{limits.max_iter_ratio_max:g}, iter p50 CV &le; {limits.max_iter_p50_cv:g}.</p>"
-            "<table><tr><th>group</th><th>verdict</th><th>ok runs</th><th>p90/p50 median</th>"
-            f"<th>p90/p50 max</th><th>iter p50 CV</th><th>why</th></tr>{rows}</table>"
-        )
-    elif (root / root.STABILITY_LOG).is_file():
-        out.append("<pre>" + html.escape((root / root.STABILITY_LOG).read_text()) + "</pre>")
-    out.append("<h3>Leaks (python -m platform.leak)</h3>" + leaks(data))
-    return "".join(out)
-
-
-def leaks(data: dict) -> str:
-    timing, host, gpu = data["timing"], data["host"], data["gpu"]
-    if timing.empty:
-        log = data["root"] / OutputRoot.LEAK_LOG
-        return (
-            "<pre>" + html.escape(log.read_text()) + "</pre>"
-            if log.is_file()
-            else note("no timing rows to fit memory against")
-        )
-    # The defaults of python -m platform.leak.
-    lines = [line for line, _ in verdicts(timing, host, gpu, LeakLimits())]
-    return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
 
 
 def failed(data: dict) -> str:
@@ -260,8 +218,8 @@ def failed(data: dict) -> str:
 
 def environment(data: dict) -> str:
     root = data["root"]
+    out = [_versions(data)]
     envs = sorted(root.runs.glob(f"*/{root.RUN_ENV}")) if root.runs.is_dir() else []
-    out = []
     if envs:
         env = results.read_json(envs[0])
         versions = {k: v for k, v in env.items() if not isinstance(v, (dict, list))}
@@ -282,32 +240,45 @@ def environment(data: dict) -> str:
     git = [c for c in ("git_commit_short", "git_branch", "git_dirty") if c in manifest]
     if git and not manifest.empty:
         out.append(html_table(manifest[git].drop_duplicates()))
-    best = data["best"]
-    if best.get("config"):
-        out.append(
-            f"<p>The winner's resolved config ({html.escape(str(best.get('group')))}); train with "
-            f"<code>{html.escape(str(best.get('command', '')))}</code>:</p><pre>"
-            + html.escape(json.dumps(best["config"], indent=1, sort_keys=True))
-            + "</pre>"
-        )
+    out.append(_winner(data["best"]))
     readme = root / "README.md"
     if readme.is_file():
         out.append(
             "<p>This folder's README:</p><pre>" + html.escape(readme.read_text()[:4000]) + "</pre>"
         )
-    return "".join(out) or note("no env.json, manifest or best_config.json here")
+    return "".join(out)
 
 
-RENDERERS = {
-    "ranking": ranking,
-    "throughput": throughput,
-    "iteration": iteration,
-    "data": data_share,
-    "gpu": gpu,
-    "host": host,
-    "skew": skew,
-    "bottlenecks": bottlenecks,
-    "stability": stability,
-    "failed": failed,
-    "environment": environment,
-}
+def _versions(data: dict) -> str:
+    """Which code wrote the page, and which wrote the analysis files it reads."""
+    analysis = data["summary"].get("written_by") or (
+        "not recorded (summary.json of a version that did not record itself)"
+        if data["summary"]
+        else "no summary.json"
+    )
+    return (
+        f"<p>This page: python -m platform.report, {html.escape(version_line())}. The "
+        f"analysis files (summary.json): {html.escape(analysis)}.</p>"
+    )
+
+
+def _winner(best: dict) -> str:
+    """best_config.json: how to train the winner, and its resolved config."""
+    if not best.get("config"):
+        return note("no best_config.json here (no group finished a run)")
+    command = best.get("command") or (
+        "python -m platform.train --config OUTPUT_ROOT/best_config.json (this file names no "
+        "command: it predates platform.train)"
+    )
+    out = (
+        f"<p>The winner's resolved config ({html.escape(str(best.get('group')))}); train with "
+        f"<code>{html.escape(str(command))}</code>"
+    )
+    if best.get("sweep_command"):
+        out += f"; its sweep again: <code>{html.escape(str(best['sweep_command']))}</code>"
+    out += ":</p>"
+    if best.get("note"):
+        out += note(str(best["note"]))
+    return (
+        out + "<pre>" + html.escape(json.dumps(best["config"], indent=1, sort_keys=True)) + "</pre>"
+    )

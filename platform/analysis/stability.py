@@ -2,9 +2,17 @@
 
 Per group, over its ok runs (figures as in platform/analysis/stats.py): the median and the max
 of the runs' tail iter p90/p50, and the coefficient of variation (sample std / mean) of the runs'
-tail iter p50. A group passes when it has at least ``min_repeats`` ok runs and every figure is at
-or below its limit (``StabilityLimits``). The command line is ``python -m platform.stability``;
-the report shows the same verdicts under the default limits.
+tail iter p50. Three verdicts:
+
+- ``FAIL`` (unstable): a figure above its limit (``StabilityLimits``; equality passes), or
+  unknown although the group has the runs to know it;
+- ``NOT ENOUGH REPEATS``: no figure above its limit, but fewer ok runs than ``min_repeats``
+  (or fewer than the 2 a CV needs): steadiness cannot be told yet;
+- ``PASS``: enough ok runs and every figure at or below its limit.
+
+``python -m platform.stability`` prints them with its limits (platform/analysis/limits.py); the
+report calls ``judge`` as the command does, with the limits of the folder's own stability.log
+when it states them, else the defaults.
 """
 
 from __future__ import annotations
@@ -15,11 +23,25 @@ from dataclasses import dataclass
 import pandas as pd
 
 from platform.analysis import stats
+from platform.analysis.limits import logged_limits
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 
-__all__ = ["StabilityLimits", "check", "group_figures", "pick_groups", "verdict_line"]
+__all__ = [
+    "FAIL",
+    "NOT_ENOUGH_REPEATS",
+    "PASS",
+    "StabilityLimits",
+    "check",
+    "folder_limits",
+    "group_figures",
+    "judge",
+    "pick_groups",
+    "verdict_line",
+]
+
+PASS, FAIL, NOT_ENOUGH_REPEATS = "PASS", "FAIL", "NOT ENOUGH REPEATS"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +67,13 @@ class StabilityLimits:
 
 
 def group_figures(output_root: OutputRoot | str) -> pd.DataFrame:
-    """stats.group_summary's table of a sweep, from its manifest and timing rows."""
+    """stats.group_summary's table of a sweep, from its manifest and timing rows; for a folder
+    of analysis files only (benchmarks/results/*: no manifest, no rows), its group_summary.csv,
+    which the same function wrote. UsageError when the folder has neither."""
     root = OutputRoot.of(output_root)
+    summary = root / root.GROUP_SUMMARY
+    if not root.holds_sweep() and summary.is_file():
+        return pd.read_csv(summary)
     manifest = results.read_manifest(root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     return stats.group_summary(stats.per_run_metrics(manifest, timing))
@@ -65,42 +92,70 @@ def pick_groups(groups: pd.DataFrame, wanted: str, output_root: OutputRoot | str
     return names
 
 
+def judge(output_root: OutputRoot | str, limits: StabilityLimits, wanted: str = "") -> list[dict]:
+    """The verdicts of the groups named in ``wanted`` (empty: all) of the sweep at
+    ``output_root``: what ``python -m platform.stability`` prints and the report shows."""
+    groups = group_figures(output_root)
+    return check(groups, pick_groups(groups, wanted, output_root), limits)
+
+
+def folder_limits(output_root: OutputRoot | str) -> tuple[StabilityLimits, str]:
+    """The limits to judge a folder by, and where they come from: those its stability.log
+    states (so the report agrees with the folder's own check), else the defaults."""
+    root = OutputRoot.of(output_root)
+    logged = logged_limits(StabilityLimits, root / root.STABILITY_LOG)
+    if logged is not None:
+        return logged, f"the limits of this folder's {root.STABILITY_LOG}"
+    return StabilityLimits(), "the defaults of python -m platform.stability"
+
+
 def check(groups: pd.DataFrame, names: list[str], limits: StabilityLimits) -> list[dict]:
-    """One verdict per named group (``groups``: stats.group_summary's table)."""
+    """One verdict per named group (``groups``: stats.group_summary's table): ``verdict``
+    (PASS, FAIL or NOT ENOUGH REPEATS), ``passed``, the figures, and why: ``failures`` (a
+    figure above its limit, or unknown with the runs to know it) and ``short`` (too few ok
+    runs)."""
     table = groups.set_index("group")
     verdicts = []
     for name in names:
         g = table.loc[name]
-        failures = []
-        if g["runs_ok"] < limits.min_repeats:
-            failures.append(f"{int(g['runs_ok'])} ok runs < {limits.min_repeats}")
+        runs_ok = int(g["runs_ok"])
+        failures, short = [], []
+        if runs_ok < limits.min_repeats:
+            short.append(f"{runs_ok} ok runs < {limits.min_repeats}")
         for label, value, limit in (
             ("iter p90/p50 median", g["iter_ratio_median"], limits.max_iter_ratio_median),
             ("iter p90/p50 max", g["iter_ratio_max"], limits.max_iter_ratio_max),
             ("iter p50 CV", g["iter_p50_cv"], limits.max_iter_p50_cv),
         ):
-            if not (isinstance(value, float) and math.isfinite(value)):
-                failures.append(f"{label} unknown")
+            value = float(value)
+            if not math.isfinite(value):
+                # A CV needs 2 ok runs, the ratios 1: unknown for want of runs is a shortfall.
+                needs = 2 if label == "iter p50 CV" else 1
+                (short if runs_ok < needs else failures).append(f"{label} unknown")
             elif value > limit:
                 failures.append(f"{label} {value:.4g} > {limit:g}")
+        verdict = FAIL if failures else NOT_ENOUGH_REPEATS if short else PASS
         verdicts.append(
             {
                 "group": name,
-                "runs_ok": int(g["runs_ok"]),
+                "verdict": verdict,
+                "passed": verdict == PASS,
+                "runs_ok": runs_ok,
                 "iter_ratio_median": float(g["iter_ratio_median"]),
                 "iter_ratio_max": float(g["iter_ratio_max"]),
                 "iter_p50_cv": float(g["iter_p50_cv"]),
-                "passed": not failures,
                 "failures": failures,
+                "short": short,
             }
         )
     return verdicts
 
 
 def verdict_line(v: dict) -> str:
-    """One verdict as the line platform.stability prints (PASS or FAIL, figures, why)."""
+    """One verdict as the line platform.stability prints (verdict, figures, why)."""
+    why = v["failures"] + v["short"]
     return (
-        f"{'PASS' if v['passed'] else 'FAIL'} {v['group']}: {v['runs_ok']} ok runs, iter "
-        f"p90/p50 median {v['iter_ratio_median']:.3f} max {v['iter_ratio_max']:.3f}, iter p50 "
-        f"CV {v['iter_p50_cv']:.4f}" + (f" ({'; '.join(v['failures'])})" if v["failures"] else "")
+        f"{v['verdict']} {v['group']}: {v['runs_ok']} ok runs, iter p90/p50 median "
+        f"{v['iter_ratio_median']:.3f} max {v['iter_ratio_max']:.3f}, iter p50 CV "
+        f"{v['iter_p50_cv']:.4f}" + (f" ({'; '.join(why)})" if why else "")
     )

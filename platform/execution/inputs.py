@@ -1,19 +1,21 @@
 """What a run reads and where it writes, made ready before its first trial: the output root
 (``--output-root``: new, or the one ``--resume`` finishes), the space's synthetic corpus, each
 manifest's tokenizer (built once, under the output root, for every rank on every node), and the
-manifests every node must read."""
+manifests every node must read. ``--dry-run`` asks the same questions (``check_inputs_only``)
+and creates nothing."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import hashlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
-from platform.spaces.expand import RunSpec
+from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
 from platform.storage import results
@@ -22,8 +24,11 @@ from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location
 
 __all__ = [
+    "check_inputs_only",
     "needs_corpus",
     "output_root_arg",
+    "output_root_problem",
+    "planned_output_root",
     "prepare_corpus",
     "prepare_inputs",
     "prepare_output_root",
@@ -70,17 +75,45 @@ def output_root_arg(text: str) -> Path | str:
     )
 
 
+def planned_output_root(output_root: Path | None, space_name: str) -> OutputRoot:
+    """The local output root a run writes to: ``--output-root``, or
+    ``outputs/<space>_<timestamp>``."""
+    if output_root is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        output_root = Path("outputs") / f"{space_name}_{stamp}"
+    return OutputRoot(output_root.expanduser().resolve())
+
+
+def output_root_problem(root: OutputRoot) -> str | None:
+    """Why a new run cannot write to ``root``, found without creating anything (the dry run
+    asks this too): a file in its place, a sweep already there, or a nearest existing folder
+    above it that is a file or cannot be written."""
+    path = root.path
+    if path.exists() and not path.is_dir():
+        return f"output root {path} is a file; choose a folder for --output-root"
+    if root.manifest.exists() or root.timing.exists():
+        return f"output root {root} already holds a sweep; choose another --output-root"
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        why = f"{existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    else:
+        return None
+    return f"output root {root} cannot be written ({why}); choose a writable --output-root"
+
+
 def prepare_output_root(output_root: Path | str | None, space_name: str) -> OutputRoot:
     """Create the output root and prove it writable, before Ray starts (a root on object
     storage: the bucket probed, a staging folder made)."""
     if isinstance(output_root, str):
         return _remote_root(output_root, resume=False)
-    if output_root is None:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        output_root = Path("outputs") / f"{space_name}_{stamp}"
-    root = OutputRoot(output_root.expanduser().resolve())
-    if root.manifest.exists() or root.timing.exists():
-        raise UsageError(f"output root {root} already holds a sweep; choose another --output-root")
+    root = planned_output_root(output_root, space_name)
+    problem = output_root_problem(root)
+    if problem:
+        raise UsageError(problem)
     try:
         ensure_writable_dir(root.path)
     except OSError as exc:
@@ -103,7 +136,35 @@ def prepare_inputs(
     """Before Ray starts: the runs' inputs, the cluster address, and the output root (a new
     one, or with ``resume`` the one to finish and its runs that finished ok). Raises UsageError
     with the fix."""
-    from platform.execution.resume import previous_status
+    _check_runs_and_address(space, runs, address)
+    if not resume:
+        return prepare_output_root(output_root, space.name), {}
+    return _resumed_root(output_root, runs, what, stage=True)
+
+
+def check_inputs_only(
+    space: SearchSpace,
+    runs: list[RunSpec],
+    *,
+    address: str | None,
+    resume: bool,
+    output_root: Path | str | None,
+    what: str = "sweep",
+) -> None:
+    """``--dry-run``: what :func:`prepare_inputs` refuses, refused with the same line, while
+    nothing is created or written. A root on object storage is left to the real run (probing
+    a bucket writes to it)."""
+    _check_runs_and_address(space, runs, address)
+    if not resume:
+        if not isinstance(output_root, str):
+            problem = output_root_problem(planned_output_root(output_root, space.name))
+            if problem:
+                raise UsageError(problem)
+        return
+    _resumed_root(output_root, runs, what, stage=False)
+
+
+def _check_runs_and_address(space: SearchSpace, runs: list[RunSpec], address: str | None) -> None:
     from platform.spaces.preflight import check_inputs
     from stage1_common.ray_address import address_problem
 
@@ -114,11 +175,20 @@ def prepare_inputs(
             f"cannot reach Ray at --address {address}: {problem}; check the address "
             "or drop --address to start a local cluster"
         )
-    if not resume:
-        return prepare_output_root(output_root, space.name), {}
+
+
+def _resumed_root(
+    output_root: Path | str | None, runs: list[RunSpec], what: str, *, stage: bool
+) -> tuple[OutputRoot | None, dict[str, dict[str, Any]]]:
+    """``--resume``: the root to finish and its runs that finished ok (read only). A root on
+    object storage is staged locally first, unless ``stage`` is off (then (None, {}))."""
+    from platform.execution.resume import previous_status
+
     if output_root is None:
         raise UsageError(f"--resume needs the --output-root of the {what} to finish")
     if isinstance(output_root, str):
+        if not stage:
+            return None, {}
         root = _remote_root(output_root, resume=True)
         return root, previous_status(root, runs)
     root = OutputRoot(output_root.expanduser().resolve())
@@ -142,11 +212,6 @@ def remove_if_empty(output_root: OutputRoot | Path) -> None:
         OutputRoot.of(output_root).path.rmdir()
     except OSError:
         pass
-
-
-def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
-    """A space's ``data`` corpus is made only when no run names a manifest of its own."""
-    return space.data is not None and not any(r.config.manifest_path for r in runs)
 
 
 def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:

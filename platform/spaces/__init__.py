@@ -3,5 +3,6 @@ run names, the input checks made before anything starts, and the runbooks' varia
 
 ``space`` (SearchSpace, --set, YAML) and ``plans`` (data, scheduler, search) hold the schema;
 ``load`` reads and checks space files; ``expand`` turns a space into RunSpecs, named by
-``names``; ``preflight`` checks the inputs; ``runbook`` maps the runbooks' variables to --set;
+``names``; ``preflight`` checks the inputs; ``describe`` writes the dry run's plan; ``keys``
+lists the config keys by family (``--keys``); ``runbook`` maps the runbooks' variables to --set;
 ``_validate`` holds the small checks the others share."""

@@ -1,6 +1,7 @@
 """Expanding a search space into runs: every case x grid point (``space_points``), validated into
 TrialConfigs, named, narrowed by the search plan, with the baseline group marked, and repeated
-(``expand_runs`` -> :class:`RunSpec`)."""
+(``expand_runs`` -> :class:`RunSpec`); whether the space's own corpus is made (``needs_corpus``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from platform.spaces.names import fmt_point, group_name
 from platform.spaces.space import SearchSpace
 from trainables.config import ConfigError, TrialConfig, coerce_value
 
-__all__ = ["RunSpec", "expand_runs", "space_points"]
+__all__ = ["RunSpec", "expand_runs", "needs_corpus", "space_points"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
         for r in range(1, space.repeats + 1)
         for group, (point, cfg) in groups.items()
     ]
+
+
+def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:
+    """A space's ``data`` corpus is made only when no run names a manifest of its own."""
+    return space.data is not None and not any(r.config.manifest_path for r in runs)
 
 
 def _searched(

@@ -4,6 +4,7 @@ read it and check every section (grid, fixed, resources, cases, data, baseline, 
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,13 @@ def space_path(name: str, spaces_dir: Path = SPACES_DIR) -> Path:
         return path
     path = spaces_dir / f"{name}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in spaces_dir.glob("*.yaml"))) or "none"
+        names = sorted(p.stem for p in spaces_dir.glob("*.yaml"))
+        close = difflib.get_close_matches(name, names, n=1)
+        if close:
+            raise UsageError(
+                f"unknown space {name!r}; did you mean {close[0]!r}? (see --list-spaces)"
+            )
+        known = ", ".join(names) or "none"
         raise UsageError(f"unknown space {name!r}; known spaces: {known} (see --list-spaces)")
     return path
 

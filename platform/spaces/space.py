@@ -13,7 +13,9 @@ import yaml
 
 from platform.errors import UsageError
 from platform.spaces._validate import as_bool, grid_values, known_key, positive_int
+from platform.spaces.keys import defaults
 from platform.spaces.plans import DataPlan, SchedulerPlan, SearchPlan
+from trainables.config import ConfigError, coerce_value
 
 __all__ = ["SWEEP_KEYS", "SearchSpace", "copy_case", "override"]
 
@@ -50,6 +52,17 @@ class SearchSpace:
         those of the grid."""
         keys = [k for case in self.cases for k in (*case, *case.get("grid", {})) if k != "grid"]
         return list(dict.fromkeys(keys)) + list(self.grid)
+
+    def _baseline_value(self, key: str) -> Any:
+        """The value ``key`` has in the baseline group: the baseline's, the fixed one, or the
+        config default when the space leaves it alone (None when it is swept elsewhere)."""
+        if key in self.baseline:
+            return self.baseline[key]
+        if key in self.fixed:
+            return self.fixed[key]
+        if key in self.swept_keys:
+            return None
+        return defaults().get(key)
 
     def to_yaml(self) -> str:
         """The space as a YAML file that ``--space PATH.yaml`` loads back to the same runs (the
@@ -109,18 +122,19 @@ class SearchSpace:
                 setattr(space, key, positive_int(key, value, where))
                 continue
             known_key(key, where)
+            before = space._baseline_value(key)
             space.grid.pop(key, None)
             space.fixed.pop(key, None)
             for case in space.cases:
                 case.pop(key, None)
                 case.get("grid", {}).pop(key, None)
-            if not (isinstance(value, list) and space.baseline.get(key, value) in value):
-                # Its value is gone, or the key is no longer swept: it picks no group.
-                space.baseline.pop(key, None)
             if isinstance(value, list):
                 space.grid[key] = grid_values(key, value, where)
+                if space.baseline:  # it still names one group: the one with the value it had
+                    space.baseline[key] = _pick(key, value, before)
             else:
                 space.fixed[key] = value
+                space.baseline.pop(key, None)  # no longer swept: it tells no group apart
         # Cases whose keys were all set are gone; the same case twice is one case.
         cases: list[dict[str, Any]] = []
         for case in space.cases:
@@ -131,6 +145,16 @@ class SearchSpace:
         space.cases = cases
         space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
         return space
+
+
+def _pick(key: str, values: list[Any], before: Any) -> Any:
+    """The baseline's value of a key that ``--set`` now sweeps: the one it had, when the list
+    still holds it, else the list's first."""
+    try:
+        wanted = coerce_value(key, before)
+        return next(v for v in values if coerce_value(key, v) == wanted)
+    except (ConfigError, StopIteration):
+        return values[0]
 
 
 def override(key: str, value: Any) -> str:

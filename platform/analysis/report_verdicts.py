@@ -1,0 +1,151 @@
+"""The report's verdicts: stability (``python -m platform.stability``) and memory leaks
+(``python -m platform.leak``), each from the same function the command calls, under the limits
+the folder's own log states (else the command's defaults), shown on the page with the command
+that gives the same lines. Where the folder keeps its log, the page says whether the two agree
+line for line, and shows the log where they do not."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+
+from platform.analysis import leak as leak_check
+from platform.analysis import stability as stability_check
+from platform.analysis.figures import note
+from platform.analysis.limits import PREFIX, flags_line
+from platform.errors import UsageError
+from stage1_common.output_root import OutputRoot
+
+__all__ = ["leak", "stability", "verdicts"]
+
+# The verdict words of both checks, with the colour the page gives each.
+_CLASS = {
+    stability_check.PASS: "pass",
+    stability_check.FAIL: "fail",
+    stability_check.NOT_ENOUGH_REPEATS: "short",
+    leak_check.OK: "pass",
+    leak_check.LEAK: "fail",
+    leak_check.NOT_JUDGED: "short",
+}
+
+
+def verdicts(data: dict) -> str:
+    """The section: the stability part, then the leak part, each under its own heading."""
+    return "".join(
+        f'<div id="{key}"><h3>{html.escape(title)}</h3>{body}</div>'
+        for key, (title, body) in (("stability-check", stability(data)), ("leak-check", leak(data)))
+    )
+
+
+def stability(data: dict) -> tuple[str, str]:
+    root, shown = data["root"], data["shown_as"]
+    limits, source = stability_check.folder_limits(root)
+    title = "Stability (python -m platform.stability)"
+    try:
+        judged = stability_check.judge(root, limits)
+    except UsageError as exc:
+        return title, note(f"not judged: {exc}")
+    rows = "".join(
+        f"<tr><td>{html.escape(v['group'])}</td>{_word(v['verdict'])}<td>{v['runs_ok']}</td>"
+        f"<td>{_figure(v['iter_ratio_median'], 3)}</td><td>{_figure(v['iter_ratio_max'], 3)}</td>"
+        f"<td>{_figure(v['iter_p50_cv'], 4)}</td>"
+        f'<td class="text">{html.escape("; ".join(v["failures"] + v["short"]))}</td></tr>'
+        for v in judged
+    )
+    body = (
+        f"<p>Judged by {html.escape(source)}: at least {limits.min_repeats} ok runs, iter "
+        f"p90/p50 median &le; {limits.max_iter_ratio_median:g} and max &le; "
+        f"{limits.max_iter_ratio_max:g}, iter p50 CV &le; {limits.max_iter_p50_cv:g}. "
+        "<b>FAIL</b>: unstable (a figure above its limit). <b>NOT ENOUGH REPEATS</b>: no figure "
+        "above its limit, but too few ok runs to tell.</p>"
+        "<table><tr><th>group</th><th>verdict</th><th>ok runs</th><th>p90/p50 median</th>"
+        f"<th>p90/p50 max</th><th>iter p50 CV</th><th>why</th></tr>{rows}</table>"
+        + _command("platform.stability", f"--output-root {shown}", flags_line(limits))
+        + _against_log(
+            root / OutputRoot.STABILITY_LOG,
+            [stability_check.verdict_line(v) for v in judged],
+        )
+    )
+    return title, body
+
+
+def leak(data: dict) -> tuple[str, str]:
+    root, shown = data["root"], data["shown_as"]
+    log = root / OutputRoot.LEAK_LOG
+    if data["timing"].empty:
+        return "Memory leaks (this folder's leak.log)", _log_only(log)
+    limits, source = leak_check.folder_limits(root)
+    lines = [v["line"] for v in leak_check.root_verdicts(root, None, limits)]
+    body = (
+        f"<p>Judged by {html.escape(source)}: host RSS (summed over nodes) &le; "
+        f"{limits.max_host_mb_per_1k_steps:g} and GPU memory (the worst GPU) &le; "
+        f"{limits.max_gpu_mb_per_1k_steps:g} MB per 1,000 steps, fitted after the first "
+        f"{limits.skip_fraction:.0%} of the steps, from at least {leak_check.MIN_SAMPLES} "
+        "samples. <b>NOT JUDGED</b>: too few samples to fit (never OK on a growth nobody "
+        "judged).</p>"
+        + _lines(lines)
+        + _command("platform.leak", shown, flags_line(limits))
+        + _against_log(log, lines)
+    )
+    return "Memory leaks (python -m platform.leak)", body
+
+
+def _figure(value: float, digits: int) -> str:
+    return f"{value:.{digits}f}" if math.isfinite(value) else "-"
+
+
+def _word(verdict: str) -> str:
+    return f'<td class="{_CLASS[verdict]}">{html.escape(verdict)}</td>'
+
+
+def _lines(lines: list[str]) -> str:
+    """A check's lines as it prints them, each verdict word coloured."""
+    out = []
+    for line in lines:
+        word = next((w for w in _CLASS if line.startswith(f"{w} ")), None)
+        if word is None:
+            out.append(html.escape(line))
+        else:
+            rest = line[len(word) :]
+            out.append(f'<span class="{_CLASS[word]}">{word}</span>{html.escape(rest)}')
+    return "<pre>" + "\n".join(out) + "</pre>"
+
+
+def _command(module: str, target: str, limits_line: str) -> str:
+    flags = limits_line.removeprefix(PREFIX)
+    return (
+        f"<p>The same lines: <code>python -m {module} {html.escape(target)} "
+        f"{html.escape(flags)}</code></p>"
+    )
+
+
+def _against_log(log, lines: list[str]) -> str:
+    """Whether the folder's own log (if any) says the same as ``lines``; the log where not."""
+    if not log.is_file():
+        return ""
+    logged = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    if sorted(ln for ln in logged if not ln.startswith(PREFIX)) == sorted(lines):
+        return note(f"This folder's {log.name} says the same, line for line.")
+    return note(
+        f"This folder's {log.name} differs (written by another version, with other limits, or "
+        "before the last rows); it says:"
+    ) + ("<pre>" + html.escape("\n".join(logged)) + "</pre>")
+
+
+def _log_only(log) -> str:
+    """A folder without rows: its leak.log as it is, with what its verdicts mean."""
+    if not log.is_file():
+        return note("no timing rows to fit memory against, and no leak.log")
+    text = log.read_text(errors="replace")
+    out = note(
+        "No Parquet rows here to judge from: this is the folder's leak.log, written by python "
+        "-m platform.leak where the rows were."
+    )
+    # platform.leak before NOT JUDGED existed printed OK when host memory had too few samples.
+    if re.search(r"^OK .*host RSS: too few samples", text, re.M):
+        out += note(
+            "This log was written by an older platform.leak: its OK lines whose host RSS had too "
+            "few samples mean host memory was NOT JUDGED; only their GPU memory was."
+        )
+    return out + _lines(text.splitlines())

@@ -1,0 +1,133 @@
+"""The config keys as users read them: each key's family, type, default and doc (``python -m
+platform.tune --keys [PATTERN]``), and a config's keys grouped by family in lines of about 100
+columns (the dry run's ``fixed:`` block). The docs themselves are TrialConfig's field metadata
+(trainables/config.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import textwrap
+import typing
+from typing import Any
+
+from platform.errors import UsageError
+from trainables.config import TrialConfig, field_doc, field_names
+from trainables.config_checks import describe_type
+
+__all__ = ["FAULTS", "defaults", "family", "format_grouped", "format_keys", "matching_keys"]
+
+WIDTH = 100
+FAULTS = "faults"
+# Families follow TrialConfig's declaration order: each starts at the key named here and holds
+# the keys declared after it, up to the next start. A key added to config.py joins the family of
+# the keys around it; a family may resume further down (optimisation).
+_STARTS = {
+    "strategy": "distributed",
+    "tf32": "optimisation",
+    "train_workers": "distributed",
+    "micro_batch": "data",
+    "model_size": "model",
+    "lr": "optimisation",
+    "epochs": "training",
+    "max_steps": "timing/telemetry",
+    "inject_sleep_s": FAULTS,
+    "pg_timeout_s": "timeouts",
+}
+
+
+def _families() -> dict[str, str]:
+    out, current = {}, None
+    for name in field_names():
+        current = _STARTS.get(name, current)
+        out[name] = current
+    return out
+
+
+_FAMILY = _families()
+
+
+def family(key: str) -> str:
+    """The family a config key is shown under (distributed, data, model, ...)."""
+    return _FAMILY[key]
+
+
+def defaults() -> dict[str, Any]:
+    """Every config key's default value."""
+    return {f.name: f.default for f in dataclasses.fields(TrialConfig)}
+
+
+def format_grouped(values: dict[str, Any], indent: int = 2) -> str:
+    """``key=value`` pairs in one block per family, wrapped to about 100 columns; fault
+    injection keys only when they are set to something other than their default."""
+    default = defaults()
+    groups: dict[str, list[str]] = {}
+    for key, value in values.items():
+        name = _FAMILY.get(key, "other")
+        if name == FAULTS and value == default[key]:
+            continue
+        groups.setdefault(name, []).append(f"{key}={_show(value)}")
+    label = max((len(g) for g in groups), default=0) + 2
+    lines = []
+    for name, pairs in groups.items():
+        lines.append(
+            textwrap.fill(
+                " ".join(pairs),
+                width=WIDTH,
+                initial_indent=" " * indent + f"{name:<{label}}",
+                subsequent_indent=" " * (indent + label),
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(lines)
+
+
+def matching_keys(pattern: str) -> list[str]:
+    """Keys whose name or family holds ``pattern`` (a glob when it has ``*?[``); UsageError with
+    the closest key when none does."""
+    names = field_names()
+    if not pattern:
+        return names
+    glob = any(c in pattern for c in "*?[")
+    want = pattern.lower()
+
+    def hit(text: str) -> bool:
+        return fnmatch.fnmatchcase(text, want) if glob else want in text
+
+    found = [k for k in names if hit(k) or hit(_FAMILY[k])]
+    if not found:
+        close = difflib.get_close_matches(want.strip("*?[]"), names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else "--keys alone lists every key"
+        raise UsageError(f"--keys {pattern!r}: no config key matches; {hint}")
+    return found
+
+
+def format_keys(keys: list[str]) -> str:
+    """Each key with its type, default and doc, under its family's heading."""
+    hints = typing.get_type_hints(TrialConfig)
+    default = defaults()
+    lines: list[str] = []
+    shown = None
+    for key in keys:
+        if _FAMILY[key] != shown:
+            shown = _FAMILY[key]
+            lines += [""] if lines else []
+            lines.append(f"{shown}:")
+        lines.append(f"  {key}  {describe_type(hints[key])}; default {_show(default[key])}")
+        lines.append(
+            textwrap.fill(
+                field_doc(key),
+                width=WIDTH,
+                initial_indent=" " * 6,
+                subsequent_indent=" " * 6,
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    """A value as --set takes it; an empty string as ''."""
+    return "''" if value == "" else str(value)

@@ -1,0 +1,108 @@
+"""``--dry-run`` refuses what the real run refuses, with the same one line and exit 2, while it
+starts no Ray and writes nothing (issue 27, item 2); an output root that is a file is named so."""
+
+import pytest
+
+from tests.cli import run_module
+from tests.test_tune_cli import tune
+
+
+def _error_line(out) -> str:
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("not a folder")
+    return path
+
+
+def test_a_missing_manifest_is_refused_by_the_dry_run_with_the_real_runs_line(tmp_path):
+    root = tmp_path / "out"
+    args = ("--space", "4090_mainline", "--output-root", root)
+    dry = tune(*args, "--dry-run", probe=True)
+    assert dry.returncode == 2
+    line = _error_line(dry)
+    assert line.startswith("platform.tune: error: ") and "needs manifest_path" in line
+    assert "set manifest_path=PATH/manifest_16k_trim.tsv" in line
+    assert "sweep_z0_mb160_nw6_pf4_r1" in dry.stdout  # the plan is still shown
+    assert dry.stdout.strip().endswith("NO_RAY") and not root.exists()
+    real = tune(*args, probe=True)
+    assert real.returncode == 2 and _error_line(real) == line
+    assert real.stdout.strip() == "NO_RAY" and not root.exists()
+    absent = tmp_path / "absent.tsv"
+    dry = tune(*args, "--set", f"manifest_path={absent}", "--dry-run")
+    assert dry.returncode == 2
+    assert _error_line(dry).endswith(
+        f"manifest_path {absent} does not exist; make it with python -m data_prep.librispeech"
+    )
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_an_output_root_that_cannot_be_one_is_refused_by_dry_and_real_runs_alike(a_file, below):
+    root = a_file / "out" if below else a_file
+    why = (
+        f"cannot be written ({a_file} is a file); choose a writable --output-root"
+        if below
+        else "is a file; choose a folder for --output-root"
+    )
+    for cli, space in (("platform.tune", "smoke"), ("platform.train", "train_smoke")):
+        for dry in (["--dry-run"], []):
+            out = run_module(cli, "--space", space, "--output-root", root, *dry)
+            assert out.returncode == 2, (cli, dry, out.stderr)
+            assert _error_line(out) == f"{cli}: error: output root {root} {why}"
+        assert a_file.read_text() == "not a folder"  # untouched
+
+
+def test_an_output_root_holding_a_sweep_is_refused_by_the_dry_run(tmp_path):
+    (tmp_path / "run_manifest.tsv").write_text("run\n")
+    out = tune("--space", "smoke", "--output-root", tmp_path, "--dry-run")
+    assert out.returncode == 2
+    assert _error_line(out) == (
+        f"platform.tune: error: output root {tmp_path} already holds a sweep; choose another "
+        "--output-root"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_manifest.tsv"]
+
+
+def test_an_unknown_key_is_refused_by_the_dry_run(tmp_path):
+    out = tune("--space", "smoke", "--set", "micro_bach=4", "--dry-run", "--output-root", tmp_path)
+    assert out.returncode == 2
+    assert "unknown key 'micro_bach'" in _error_line(out)
+    assert "did you mean 'micro_batch'" in out.stderr and out.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_of_smoke_passes_and_creates_no_root(tmp_path):
+    root = tmp_path / "deeper" / "out"
+    out = tune("--space", "smoke", "--output-root", root, "--dry-run", probe=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "" and out.stdout.strip().endswith("NO_RAY")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_default_output_root_is_checked_but_not_created(tmp_path, monkeypatch):
+    from platform.errors import UsageError
+    from platform.execution.inputs import check_inputs_only
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
+
+    space = load_space("smoke")
+    runs = expand_runs(space)
+    monkeypatch.chdir(tmp_path)  # outputs/<space>_<stamp> is relative to the working folder
+    check_inputs_only(space, runs, address=None, resume=False, output_root=None)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "outputs").write_text("a file where the folder of outputs goes")
+    with pytest.raises(UsageError, match=r"outputs is a file\); choose a writable --output-root"):
+        check_inputs_only(space, runs, address=None, resume=False, output_root=None)
+    assert [p.name for p in tmp_path.iterdir()] == ["outputs"]
+
+
+def test_a_dry_run_of_resume_reads_the_root_and_writes_nothing(tmp_path):
+    out = tune("--space", "smoke", "--output-root", tmp_path, "--resume", "--dry-run")
+    assert out.returncode == 2
+    assert "holds no sweep (run_manifest.tsv is missing)" in _error_line(out)
+    assert list(tmp_path.iterdir()) == []

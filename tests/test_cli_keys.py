@@ -1,0 +1,114 @@
+"""``python -m platform.tune --keys [PATTERN]``: every config key with its type, default and doc;
+the dry run's fixed keys grouped by family; "did you mean" for keys and spaces (issue 27)."""
+
+import dataclasses
+
+import pytest
+
+from platform.spaces.keys import FAULTS, family, format_grouped, matching_keys
+from tests.test_tune_cli import tune
+from trainables.config import TrialConfig, field_doc, field_names
+
+
+def listed(stdout: str) -> list[str]:
+    """The keys --keys printed: lines indented by two spaces (docs are indented by six)."""
+    return [ln.split()[0] for ln in stdout.splitlines() if ln[:2] == "  " and ln[2] != " "]
+
+
+def test_keys_lists_every_key_with_its_type_default_and_doc():
+    out = tune("--keys")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert listed(out.stdout) == field_names()
+    assert "  micro_batch  int; default 8" in lines
+    assert "  strategy  one of 'ddp', 'fsdp2', 'deepspeed', 'auto'; default ddp" in lines
+    assert "  manifest_path  str; default ''" in lines
+    i = lines.index("  micro_batch  int; default 8")
+    assert lines[i + 1] == "      " + field_doc("micro_batch")
+    assert lines[0] == "distributed:" and "faults:" in lines
+
+
+@pytest.mark.parametrize(
+    "pattern, keys",
+    [
+        ("micro", ["micro_batch"]),  # a substring
+        ("inject_sleep_*", [k for k in field_names() if k.startswith("inject_sleep_")]),  # a glob
+        ("*_s", [k for k in field_names() if k.endswith("_s")]),
+        ("faults", [k for k in field_names() if k.startswith("inject_")]),  # a family's name
+    ],
+)
+def test_keys_pattern_filters(pattern, keys):
+    out = tune("--keys", pattern)
+    assert out.returncode == 0, out.stderr
+    assert listed(out.stdout) == keys
+    assert matching_keys(pattern) == keys
+
+
+def test_an_unmatched_keys_pattern_says_so_with_the_closest_key():
+    out = tune("--keys", "micro_bach")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "platform.tune: error: --keys 'micro_bach': no config key matches; did you mean "
+        "'micro_batch'?"
+    ]
+    out = tune("--keys", "zzzz")
+    assert out.returncode == 2
+    assert out.stderr.strip().endswith("no config key matches; --keys alone lists every key")
+
+
+def test_an_unknown_space_gets_a_did_you_mean(tmp_path):
+    out = tune("--space", "smok", "--dry-run", "--output-root", tmp_path / "out")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "platform.tune: error: unknown space 'smok'; did you mean 'smoke'? (see --list-spaces)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_key_has_a_family_and_the_fault_family_is_the_injection_keys():
+    assert {family(k) for k in field_names()} == {
+        "distributed",
+        "optimisation",
+        "data",
+        "model",
+        "training",
+        "timing/telemetry",
+        FAULTS,
+        "timeouts",
+    }
+    assert [k for k in field_names() if family(k) == FAULTS] == [
+        k for k in field_names() if k.startswith("inject_")
+    ]
+
+
+def test_fixed_keys_are_grouped_wrapped_and_injection_shown_only_when_set():
+    values = TrialConfig().to_dict()
+    text = format_grouped(values)
+    assert "inject_" not in text
+    assert max(len(ln) for ln in text.splitlines()) <= 100
+    assert text.splitlines()[0].startswith("  distributed       strategy=ddp ")
+    assert "manifest_path=''" in text
+    shown = {pair.split("=")[0] for ln in text.splitlines() for pair in ln[20:].split()}
+    assert shown == {k for k in values if not k.startswith("inject_")}
+    faulty = dataclasses.replace(TrialConfig(), inject_error_at_step=3).to_dict()
+    lines = format_grouped(faulty).splitlines()
+    assert [ln for ln in lines if "inject_" in ln] == ["  faults            inject_error_at_step=3"]
+
+
+def test_the_dry_runs_fixed_block_is_readable():
+    out = tune("--space", "smoke", "--dry-run", "--set", "inject_sleep_s=0.5")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    block = lines[lines.index("fixed:") + 1 : lines.index("") - 1]  # up to the data line
+    assert all(len(ln) <= 100 for ln in block) and len(block) >= 8
+    assert [ln.split()[0] for ln in block if not ln.startswith("    ")] == [
+        "distributed",
+        "optimisation",
+        "data",
+        "model",
+        "training",
+        "timing/telemetry",
+        FAULTS,
+        "timeouts",
+    ]
+    assert "inject_sleep_s=0.5" in out.stdout and "inject_error_at_step" not in out.stdout

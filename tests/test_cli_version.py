@@ -1,0 +1,46 @@
+"""``--version`` and ``--help`` of every ``python -m platform.X`` tool (issue 27, item 4): one
+version line naming the installed distribution and the checkout's commit; help that shows each
+option's default."""
+
+import re
+import subprocess
+from importlib import metadata
+
+import pytest
+
+from tests.cli import ROOT, run_module
+
+CLIS = ("tune", "train", "analyze", "report", "stability", "leak", "grafana")
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_version_is_one_line_with_the_package_version_and_commit(cli):
+    out = run_module(f"platform.{cli}", "--version")
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.strip().splitlines()
+    assert line.startswith(f"stage1-platform {metadata.version('stage1-platform')}")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    if commit:  # a git checkout: its commit, abbreviated
+        found = re.search(r"\(git ([0-9a-f]{7,})(, dirty)?\)$", line)
+        assert found and commit.startswith(found.group(1)), line
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_help_shows_defaults_and_no_empty_ones(cli):
+    out = run_module(f"platform.{cli}", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps lines
+    assert "--version" in text
+    for empty in ("(default: None)", "(default: False)", "(default: [])"):
+        assert empty not in text
+
+
+def test_tune_and_stability_help_name_their_defaults():
+    tune = " ".join(run_module("platform.tune", "--help").stdout.split())
+    assert "Ray dashboard port (default: 8265)" in tune
+    assert "with --from-ranked: how many groups (default: 2)" in tune
+    assert "network (default: 127.0.0.1)" in tune
+    stability = " ".join(run_module("platform.stability", "--help").stdout.split())
+    assert "--min-repeats MIN_REPEATS (default: " in stability
