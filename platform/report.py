@@ -9,6 +9,7 @@ the page is built from a local copy of the result files and uploaded beside them
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.out is not None:
+            _check_out(args.out)  # before any work: nothing is read, made or written
         if is_remote(args.output_root):
             where, size = _remote(Location.of(args.output_root), args.out)
         else:
@@ -50,6 +53,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     print(f"report: {where} ({size / 1e6:.2f} MB)")
     return 0
+
+
+def _check_out(out: Path) -> None:
+    """UsageError when the page cannot be written to ``out``: a folder in its place, or a
+    nearest existing folder above it that is a file or cannot be written (missing folders are
+    made)."""
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file, e.g. {out / 'report.html'}")
+    existing = out.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        why = f"{existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    else:
+        return
+    raise UsageError(f"--out {out} cannot be written ({why}); choose a path in a writable folder")
 
 
 def _remote(root: Location, out: Path | None) -> tuple[str, int]:

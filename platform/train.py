@@ -26,6 +26,7 @@ from platform.execution.launch import LaunchRequest, launch
 from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
 from platform.spaces.expand import RunSpec, expand_runs
+from platform.spaces.keys import format_grouped
 from platform.spaces.load import load_space
 from platform.spaces.space import SearchSpace
 from platform.storage import results
@@ -146,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         space, runs = plan(args)
         loggers = check_loggers(args.logger, default=("tensorboard",))
         if args.dry_run:
-            cfg = runs[0].config
-            print(f"{runs[0].name}: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()))
+            # The run's name, then its keys by family (fault injection only when set).
+            print(f"{runs[0].name}:\n{format_grouped(runs[0].config.to_dict())}", flush=True)
             check_inputs_only(
                 space,
                 runs,

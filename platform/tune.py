@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from platform.execution.launch import LaunchRequest, launch
 from platform.execution.resume import EARLY_STATUSES
 from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
-from platform.spaces.describe import format_plan
+from platform.spaces.describe import baseline_notes, format_plan
 from platform.spaces.expand import expand_runs
 from platform.spaces.keys import format_keys, matching_keys
 from platform.spaces.load import list_spaces, load_space
@@ -106,11 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.list_spaces:
-            for name, description in list_spaces().items():
-                print(f"{name:<24} {description}")
+            _print_listing("\n".join(f"{n:<24} {d}" for n, d in list_spaces().items()))
             return 0
         if args.keys is not None:
-            print(format_keys(matching_keys(args.keys)))
+            _print_listing(format_keys(matching_keys(args.keys)))
             return 0
         runbook = None
         if args.from_env:
@@ -148,11 +148,13 @@ def main(argv: list[str] | None = None) -> int:
                 "--output-root (or use search: random)"
             )
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
-            print(format_plan(space, runs), flush=True)
+            _print_listing(format_plan(space, runs))
             check_inputs_only(
                 space, runs, address=args.address, resume=args.resume, output_root=args.output_root
             )
             return 0
+        for note in baseline_notes(space, runs):  # as the dry run's plan says it
+            print(note, flush=True)
         output_root, done = prepare_inputs(
             space, runs, address=args.address, resume=args.resume, output_root=args.output_root
         )
@@ -184,15 +186,25 @@ def main(argv: list[str] | None = None) -> int:
 _NOT_THE_SWEEP = ("DRY_RUN", "RESUME_RUNS", "OUTPUT_ROOT", "DRIVER_LOG_PATH")
 
 
+def _print_listing(text: str) -> None:
+    """Print a listing (--keys, --list-spaces, the dry run's plan). A reader that stopped early
+    (``--keys | head``) has what it wanted: the rest goes to /dev/null, with no traceback, and
+    the command ends as it would have."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the flush at exit must not fail again
+        os.close(devnull)
+
+
 def _apply_env(args: argparse.Namespace):
     """``--from-env``: the runbook's variables become the arguments (the command line wins)."""
-    import os
-
     from platform.spaces.runbook import from_env
 
     plan = from_env(address=args.address)
-    if plan.driver_log is not None:
-        _tee_console(plan.driver_log)
+    if plan.driver_log is not None and not (plan.dry_run or args.dry_run):
+        _tee_console(plan.driver_log)  # a dry run creates nothing, this copy neither
     for warning in plan.warnings:
         print(f"platform.tune: warning: {warning}", file=sys.stderr, flush=True)
     args.space = args.space or "runbook"

@@ -1,11 +1,17 @@
-"""``python -m platform.tune --keys [PATTERN]``: every config key with its type, default and doc;
-the dry run's fixed keys grouped by family; "did you mean" for keys and spaces (issue 27)."""
+"""``python -m platform.tune --keys [PATTERN]``: every config key with its type, default and doc,
+under one heading per family; the dry runs' keys grouped by family (tune's fixed keys, train's
+config); "did you mean" for keys and spaces (issue 27); a listing whose reader stops early
+(``--keys | head``) ends quietly."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 
 from platform.spaces.keys import FAULTS, family, format_grouped, matching_keys
+from tests.cli import ROOT, run_module
 from tests.test_tune_cli import tune
 from trainables.config import TrialConfig, field_doc, field_names
 
@@ -15,11 +21,21 @@ def listed(stdout: str) -> list[str]:
     return [ln.split()[0] for ln in stdout.splitlines() if ln[:2] == "  " and ln[2] != " "]
 
 
+def by_family(keys: list[str]) -> list[str]:
+    """``keys`` as --keys shows them: a family's keys together, families in the order each
+    first appears in TrialConfig, keys in declaration order within one."""
+    order = list(dict.fromkeys(family(k) for k in field_names()))
+    return sorted(keys, key=lambda k: order.index(family(k)))
+
+
 def test_keys_lists_every_key_with_its_type_default_and_doc():
     out = tune("--keys")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert listed(out.stdout) == field_names()
+    # One heading per family, though a family resumes further down the declarations.
+    headings = [ln for ln in lines if ln and not ln.startswith(" ")]
+    assert headings == [f"{f}:" for f in dict.fromkeys(family(k) for k in field_names())]
+    assert listed(out.stdout) == by_family(field_names())
     assert "  micro_batch  int; default 8" in lines
     assert "  strategy  one of 'ddp', 'fsdp2', 'deepspeed', 'auto'; default ddp" in lines
     assert "  manifest_path  str; default ''" in lines
@@ -40,7 +56,7 @@ def test_keys_lists_every_key_with_its_type_default_and_doc():
 def test_keys_pattern_filters(pattern, keys):
     out = tune("--keys", pattern)
     assert out.returncode == 0, out.stderr
-    assert listed(out.stdout) == keys
+    assert listed(out.stdout) == by_family(keys)
     assert matching_keys(pattern) == keys
 
 
@@ -56,13 +72,35 @@ def test_an_unmatched_keys_pattern_says_so_with_the_closest_key():
     assert out.stderr.strip().endswith("no config key matches; --keys alone lists every key")
 
 
-def test_an_unknown_space_gets_a_did_you_mean(tmp_path):
-    out = tune("--space", "smok", "--dry-run", "--output-root", tmp_path / "out")
+@pytest.mark.parametrize("typed", ["smok", "SMOKE"])
+def test_an_unknown_space_gets_a_did_you_mean(typed, tmp_path):
+    out = tune("--space", typed, "--dry-run", "--output-root", tmp_path / "out")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "platform.tune: error: unknown space 'smok'; did you mean 'smoke'? (see --list-spaces)"
+        f"platform.tune: error: unknown space {typed!r}; did you mean 'smoke'? (see --list-spaces)"
     ]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["--keys"], ["--list-spaces"], ["--space", "smoke", "--dry-run"]], ids=" ".join
+)
+def test_a_listing_whose_reader_stopped_early_ends_quietly(args):
+    # `--keys | head`: the reader is gone before the listing is written (its end is closed).
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "platform.tune", *args],
+            cwd=ROOT,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert out.returncode == 0 and out.stderr == ""
 
 
 def test_every_key_has_a_family_and_the_fault_family_is_the_injection_keys():
@@ -112,3 +150,20 @@ def test_the_dry_runs_fixed_block_is_readable():
         "timeouts",
     ]
     assert "inject_sleep_s=0.5" in out.stdout and "inject_error_at_step" not in out.stdout
+
+
+def test_trains_dry_run_shows_the_run_then_its_keys_by_family():
+    out = run_module("platform.train", "--space", "train_smoke", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    name, *block = out.stdout.rstrip("\n").splitlines()
+    assert name == "train_z0_mb16_nw0_pf2_r1:"
+    assert all(len(ln) <= 100 for ln in block)
+    assert [ln.split()[0] for ln in block if not ln.startswith("    ")][:2] == [
+        "distributed",
+        "optimisation",
+    ]
+    assert "max_failures=3" in out.stdout.split() and "inject_" not in out.stdout
+    faulty = run_module(
+        "platform.train", "--space", "train_smoke", "--dry-run", "--set", "inject_sleep_s=0.5"
+    )
+    assert "  faults            inject_sleep_s=0.5" in faulty.stdout.splitlines()

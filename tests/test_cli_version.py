@@ -23,8 +23,19 @@ def test_version_is_one_line_with_the_package_version_and_commit(cli):
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     if commit:  # a git checkout: its commit, abbreviated
-        found = re.search(r"\(git ([0-9a-f]{7,})(, dirty)?\)$", line)
+        found = re.search(r"\(git ([0-9a-f]{12})(, dirty)?\)$", line)
         assert found and commit.startswith(found.group(1)), line
+
+
+def test_version_and_the_run_manifest_name_a_commit_alike():
+    """--version and the manifest's git_commit_short (platform/record/provenance.py) give the
+    same short name of the checkout's commit (they differed: 7 against 12 characters)."""
+    from platform.record.provenance import git_facts
+    from stage1_common.version import version_line
+
+    short = git_facts()["git_commit_short"]
+    if short:  # a git checkout
+        assert len(short) == 12 and f"(git {short}" in version_line()
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -43,4 +54,5 @@ def test_tune_and_stability_help_name_their_defaults():
     assert "with --from-ranked: how many groups (default: 2)" in tune
     assert "network (default: 127.0.0.1)" in tune
     stability = " ".join(run_module("platform.stability", "--help").stdout.split())
-    assert "--min-repeats MIN_REPEATS (default: " in stability
+    assert "judged without its iter p50 CV) (default: 3)" in stability
+    assert "tail iter p90/p50 (default: 1.5)" in stability

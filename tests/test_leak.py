@@ -79,6 +79,43 @@ def test_too_few_samples_cannot_be_judged():
     assert f["host_samples"] == 2 and math.isnan(f["host_mb_per_1k_steps"])  # ts 100, 102
 
 
+def test_every_node_and_gpu_needs_its_own_samples():
+    """MIN_SAMPLES counts per node and per GPU: a node with one sample left is not judged (its
+    NaN slope once added 0 to the sum, and the run came out OK), and the line names it."""
+    two_nodes = pd.concat([host({"a": 0.0}), host({"b": 0.0}).query("ts == 110")])
+    f = leak_figures(timing(), two_nodes, gpu([0.0]))
+    assert f["host_samples"] == 8 + 1 and math.isnan(f["host_mb_per_1k_steps"])
+    v = verdict("r", f, LeakLimits())
+    assert v["verdict"] == "NOT JUDGED"
+    assert v["host"] == "host RSS not judged (node b: too few samples: 1 after warm-up, 5 needed)"
+    # Two GPUs, one with too few samples: not judged, naming it; the other one is shown.
+    gpus = pd.concat([gpu([0.0]), gpu([0.0, 0.0]).query("gpu_index == 1 and ts <= 106")])
+    v = verdict("r", leak_figures(timing(), host({"a": 0.0}), gpus), LeakLimits())
+    assert v["verdict"] == "NOT JUDGED"
+    assert v["gpu"] == (
+        "GPU memory +0.0 MB per 1,000 steps (18 samples), not judged on GPU 1 of node a: too few "
+        "samples: 2 after warm-up, 5 needed"
+    )
+    # A judged GPU over its limit is a leak, whatever the unjudged one would have shown.
+    gpus = pd.concat([gpu([0.1]), gpu([0.0, 0.0]).query("gpu_index == 1 and ts <= 106")])
+    assert verdict("r", leak_figures(timing(), host({"a": 0.0}), gpus), LeakLimits())[
+        "verdict"
+    ] == ("LEAK")
+
+
+def test_samples_at_one_step_have_no_fit_and_say_so():
+    """Enough samples but no step span: no slope, and the line says that, not "too few"."""
+    at_one_step = gpu([0.0]).assign(ts=115.0)
+    f = leak_figures(timing(), host({"a": 0.0}), at_one_step)
+    assert f["gpu_samples"] == 21 and math.isnan(f["gpu_mb_per_1k_steps"])
+    v = verdict("r", f, LeakLimits())
+    assert v["verdict"] == "NOT JUDGED"
+    assert (
+        v["gpu"]
+        == "GPU memory not judged (no fit: its 21 samples after warm-up are all at one step)"
+    )
+
+
 def figures(host=math.nan, host_n=0, gpu=math.nan, gpu_n=0):
     return {
         "host_mb_per_1k_steps": host,
@@ -113,9 +150,11 @@ def test_a_run_is_ok_only_when_its_memory_was_judged(f, word):
         )
 
 
-def test_cli_verdicts_and_bad_paths(tmp_path):
-    root = tmp_path / "out"
-    results.write_tsv(root / results.MANIFEST, [{"run": "leaky"}, {"run": "clean"}], ["run"])
+def leak_root(root):
+    """An output root with Parquet rows: run ``leaky`` (host RSS +1000 MB per 1,000 steps) and
+    run ``clean`` (flat), host telemetry only."""
+    runs = [{"run": r, "group": r, "repeat": 1, "status": "ok"} for r in ("leaky", "clean")]
+    results.write_tsv(root / results.MANIFEST, runs, list(runs[0]))
     for run, per_step in (("leaky", 1.0), ("clean", 0.0)):
         t = timing(run).assign(group=run, repeat=1)
         results.write_part(
@@ -128,19 +167,40 @@ def test_cli_verdicts_and_bad_paths(tmp_path):
             h.to_dict("records"),
             results.HOST_TELEMETRY_SCHEMA,
         )
+    return root
+
+
+LINES = [
+    "OK clean: host RSS +0.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
+    "LEAK leaky: host RSS +1000.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
+    "limits: --max-host-mb-per-1k-steps 50 --max-gpu-mb-per-1k-steps 20 --skip-fraction 0.25",
+]
+
+
+def test_cli_verdicts_and_bad_paths(tmp_path):
+    root = leak_root(tmp_path / "out")
 
     def leak(*args):
         return run_module("platform.leak", *args)
 
     out = leak(root)
     assert out.returncode == 1
-    assert out.stdout.splitlines() == [
-        "OK clean: host RSS +0.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
-        "LEAK leaky: host RSS +1000.0 MB per 1,000 steps (8 samples); GPU memory: no samples",
-        "limits: --max-host-mb-per-1k-steps 50 --max-gpu-mb-per-1k-steps 20 --skip-fraction 0.25",
-    ]
+    assert out.stdout.splitlines() == LINES
     assert leak(root / "runs" / "clean").returncode == 0
     assert leak(root, "--max-host-mb-per-1k-steps", "1000").returncode == 0  # at the limit: ok
     assert leak(root, "--skip-fraction", "1").returncode == 2
     bad = leak(tmp_path / "nowhere")
     assert bad.returncode == 2 and "neither a sweep's output root nor a run folder" in bad.stderr
+
+    # A sweep without timing rows: nothing judged, and it says so (it printed only its limits
+    # and exited 0).
+    empty = tmp_path / "empty"
+    results.write_tsv(empty / results.MANIFEST, [{"run": "r1"}], ["run"])
+    out = leak(empty)
+    assert out.returncode == 1
+    verdict_line, limits = out.stdout.splitlines()
+    assert verdict_line == (
+        f"NOT JUDGED {empty}: no run could be judged: no timing rows (no run recorded a window), "
+        "so no memory sample can be placed on steps"
+    )
+    assert limits.startswith("limits: ")

@@ -143,7 +143,7 @@ def test_the_version_line_names_the_distribution_its_version_and_the_commit():
     line = version_line()
     assert line.startswith(f"stage1-platform {version('stage1-platform')}")
     commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
     if commit:  # a git checkout: the commit it runs from, and whether tracked files differ
         assert re.fullmatch(rf"stage1-platform \S+ \(git {commit}(, dirty)?\)", line), line

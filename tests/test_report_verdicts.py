@@ -16,9 +16,10 @@ import pytest
 from platform import leak as leak_cli
 from platform import stability as stability_cli
 from platform.analysis.analyze import analyze
-from platform.analysis.limits import flags_line, logged_limits
+from platform.analysis.leak import LeakLimits
+from platform.analysis.limits import UnreadableLimits, flags_line, logged_limits
 from platform.analysis.report import SECTIONS, write_report
-from platform.analysis.stability import StabilityLimits
+from platform.analysis.stability import StabilityLimits, folder_limits
 from platform.storage import results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -321,17 +322,124 @@ def test_the_committed_2xh200_folder_agrees_with_its_own_logs(tmp_path):
     assert "python -m platform.train" in sections["environment"]["text"]
 
 
-def test_limits_lines_read_back_and_a_bad_line_is_none(tmp_path):
-    limits = StabilityLimits(min_repeats=2, max_iter_p50_cv=0.1)
-    log = tmp_path / "stability.log"
+@pytest.mark.parametrize(
+    "limits",
+    [
+        StabilityLimits(min_repeats=2, max_iter_p50_cv=0.1),
+        # :g wrote 1000000 as 1e+06 (not an int: the line was dropped) and kept 6 digits.
+        StabilityLimits(
+            min_repeats=1_000_000,
+            max_iter_ratio_median=1.0000001,
+            max_iter_ratio_max=1e6,
+            max_iter_p50_cv=2.5e-7,
+        ),
+        LeakLimits(max_host_mb_per_1k_steps=1234567.891, max_gpu_mb_per_1k_steps=1e20),
+        LeakLimits(skip_fraction=0.1 + 0.2),
+    ],
+)
+def test_every_limit_written_reads_back_equal(tmp_path, limits):
+    log = tmp_path / "check.log"
     log.write_text("PASS g: ...\n" + flags_line(limits) + "\n")
+    assert logged_limits(type(limits), log) == limits
+
+
+def test_limits_lines_read_back_and_an_unreadable_line_is_said_on_the_page(sweep):
+    limits = StabilityLimits(min_repeats=2, max_iter_p50_cv=0.1)
     assert flags_line(limits) == (
         "limits: --min-repeats 2 --max-iter-ratio-median 1.5 --max-iter-ratio-max 2.5 "
         "--max-iter-p50-cv 0.1"
     )
-    assert logged_limits(StabilityLimits, log) == limits
-    for bad in ("limits: --min-repeats", "limits: --nope 3", "limits: --min-repeats 0", "PASS"):
+    log = sweep / "stability.log"
+    assert logged_limits(StabilityLimits, log) is None  # no log
+    log.write_text("PASS g: ...\n")
+    assert logged_limits(StabilityLimits, log) is None  # a log from before the limits line
+    assert "states no limits" in folder_limits(sweep)[1]
+    for bad, why in (
+        ("limits: --min-repeats", "a flag without its value"),
+        ("limits: --nope 3", "--nope is not one of the check's flags"),
+        ("limits: --min-repeats 1e+06", "--min-repeats 1e+06 is not a number"),
+        ("limits: --min-repeats 0", "--min-repeats must be >= 1"),
+    ):
         log.write_text(bad + "\n")
-        assert logged_limits(StabilityLimits, log) is None, bad
-    assert logged_limits(StabilityLimits, tmp_path / "missing.log") is None
+        with pytest.raises(UnreadableLimits, match=re.escape(why)):
+            logged_limits(StabilityLimits, log)
+    # The page judges by the defaults then, and says that it could not read the log's limits.
+    page = report(sweep)["stability-check"]
+    assert "not this folder's stability.log: its limits line cannot be read" in page["text"]
+    assert "at least 3 ok runs" in page["text"]
     assert math.isclose(StabilityLimits().max_iter_p50_cv, 0.05)
+
+
+def test_the_page_gives_each_group_one_stability_verdict_everywhere(tmp_path):
+    """The ranking's flag and the Phase B check answer different questions: the ranking shows
+    both under their own names (mb96 is FAIL by its CV, and not jittery), and the throughput
+    plot is coloured by the verdict the stability part gives. The page once said "unstable"
+    for the flag (mb96: False, blue) and "FAIL: unstable" for the check (mb96: FAIL)."""
+    import shutil
+
+    folder = tmp_path / "analysis_2xh200"
+    shutil.copytree(H200, folder)
+    sections = report(folder)
+    ranking = sections["ranking"]["tables"][0]
+    stability = column(sections["stability-check"]["tables"][0], "verdict")
+    by_group = {row[1]: dict(zip(ranking[0], row, strict=True)) for row in ranking[1:]}
+    assert {g: r["Phase B"] for g, r in by_group.items()} == stability
+    assert stability["sweep_z0_mb96_nw8_pf4"] == "FAIL"
+    assert {r["jittery"] for r in by_group.values()} == {"no"}
+    assert "unstable" not in ranking[0]
+    assert "jittery: the ranking's own flag" in sections["ranking"]["text"]
+    assert (
+        "tail iter p90/p50 above 1.5 in most of the group's ok runs"
+        in (sections["ranking"]["text"])
+    )
+    throughput = sections["throughput"]
+    assert throughput["heading"].endswith("coloured by the Phase B verdict")
+    assert "Colour: the group's Phase B verdict" in throughput["text"]
+    # FAIL says which figure is over which limit; "unstable" names neither.
+    text = sections["stability-check"]["text"]
+    assert "FAIL: a figure above its limit (the why column names the figure" in text
+    assert "unstable" not in text
+    assert column(sections["stability-check"]["tables"][0], "why")["sweep_z0_mb96_nw8_pf4"] == (
+        "iter p50 CV 0.05318 > 0.05"
+    )
+
+
+def test_the_loss_chance_line_is_ln_of_the_candidates_not_of_the_global_batch(tmp_path):
+    """With gradient accumulation the global batch counts samples a step adds, not the
+    candidates a sample's loss scores against: micro_batch x world (global scope), or
+    micro_batch (local). One dotted line per distinct number, each said in the note."""
+    import pandas as pd
+
+    from platform.analysis import report_plots
+    from stage1_common.output_root import OutputRoot
+
+    root = OutputRoot(tmp_path / "accum")
+    runs = {  # run -> (micro_batch, grad_accum_steps, contrastive_scope)
+        "global_r1": (8, 4, "global"),
+        "local_r1": (8, 4, "local"),
+        "plain_r1": (16, 1, "global"),
+    }
+    rows = []
+    for run, (micro, accum, scope) in runs.items():
+        config = {"micro_batch": micro, "grad_accum_steps": accum, "contrastive_scope": scope}
+        results.write_json(root.run_config(run), {"run": run, "config": config})
+        for row in timing_rows(run, "g", 1, 100.0):
+            rows.append(row | {"world_size": 2, "global_batch": micro * 2 * accum})
+    data = {"root": root, "timing": pd.DataFrame(rows), "manifest": pd.DataFrame()}
+    assert report_plots.candidates(data, data["timing"]) == {
+        "global_r1": (16, "micro_batch 8 x 2 ranks, global scope"),  # not ln(64)
+        "local_r1": (8, "micro_batch 8, local scope"),
+        "plain_r1": (32, "micro_batch 16 x 2 ranks, global scope"),
+    }
+    heading, body = report_plots.loss(data)
+    assert "ln(8) = 2.08 (micro_batch 8, local scope)" in body
+    assert "ln(16) = 2.77 (micro_batch 8 x 2 ranks, global scope)" in body
+    assert "ln(32) = 3.47" in body and "ln(64)" not in body
+    # Rows of a version without world_size: the world from global_batch / (micro x accum);
+    # a run with no micro_batch anywhere gets no line, and the note says so.
+    old = data["timing"].assign(world_size=None)
+    results.write_json(root.run_config("plain_r1"), {"run": "plain_r1", "config": {}})
+    found = report_plots.candidates(data | {"timing": old}, old)
+    assert found["global_r1"] == (16, "micro_batch 8 x 2 ranks, global scope")
+    assert found["plain_r1"] is None
+    assert "No chance line for plain_r1" in report_plots.loss(data | {"timing": old})[1]

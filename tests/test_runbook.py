@@ -4,10 +4,8 @@ bad values stop with one line and exit 2. No Ray here (DRY_RUN=1 starts none).""
 
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,9 +17,7 @@ from platform.spaces.runbook import VARIABLES, from_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "run_stage1_ab_bench.sh"
-# The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its manifest is
-# a real file (a data_prep manifest's columns, no rows), made for these tests.
-LS16K = Path(tempfile.mkdtemp(prefix="runbook-ls16k-"))
+MANIFEST = "manifest_16k_trim.tsv"
 
 # Section 3.1 of the runbook: the seeds' 2x4090 sweep.
 MAINLINE = dict(
@@ -36,7 +32,7 @@ MAINLINE = dict(
     SWEEP_PREFETCH_LIST="2,4",
     SWEEP_LOG_EVERY="50",
     TAIL_TIMING_POINTS="10",
-    DATASET_MANIFEST_PATH=str(LS16K / "manifest_16k_trim.tsv"),
+    # DATASET_MANIFEST_PATH: the ls16k fixture's manifest (bench sets it)
 )
 STRAGGLER = dict(
     MODE="sweep",
@@ -68,28 +64,36 @@ LEAK = dict(
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ls16k():
+@pytest.fixture(scope="module")
+def ls16k(tmp_path_factory) -> Path:
+    """The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its
+    manifest is a real file (a data_prep manifest's columns, no rows)."""
     from trainables.manifest import MANIFEST_REQUIRED
 
-    (LS16K / "manifest_16k_trim.tsv").write_text("\t".join(MANIFEST_REQUIRED) + "\n")
-    yield LS16K
-    shutil.rmtree(LS16K, ignore_errors=True)
+    folder = tmp_path_factory.mktemp("runbook-ls16k")
+    (folder / MANIFEST).write_text("\t".join(MANIFEST_REQUIRED) + "\n")
+    return folder
 
 
-def bench(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    """The runbook's command line: variables in the environment, the script run from anywhere
-    (here the dataset folder: the default output root is checked there, and not created)."""
-    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    manifest = {"DATASET_MANIFEST_PATH": MAINLINE["DATASET_MANIFEST_PATH"]}
-    return subprocess.run(
-        [str(SCRIPT), *args],
-        cwd=LS16K,
-        env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **manifest, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+@pytest.fixture
+def bench(ls16k):
+    """The runbook's command line: variables in the environment (DATASET_MANIFEST_PATH the
+    fixture's manifest unless given), the script run from anywhere (here the dataset folder:
+    the default output root is checked there, and not created)."""
+
+    def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+        clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+        manifest = {"DATASET_MANIFEST_PATH": str(ls16k / MANIFEST)}
+        return subprocess.run(
+            [str(SCRIPT), *args],
+            cwd=ls16k,
+            env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **manifest, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    return run
 
 
 def planned(env: dict[str, str], base: str = "runbook"):
@@ -105,7 +109,7 @@ def run_names(stdout: str) -> list[str]:
     return [r[1] for r in rows if len(r) > 1 and r[0].isdigit() and r[1].startswith("sweep_")]
 
 
-def test_the_seeds_2x4090_sweep_plans_its_36_runs_with_the_runbooks_names(tmp_path):
+def test_the_seeds_2x4090_sweep_plans_its_36_runs_with_the_runbooks_names(bench, ls16k, tmp_path):
     out = bench(MAINLINE)
     assert out.returncode == 0, out.stderr
     expected = [
@@ -119,13 +123,14 @@ def test_the_seeds_2x4090_sweep_plans_its_36_runs_with_the_runbooks_names(tmp_pa
     assert "36 runs = 36 groups x 1 repeats" in out.stdout
     assert out.stderr == ""  # every variable has a counterpart: no warning
     # z0 is DDP, z1 DeepSpeed; 2 GPUs from INCLUDE; the runbook's figures.
-    _, runs = planned(MAINLINE)
+    manifest = str(ls16k / MANIFEST)  # what bench passed
+    _, runs = planned(dict(MAINLINE, DATASET_MANIFEST_PATH=manifest))
     assert [r.name for r in runs] == expected
     for run in runs:
         cfg = run.config
         assert cfg.strategy == ("ddp" if cfg.zero_stage == 0 else "deepspeed")
         assert (cfg.train_workers, cfg.use_gpu, cfg.max_steps) == (2, True, 600)
-        assert cfg.manifest_path == MAINLINE["DATASET_MANIFEST_PATH"]
+        assert cfg.manifest_path == manifest
     # The printed YAML is the same sweep: saved anywhere, --space FILE plans the same runs.
     yaml_text = out.stdout.split("\n---\n")[1].split("\n---")[0]
     mine = tmp_path / "from_runbook.yaml"
@@ -139,7 +144,7 @@ def test_the_seeds_2x4090_sweep_plans_its_36_runs_with_the_runbooks_names(tmp_pa
     [(STRAGGLER, "rank_straggler_diag"), (LEAK, "leak_4090_z0")],
     ids=["straggler", "leak"],
 )
-def test_the_straggler_and_leak_commands_run_what_their_spaces_run(env, space):
+def test_the_straggler_and_leak_commands_run_what_their_spaces_run(bench, env, space):
     out = bench(env)
     assert out.returncode == 0, out.stderr
     _, runs = planned(env)
@@ -220,7 +225,7 @@ def test_dataset_root_resume_and_dump_tail(tmp_path):
     assert from_env(env).resume is True and from_env(env).output_root == tmp_path
 
 
-def test_variables_without_a_counterpart_are_named_in_one_warning():
+def test_variables_without_a_counterpart_are_named_in_one_warning(bench):
     out = bench(dict(MAINLINE, SWEEP_GRAD_CLIP="1.0", ENABLE_ETA_LOGGING="0"))
     assert out.returncode == 0
     warnings = out.stderr.strip().splitlines()
@@ -255,7 +260,7 @@ def test_variables_without_a_counterpart_are_named_in_one_warning():
         ({"SWEEP_MICRO_BATCHES": "0"}, "SWEEP_MICRO_BATCHES=0: must be >= 1"),
     ],
 )
-def test_a_bad_value_is_one_line_naming_the_variable_and_exit_2(env, fragment, tmp_path):
+def test_a_bad_value_is_one_line_naming_the_variable_and_exit_2(bench, env, fragment, tmp_path):
     with pytest.raises(UsageError) as err:
         from_env(env)
     assert fragment in str(err.value)
@@ -271,3 +276,19 @@ def test_a_cluster_include_needs_the_same_gpus_per_host_and_sets_nodes():
     assert "nodes=2" in plan.sets and "train_workers=4" in plan.sets
     with pytest.raises(UsageError, match="same number of GPUs"):
         from_env({"INCLUDE": "h1:0,1@h2:0"}, address="10.0.0.1:6379")
+
+
+def test_driver_log_path_copies_a_real_runs_console_and_a_dry_run_creates_no_log(bench, tmp_path):
+    log = tmp_path / "logs" / "driver.log"
+    env = dict(MAINLINE, DRIVER_LOG_PATH=str(log))
+    dry = bench(dict(env, OUTPUT_ROOT=str(tmp_path / "out")))
+    assert dry.returncode == 0, dry.stderr
+    assert list(tmp_path.iterdir()) == []  # no log, not even its folder
+    # A real run copies its console: here refused at its output root, before Ray starts.
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    real = bench(dict(env, DRY_RUN="0", OUTPUT_ROOT=str(blocker)))
+    assert real.returncode == 2
+    (error,) = real.stderr.strip().splitlines()
+    assert error.startswith("platform.tune: error: output root ") and "is a file" in error
+    assert log.read_text() == real.stdout + real.stderr

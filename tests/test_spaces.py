@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from platform.errors import UsageError
+from platform.spaces.describe import baseline_notes
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import SPACES_DIR, list_spaces, load_space
 from platform.spaces.names import group_name
@@ -304,8 +305,51 @@ def test_a_set_that_sweeps_a_key_keeps_the_baseline_one_group(sets, baseline, gr
 
 
 def test_a_set_that_pins_a_swept_key_drops_it_from_the_baseline_and_a_space_without_one_gets_none():
-    pinned = load_space("smoke").with_overrides(["micro_batch=8", "num_workers=[0, 1]"])
+    pinned = load_space("smoke").with_overrides(["micro_batch=8"])
     assert pinned.baseline == {}
     assert not any(r.baseline for r in expand_runs(pinned))
     plain = load_space("cpu_strategies").with_overrides(["num_workers=[0, 1]"])
     assert plain.baseline == {}
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [["micro_batch=8", "num_workers=[0, 1]"], ["num_workers=[0, 1]", "micro_batch=8"]],
+    ids=["pin-first", "list-first"],
+)
+def test_the_baseline_does_not_depend_on_the_order_of_the_sets(sets):
+    # The space had a baseline: pinning its key first must not make the list forget it.
+    space = load_space("smoke").with_overrides(sets)
+    assert space.baseline == {"num_workers": 0}
+    assert [r.group for r in expand_runs(space) if r.baseline] == ["sweep_z0_mb8_nw0_pf2"]
+
+
+def test_a_set_list_without_the_baselines_value_moves_the_baseline_and_says_so():
+    smoke = load_space("smoke")  # baseline micro_batch 4
+    moved = smoke.with_overrides(["micro_batch=[8, 16]"])
+    assert moved.baseline == {"micro_batch": 8} and moved.baseline_moved == {"micro_batch": 4}
+    assert baseline_notes(moved, expand_runs(moved)) == [
+        "baseline: micro_batch 4 is not in --set micro_batch=[8, 16]; the baseline is now "
+        "sweep_z0_mb8_nw0_pf2 (micro_batch 8, the list's first value)"
+    ]
+    # A fixed key swept without the value the space fixed: named with that value.
+    fixed = smoke.with_overrides(["num_workers=[2, 1]"])
+    assert baseline_notes(fixed, expand_runs(fixed)) == [
+        "baseline: num_workers 0 is not in --set num_workers=[2, 1]; the baseline is now "
+        "sweep_z0_mb4_nw2_pf2 (num_workers 2, the list's first value)"
+    ]
+    # Moved twice: still measured from the space's value, and the note is not doubled.
+    twice = smoke.with_overrides(["micro_batch=[8, 16]", "micro_batch=[16, 32]"])
+    assert twice.baseline_moved == {"micro_batch": 4} and twice.baseline == {"micro_batch": 16}
+    # A list holding the value, a later list that brings it back, a pinned key: no note.
+    for sets in (
+        ["micro_batch=[2, 4]"],
+        ["micro_batch=[8, 16]", "micro_batch=[16, 4]"],
+        ["micro_batch=[8, 16]", "micro_batch=8"],
+    ):
+        space = smoke.with_overrides(sets)
+        assert space.baseline_moved == {}, sets
+        assert baseline_notes(space, expand_runs(space)) == [], sets
+    # A space without a baseline gets none to move.
+    plain = load_space("cpu_strategies").with_overrides(["num_workers=[2, 1]"])
+    assert plain.baseline_moved == {} and baseline_notes(plain, expand_runs(plain)) == []

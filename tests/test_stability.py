@@ -37,7 +37,8 @@ def group(name, runs_ok=3, median=1.2, top=2.0, cv=0.01):
         # Too few ok runs, nothing over a limit: steadiness cannot be told yet.
         (dict(runs_ok=2), "NOT ENOUGH REPEATS", "2 ok runs < 3"),
         (dict(runs_ok=1, cv=nan), "NOT ENOUGH REPEATS", "1 ok runs < 3; iter p50 CV unknown"),
-        (dict(runs_ok=0, median=nan, top=nan, cv=nan), "NOT ENOUGH REPEATS", "0 ok runs < 3"),
+        # Every run failed: more repeats of it would not help, so it is no shortfall.
+        (dict(runs_ok=0, median=nan, top=nan, cv=nan), "FAIL", "no ok run"),
         # Too few ok runs and a figure over its limit: unstable already.
         (dict(runs_ok=2, cv=0.2), "FAIL", "iter p50 CV 0.2 > 0.05; 2 ok runs < 3"),
     ],
@@ -48,6 +49,32 @@ def test_verdicts_at_and_just_past_each_threshold(figures, verdict, why):
     assert v["passed"] is (verdict == "PASS")
     assert why in "; ".join(v["failures"] + v["short"])
     assert verdict_line(v).startswith(f"{verdict} g: {v['runs_ok']} ok runs")
+
+
+ONE = StabilityLimits(min_repeats=1)
+
+
+@pytest.mark.parametrize(
+    "figures, verdict, why",
+    [
+        # --min-repeats 1 asks for one run to be enough: its CV (none) is not judged.
+        (dict(runs_ok=1, cv=nan), "PASS", "iter p50 CV not judged: one ok run"),
+        (
+            dict(runs_ok=1, median=1.6, top=1.6, cv=nan),
+            "FAIL",
+            "iter p90/p50 median 1.6 > 1.5; iter p50 CV not judged: one ok run",
+        ),
+        # Two ok runs have a CV: it is judged again.
+        (dict(runs_ok=2, cv=0.2), "FAIL", "iter p50 CV 0.2 > 0.05"),
+        (dict(runs_ok=2, cv=nan), "FAIL", "iter p50 CV unknown"),
+        (dict(runs_ok=0, median=nan, top=nan, cv=nan), "FAIL", "no ok run"),
+    ],
+)
+def test_min_repeats_1_judges_a_single_run_without_its_cv(figures, verdict, why):
+    (v,) = check(pd.DataFrame([group("g", **figures)]), ["g"], ONE)
+    assert v["verdict"] == verdict
+    assert "; ".join(v["failures"] + v["short"] + v["notes"]) == why
+    assert verdict_line(v).endswith(f"({why})")
 
 
 def stability(*args):

@@ -268,3 +268,21 @@ def test_the_winners_command_carries_the_sweeps_own_settings(tmp_path):
     config["manifest_path"] = str(root / "data" / "prepared" / "manifest_16k_trim.tsv")
     assert _overrides("smoke", {"micro_batch": 8}, config, root) == {"max_steps": 1000}
     assert _overrides("no_such_space", {}, config, root) == {}
+
+
+def test_summary_and_console_name_the_ranking_flag_for_what_it_is(tmp_path):
+    """The ranking's unstable_group is "jittery" in summary.md and on the console, and said to
+    be not the Phase B check (platform.stability): the report's stability part can FAIL a
+    group this flag leaves alone, and the two once both read "unstable"."""
+    from platform.analysis.analyze import format_ranked
+
+    root = make_root(tmp_path)  # fast: iter p90/p50 1.1 in both ok runs
+    summary = analyze(root, unstable_ratio=1.05)
+    text = (root / "summary.md").read_text()
+    assert summary["unstable_groups"] == ["fast", "slow"]
+    assert "Jittery (iter p90/p50 > 1.05 in most ok runs" in text
+    assert "not the Phase B check: python -m platform.stability judges that" in text
+    assert "Unstable" not in text and "| unstable runs |" not in text
+    assert "| share of runs p90/p50 > 1.05 |" in text
+    header = format_ranked(summary["ranking"]).splitlines()[0]
+    assert header.endswith("jittery") and "unstable" not in header

@@ -230,7 +230,7 @@ def test_a_sweep_in_a_bucket_is_analyzed_there_and_its_winner_trains_from_it(s3,
     # ... and platform.train reads it from there.
     dry = run_module("platform.train", "--config", f"{uri}/best_config.json", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert dry.stdout.startswith("train_z0_mb16_") and " micro_batch=16 " in dry.stdout
+    assert dry.stdout.startswith("train_z0_mb16_") and "micro_batch=16" in dry.stdout.split()
     missing = run_module("platform.train", "--config", f"{uri}/no_such.json", "--dry-run")
     assert missing.returncode == 2
     (line,) = missing.stderr.strip().splitlines()

@@ -58,6 +58,24 @@ def test_a_set_that_sweeps_a_fixed_key_keeps_one_baseline_group_in_the_plan():
     assert "sweep_z2_mb8_nw0_pf2_r1" in out.stdout
 
 
+def test_a_baseline_moved_by_a_set_list_is_said_by_the_plan_and_the_real_run(tmp_path):
+    note = (
+        "baseline: micro_batch 4 is not in --set micro_batch=[8, 16]; the baseline is now "
+        "sweep_z0_mb8_nw0_pf2 (micro_batch 8, the list's first value)"
+    )
+    args = ("--space", "smoke", "--set", "micro_batch=[8,16]")
+    plan = tune(*args, "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.splitlines().count(note) == 1
+    # The real run says it before it starts (here refused at its output root: no Ray needed).
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    real = tune(*args, "--output-root", str(blocker), probe=True)
+    assert real.returncode == 2 and "is a file" in real.stderr
+    assert real.stdout.splitlines() == [note, "NO_RAY"]
+    assert note not in tune("--space", "smoke", "--dry-run").stdout  # the space's own baseline
+
+
 def test_a_space_file_anywhere_runs_under_its_stem_and_is_recorded_by_path(tmp_path):
     mine = tmp_path / "team_repo" / "my_sweep.yml"
     mine.parent.mkdir()

@@ -52,7 +52,7 @@ def commands(code: str) -> list[str]:
 
 
 def argv(command: str, data: str = "/data/stage1", space: str = "4090_mainline") -> list[str]:
-    return shlex.split(command.replace("$DATA", data).replace("$SPACE", space))
+    return shlex.split(command.replace("$DATA", data).replace("$SPACE", space), comments=True)
 
 
 def module_commands() -> list[list[str]]:

@@ -264,7 +264,7 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         "",
         f"{summary['runs']} runs ({counts}) in {summary['groups']} groups.",
         "",
-        "| rank | group | ok/runs | samples/s (robust; stopped runs in brackets) | +-std | 95 % interval | iter p50 ms | unstable runs | x baseline |",
+        f"| rank | group | ok/runs | samples/s (robust; stopped runs in brackets) | +-std | 95 % interval | iter p50 ms | share of runs p90/p50 > {summary['unstable_ratio']:g} | x baseline |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for g in ranked.to_dict("records"):
@@ -287,8 +287,10 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         lines.append("Noise between the top two cannot be told: run 2 or more repeats per group.")
     if summary["unstable_groups"]:
         lines.append(
-            f"Unstable (iter p90/p50 > {summary['unstable_ratio']:g} in most runs), ranked after "
-            f"the stable ones: {', '.join(summary['unstable_groups'])}."
+            f"Jittery (iter p90/p50 > {summary['unstable_ratio']:g} in most ok runs, or left the "
+            f"race as unstable or failed), ranked after the others: "
+            f"{', '.join(summary['unstable_groups'])}. This is the ranking's flag "
+            "(unstable_group), not the Phase B check: python -m platform.stability judges that."
         )
     written = ["", f"Written by python -m platform.analyze, {summary['written_by']}."]
     return "\n".join(lines + _notes(summary) + written) + "\n"
@@ -322,10 +324,11 @@ def _notes(summary: dict[str, Any]) -> list[str]:
 
 
 def format_ranked(ranking: list[dict[str, Any]]) -> str:
-    """The ranking as a console table (unstable groups marked with *)."""
+    """The ranking as a console table, jittery groups (the ranking's ``unstable_group``: iter
+    p90/p50 over the limit in most ok runs; not the Phase B check) marked with *."""
     header = (
         f"{'rank':>4}  {'group':<40} {'ok/runs':>7} {'samples/s':>10} {'+-std':>8} "
-        f"{'iter p50 ms':>11}  unstable"
+        f"{'iter p50 ms':>11}  jittery"
     )
     lines = [header, "-" * len(header)]
     for g in ranking:

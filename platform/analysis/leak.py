@@ -5,15 +5,17 @@ node) and the NVML samples (memory used, per GPU) are placed on the step axis by
 between the timing windows' end times and steps; only samples between the first and the last
 window count (start-up allocations are not a leak), and of those the first ``skip_fraction`` of
 the steps are left out too (allocators and caches still warm up after the first window). A
-least-squares line through the rest gives MB per 1,000 steps: summed over nodes for the host,
-the largest over GPUs for GPU memory. Each memory with fewer than ``MIN_SAMPLES`` samples left
-is not judged. A run's verdict:
+least-squares line through each node's (each GPU's) remaining samples gives MB per 1,000 steps:
+summed over nodes for the host, the largest over GPUs for GPU memory. A node or GPU is judged
+only with at least ``MIN_SAMPLES`` samples of its own left and a fit (samples spread over more
+than one step); the host's sum needs every node judged. A run's verdict:
 
-- ``LEAK``: a judged slope above its limit (``LeakLimits``; equality passes);
-- ``OK``: host memory judged and within its limit, and GPU memory judged within its limit or
-  never sampled (a CPU run);
-- ``NOT JUDGED``: otherwise (host memory, or sampled GPU memory, had too few samples): never OK
-  on a growth nobody judged.
+- ``LEAK``: a judged slope above its limit (``LeakLimits``; equality passes): the host's sum,
+  or any one judged GPU;
+- ``OK``: every node judged and the sum within its limit, and every GPU judged within its limit
+  or no GPU sampled (a CPU run);
+- ``NOT JUDGED``: otherwise (a node, or a sampled GPU, not judged: the line names which and
+  why): never OK on a growth nobody judged.
 
 ``python -m platform.leak`` prints one line per run and then its limits
 (platform/analysis/limits.py); the report calls ``root_verdicts`` as the command does.
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from platform.analysis.limits import logged_limits
+from platform.analysis import limits as limit_lines
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -48,8 +50,9 @@ __all__ = [
     "verdicts",
 ]
 
-MIN_SAMPLES = 5
+MIN_SAMPLES = 5  # per node, per GPU
 OK, LEAK, NOT_JUDGED = "OK", "LEAK", "NOT JUDGED"
+COMMAND = "python -m platform.leak"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,33 +97,49 @@ def leak_figures(
     gpu: pd.DataFrame,
     skip_fraction: float = LeakLimits.skip_fraction,
 ) -> dict:
-    """The figures of one run (its rows of the three datasets)."""
+    """The figures of one run (its rows of the three datasets): per memory its samples after
+    warm-up (all nodes or GPUs), its slope (NaN unless judged: for the host, every node) and
+    ``*_unjudged``, why a node or GPU was not judged ("" when all were)."""
     windows = timing[timing["rank"] == 0]
     out = {"host_samples": 0, "gpu_samples": 0, "host_mb_per_1k_steps": math.nan}
-    out["gpu_mb_per_1k_steps"] = math.nan
+    out |= {"gpu_mb_per_1k_steps": math.nan, "host_unjudged": "", "gpu_unjudged": ""}
     if len(windows) < 2:
         return out
     h = _on_steps(host, windows, skip_fraction)
+    slopes, out["host_unjudged"] = _fits(h, ["node"], "trainer_rss_mib", "node {}")
     out["host_samples"] = len(h)
-    if len(h) >= MIN_SAMPLES:
-        slopes = [
-            fit_mb_per_1k_steps(df["step"].to_numpy(), df["trainer_rss_mib"].to_numpy())
-            for _, df in h.groupby("node")
-        ]
-        out["host_mb_per_1k_steps"] = float(np.nansum(slopes))
+    if slopes and not out["host_unjudged"]:
+        out["host_mb_per_1k_steps"] = float(sum(slopes))
         out["host_rss_mib_last"] = float(
             h.sort_values("ts").groupby("node")["trainer_rss_mib"].last().sum()
         )
     g = _on_steps(gpu, windows, skip_fraction)
+    slopes, out["gpu_unjudged"] = _fits(
+        g, ["node", "gpu_index"], "mem_used_mib", "GPU {1} of node {0}"
+    )
     out["gpu_samples"] = len(g)
-    if len(g) >= MIN_SAMPLES:
-        slopes = [
-            fit_mb_per_1k_steps(df["step"].to_numpy(), df["mem_used_mib"].to_numpy())
-            for _, df in g.groupby(["node", "gpu_index"])
-        ]
-        out["gpu_mb_per_1k_steps"] = float(np.nanmax(slopes))
+    if slopes:  # the worst judged GPU: one over the limit is a leak whatever the others show
+        out["gpu_mb_per_1k_steps"] = float(max(slopes))
     out["steps"] = [int(windows["step"].min()), int(windows["step"].max())]
     return out
+
+
+def _fits(samples: pd.DataFrame, by: list[str], column: str, unit: str) -> tuple[list, str]:
+    """The slope of each node or GPU (``by``) judged, and why the others were not (their
+    ``unit`` name first, where there are several)."""
+    slopes, why = [], []
+    groups = list(samples.groupby(by, dropna=False))  # a sample without a node counts too
+    for key, df in groups:
+        slope = fit_mb_per_1k_steps(df["step"].to_numpy(), df[column].to_numpy())
+        if len(df) < MIN_SAMPLES:
+            reason = f"too few samples: {len(df)} after warm-up, {MIN_SAMPLES} needed"
+        elif not math.isfinite(slope):
+            reason = f"no fit: its {len(df)} samples after warm-up are all at one step"
+        else:
+            slopes.append(slope)
+            continue
+        why.append(reason if len(groups) == 1 else f"{unit.format(*key)}: {reason}")
+    return slopes, "; ".join(why)
 
 
 def targets(paths: list[Path]) -> list[tuple[OutputRoot, list[str] | None]]:
@@ -143,23 +162,36 @@ def targets(paths: list[Path]) -> list[tuple[OutputRoot, list[str] | None]]:
 
 def folder_limits(output_root: OutputRoot | str) -> tuple[LeakLimits, str]:
     """The limits to judge a folder by, and where they come from: those its leak.log states
-    (so the report agrees with the folder's own check), else the defaults."""
+    (so the report agrees with the folder's own check), else the defaults, saying why
+    (limits.folder_limits)."""
     root = OutputRoot.of(output_root)
-    logged = logged_limits(LeakLimits, root / root.LEAK_LOG)
-    if logged is not None:
-        return logged, f"the limits of this folder's {root.LEAK_LOG}"
-    return LeakLimits(), "the defaults of python -m platform.leak"
+    return limit_lines.folder_limits(LeakLimits, root / root.LEAK_LOG, COMMAND)
 
 
 def root_verdicts(
-    output_root: OutputRoot | str, runs: list[str] | None, limits: LeakLimits
+    output_root: OutputRoot | str,
+    runs: list[str] | None,
+    limits: LeakLimits,
+    shown_as: str = "",
 ) -> list[dict]:
-    """The verdicts of ``runs`` (None: every run with timing rows) of one output root."""
+    """The verdicts of ``runs`` (None: every run with timing rows) of one output root; for a
+    root without timing rows (no run recorded a window), one NOT JUDGED verdict naming the
+    root (``shown_as``, else its path) instead of none."""
     root = OutputRoot.of(output_root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    if runs is None and timing.empty:
+        return [_no_rows(shown_as or str(root))]
     host = results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA)
     gpu = results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA)
     return verdicts(timing, host, gpu, limits, runs)
+
+
+def _no_rows(name: str) -> dict:
+    line = (
+        f"{NOT_JUDGED} {name}: no run could be judged: no timing rows (no run recorded a "
+        "window), so no memory sample can be placed on steps"
+    )
+    return {"run": None, "verdict": NOT_JUDGED, "passed": False, "line": line}
 
 
 def verdicts(
@@ -190,9 +222,19 @@ def verdict(run: str, f: dict, limits: LeakLimits) -> dict:
     # round(..) + 0.0: a flat line's slope of -1e-13 prints as +0.0, not -0.0
     host, gpu = (round(f[k], 1) + 0.0 for k in ("host_mb_per_1k_steps", "gpu_mb_per_1k_steps"))
     host_part, host_state = _part(
-        "host RSS", host, f["host_samples"], limits.max_host_mb_per_1k_steps
+        "host RSS",
+        host,
+        f["host_samples"],
+        f.get("host_unjudged", ""),
+        limits.max_host_mb_per_1k_steps,
     )
-    gpu_part, gpu_state = _part("GPU memory", gpu, f["gpu_samples"], limits.max_gpu_mb_per_1k_steps)
+    gpu_part, gpu_state = _part(
+        "GPU memory",
+        gpu,
+        f["gpu_samples"],
+        f.get("gpu_unjudged", ""),
+        limits.max_gpu_mb_per_1k_steps,
+    )
     if LEAK in (host_state, gpu_state):
         word = LEAK
     elif host_state == OK and gpu_state in (OK, "no samples"):
@@ -213,15 +255,18 @@ def verdict(run: str, f: dict, limits: LeakLimits) -> dict:
     }
 
 
-def _part(what: str, slope: float, samples: int, limit: float) -> tuple[str, str]:
-    """One memory's part of the line and its state (OK, LEAK, NOT JUDGED, or "no samples")."""
+def _part(what: str, slope: float, samples: int, unjudged: str, limit: float) -> tuple[str, str]:
+    """One memory's part of the line and its state (OK, LEAK, NOT JUDGED, or "no samples");
+    ``unjudged``: why a node or GPU of it was not judged ("" when all were)."""
     if math.isfinite(slope):
         text = f"{what} {slope:+.1f} MB per 1,000 steps ({samples} samples)"
-        return text, LEAK if slope > limit else OK
+        if slope > limit:
+            return text, LEAK
+        if unjudged:  # a GPU judged within its limit, another not judged
+            return f"{text}, not judged on {unjudged}", NOT_JUDGED
+        return text, OK
     if samples == 0 and what == "GPU memory":
         return f"{what}: no samples", "no samples"
     hint = "; host telemetry on?" if what == "host RSS" and samples == 0 else ""
-    return (
-        f"{what} not judged (too few samples: {samples} after warm-up, {MIN_SAMPLES} needed{hint})",
-        NOT_JUDGED,
-    )
+    why = unjudged or f"too few samples: {samples} after warm-up, {MIN_SAMPLES} needed"
+    return f"{what} not judged ({why}{hint})", NOT_JUDGED

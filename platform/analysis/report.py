@@ -5,18 +5,20 @@ and by hand for any output root. The page needs no network: its plots are PNGs i
 URIs, its style is inline, it has no script. Sections (``SECTIONS``), each always filled (with
 the data, or with a line saying why there is none):
 
-ranking (with intervals, swept values, MFU and peak memory), throughput per group, tail
-samples/s against each swept key, iteration time over steps, loss curves, data wait, GPU
-telemetry, host memory, rank skew, bottlenecks with the setting to try next, stability and leak
-verdicts (one part each, as ``platform.stability`` and ``platform.leak`` give them, under the
-limits of the folder's own logs), failed runs with their log tails, environment and versions.
+ranking (with intervals, swept values, MFU, peak memory, the Phase B verdict and the ranking's
+own jittery flag), throughput per group (coloured by the Phase B verdict), tail samples/s
+against each swept key, iteration time over steps, loss curves (with ln of the candidates per
+sample), data wait, GPU telemetry, host memory, rank skew, bottlenecks with the setting to try
+next, stability and leak verdicts (one part each, as ``platform.stability`` and
+``platform.leak`` give them, under the limits of the folder's own logs), failed runs with their
+log tails, environment and versions.
 
 A section's heading names what it drew (a renderer returns ``(heading, html)`` where that
 depends on the data); ``SECTIONS`` holds the headings of the others. A folder holding only the
 analysis files (CSV/JSON, no Parquet rows: e.g. one committed to a repository) is reported from
 what it has: its ``plots/`` (the notebooks' figures, under their own headings) stand in for the
 plots drawn from rows, its group_summary.csv for the stability figures, its ``leak.log`` for the
-leak verdicts.
+leak verdicts. The folder's stability.log and leak.log otherwise supply only the limits judged by.
 
 This module assembles the page; the sections are drawn by report_sections.py (tables, across
 groups), report_plots.py (over steps and time) and report_verdicts.py (stability, leaks).
@@ -177,4 +179,6 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
         "timing": results.read_dataset(root.timing, results.TIMING_SCHEMA),
         "gpu": results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA),
         "host": results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA),
+        # Judged once: the ranking, the throughput plot and the stability part show the same.
+        "phase_b": report_verdicts.phase_b(root),
     }

@@ -19,8 +19,9 @@ from platform.analysis.figures import (
     saved_plot,
 )
 from platform.analysis.stats import BOTTLENECK_LIMITS, P50_FLOOR_MS, throttle_names
+from platform.storage import results
 
-__all__ = ["data_share", "gpu", "host", "iteration", "loss", "skew"]
+__all__ = ["candidates", "data_share", "gpu", "host", "iteration", "loss", "skew"]
 
 # The NVML columns the GPU section can draw, with the words its heading uses for each.
 GPU_PANELS = {
@@ -75,20 +76,87 @@ def loss(data: dict) -> tuple[str, str]:
     fig, (ax,) = new_figure()
     for run, df in timing.sort_values("step").groupby("run"):
         ax.plot(df["step"], df["loss"], label=run)
-    # A contrastive loss over the global batch starts near ln(global batch): the line says
-    # whether a run learned anything (synthetic pairs, seen once, cannot be learned).
-    for batch in sorted(timing["global_batch"].dropna().astype(int).unique()):
-        chance = math.log(batch) if batch > 1 else 0.0
-        ax.axhline(
-            chance,
-            color="grey",
-            ls=":",
-            label=f"ln(global batch {batch}) = {chance:.2f}: a global contrastive loss starts here",
-        )
+    chance = _chance_lines(ax, candidates(data, timing))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=7, ncol=2)
-    return title, png(fig, title)
+    return title, png(fig, title) + chance
+
+
+def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | None]:
+    """Per run: how many candidates each sample's contrastive loss scores against (a random
+    model's loss starts near ln of it), and how that number is made; None where the run does
+    not record its micro_batch (or, for global scope, its world size). Global scope: micro_batch x world (every rank's embeddings
+    are gathered); local: micro_batch. Not the global batch: gradient accumulation adds
+    samples to a step, not candidates to a sample's loss (trainables/model.py)."""
+    manifest = data["manifest"]
+    rows = {r["run"]: r for r in manifest.to_dict("records")} if "run" in manifest else {}
+    out: dict[str, tuple[int, str] | None] = {}
+    for run, windows in timing.groupby("run"):
+        config = results.read_json(data["root"].run_config(str(run))).get("config") or {}
+        known = {**rows.get(run, {}), **config}  # the run's own config.json first
+        micro = _known(known, "micro_batch")
+        if micro is None:
+            out[run] = None
+            continue
+        micro, accum = int(micro), int(_known(known, "grad_accum_steps", 1))
+        world = _column_max(windows, "world_size")
+        if not world or math.isnan(world):  # rows of a version that did not record it
+            world = _column_max(windows, "global_batch") / (micro * accum)
+        if _known(known, "contrastive_scope", "global") == "local":
+            out[run] = (micro, f"micro_batch {micro}, local scope")
+        elif math.isfinite(world):
+            world = int(world)
+            out[run] = (micro * world, f"micro_batch {micro} x {world} ranks, global scope")
+        else:
+            out[run] = None
+    return out
+
+
+def _column_max(df: pd.DataFrame, column: str) -> float:
+    """The largest number in ``df[column]``; NaN where there is none."""
+    if column not in df:
+        return math.nan
+    return float(pd.to_numeric(df[column], errors="coerce").max())
+
+
+def _known(values: dict, key: str, default=None):
+    """``values[key]``, or ``default`` where it is missing or blank (NaN: an empty cell)."""
+    v = values.get(key)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _chance_lines(ax, found: dict[str, tuple[int, str] | None]) -> str:
+    """A dotted line at ln(N) per distinct N of the runs (up to 4), and the note that says
+    what each is."""
+    by_n: dict[int, set[str]] = {}
+    for n_how in filter(None, found.values()):
+        by_n.setdefault(n_how[0], set()).add(n_how[1])
+    notes = []
+    if len(by_n) > 4:
+        notes.append(
+            f"No chance lines: the runs score against {len(by_n)} different numbers of "
+            "candidates (their micro_batch, world size or contrastive_scope differ)."
+        )
+    elif by_n:
+        levels = {n: math.log(n) if n > 1 else 0.0 for n in sorted(by_n)}
+        for n, level in levels.items():
+            ax.axhline(level, color="grey", ls=":", label=f"ln({n}) = {level:.2f}: chance")
+        notes.append(
+            "Dotted: where a random model's contrastive loss starts, ln(N) for N candidates "
+            "per sample: "
+            + ", ".join(
+                f"ln({n}) = {level:.2f} ({'; '.join(sorted(by_n[n]))})"
+                for n, level in levels.items()
+            )
+            + "."
+        )
+    unknown = sorted(run for run, n_how in found.items() if n_how is None)
+    if unknown:
+        notes.append(
+            f"No chance line for {', '.join(unknown)}: micro_batch or world size not recorded."
+        )
+    return note(" ".join(notes)) if notes else ""
 
 
 def data_share(data: dict) -> tuple[str, str]:

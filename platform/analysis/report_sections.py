@@ -13,7 +13,9 @@ import numbers
 
 import pandas as pd
 
+from platform.analysis import stability
 from platform.analysis.figures import as_text, html_table, new_figure, note, png
+from platform.analysis.stats import UNSTABLE_RATIO
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 from stage1_common.version import version_line
@@ -30,9 +32,19 @@ RANKING_HEADERS = {
     "ci95_low": "95 % low",
     "ci95_high": "95 % high",
     "tail_mean_iter_p50_ms": "iter p50 ms",
-    "unstable_group": "unstable",
+    "unstable_group": "jittery",
     "vs_baseline": "x baseline",
     "left_race": "left the race",
+}
+
+
+PHASE_B = "Phase B"
+# The throughput plot's bar colour per Phase B verdict (the page's own colours of the words).
+VERDICT_COLOURS = {
+    stability.PASS: "#176f2c",
+    stability.FAIL: "#b00020",
+    stability.NOT_ENOUGH_REPEATS: "#d29a00",
+    "-": "#999999",
 }
 
 
@@ -74,11 +86,14 @@ def ranking(data: dict) -> str:
         "ci95_high",
         "tail_mean_iter_p50_ms",
         *[c for c in measured.columns if c != "group"],
+        PHASE_B,
         "unstable_group",
         *[c for c in ("vs_baseline", "left_race") if _filled(table.get(c))],
     ]
+    table = _flags(table, data["phase_b"])
     shown = table[[c for c in cols if c in table]]  # an older ranked_groups.csv lacks some
     out = html_table(shown.rename(columns=RANKING_HEADERS), digits=2)
+    out += _flags_note(data)
     if keys:
         out += note(f"swept: {', '.join(keys)} (each group's values, from runs/<run>/config.json)")
     else:
@@ -95,6 +110,36 @@ def ranking(data: dict) -> str:
     if data["summary"].get("top_two_within_noise"):
         out += note("the top two groups are within noise of each other: repeat them to separate")
     return out
+
+
+def _flags(table: pd.DataFrame, phase_b: dict) -> pd.DataFrame:
+    """The Phase B verdict of each group (``report_verdicts.phase_b``: "-" where it was not
+    judged), and the ranking's flag as yes/no."""
+    verdicts = {v["group"]: v["verdict"] for v in phase_b["verdicts"]}
+    table = table.assign(**{PHASE_B: table["group"].map(verdicts).fillna("-")})
+    if "unstable_group" in table:
+        flag = table["unstable_group"].astype(str).str.lower() == "true"
+        table["unstable_group"] = flag.map({True: "yes", False: "no"})
+    return table
+
+
+def _flags_note(data: dict) -> str:
+    """What the two columns mean: they answer different questions, and may disagree."""
+    ratio = data["summary"].get("unstable_ratio", UNSTABLE_RATIO)
+    phase_b = data["phase_b"]
+    judged = (
+        f"not judged here ({phase_b['error']})"
+        if phase_b["error"]
+        else f"under {phase_b['source']}, as Stability and leak verdicts shows"
+    )
+    return note(
+        f"{PHASE_B}: the acceptance check of python -m platform.stability ({judged}): PASS, FAIL "
+        "(a figure over its limit, or no ok run) or NOT ENOUGH REPEATS. jittery: the ranking's "
+        f"own flag (ranked_groups.csv's unstable_group): tail iter p90/p50 above {ratio:g} in "
+        "most of the group's ok runs (or the race dropped the group as unstable); jittery "
+        "groups rank after the others. The two may disagree: a group can be steady per window "
+        "and still FAIL Phase B on its CV across repeats."
+    )
 
 
 def _filled(values: pd.Series | None) -> bool:
@@ -121,15 +166,37 @@ def throughput(data: dict) -> tuple[str, str] | str:
     if ranked.empty:
         return note("nothing measured")
     fig, (ax,) = new_figure(height=max(2.5, 0.35 * len(ranked)))
-    r = ranked.iloc[::-1]
+    r = _flags(ranked.iloc[::-1], data["phase_b"])
     mean = r["tail_samples_per_sec_robust"].astype(float)
     low = (mean - r["ci95_low"].astype(float)).clip(lower=0).fillna(0)
     high = (r["ci95_high"].astype(float) - mean).clip(lower=0).fillna(0)
-    colors = ["#b00020" if u else "#3a7bd5" for u in r["unstable_group"].astype(bool)]
-    ax.barh(r["group"], mean, xerr=[low, high], color=colors, capsize=3)
-    ax.set_xlabel("tail samples/s (robust mean, 95 % interval; red: unstable)")
-    title = "Throughput per group: robust mean of tail samples/s, 95 % interval (2+ ok runs)"
-    return title, png(fig, title)
+    colors = [VERDICT_COLOURS.get(v, VERDICT_COLOURS["-"]) for v in r[PHASE_B]]
+    jittery = r.get("unstable_group", pd.Series("no", index=r.index)) == "yes"
+    hatches = ["//" if j else "" for j in jittery]
+    ax.barh(r["group"], mean, xerr=[low, high], color=colors, hatch=hatches, capsize=3)
+    ax.set_xlabel("tail samples/s (robust mean, 95 % interval)")
+    ax.legend(handles=_legend(set(r[PHASE_B]), bool(jittery.any())), fontsize=7, loc="lower right")
+    title = (
+        "Throughput per group: robust mean of tail samples/s, 95 % interval (2+ ok runs), "
+        "coloured by the Phase B verdict"
+    )
+    return title, png(fig, title) + note(
+        "Colour: the group's Phase B verdict (python -m platform.stability, as in the ranking "
+        "and under Stability and leak verdicts); hatched: jittery (the ranking's own flag)."
+    )
+
+
+def _legend(verdicts: set[str], jittery: bool) -> list:
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color=colour, label=f"Phase B {word}" if word != "-" else "Phase B not judged")
+        for word, colour in VERDICT_COLOURS.items()
+        if word in verdicts
+    ]
+    if jittery:
+        handles.append(Patch(facecolor="white", edgecolor="k", hatch="//", label="jittery"))
+    return handles
 
 
 def sweep(data: dict) -> tuple[str, str] | str:

@@ -1,8 +1,9 @@
 """The report's verdicts: stability (``python -m platform.stability``) and memory leaks
 (``python -m platform.leak``), each from the same function the command calls, under the limits
-the folder's own log states (else the command's defaults), shown on the page with the command
-that gives the same lines. Where the folder keeps its log, the page says whether the two agree
-line for line, and shows the log where they do not."""
+the folder's own log states (else the command's defaults, saying why), shown on the page with
+the command that gives the same lines. Where the folder keeps its log, the page says whether
+the two agree line for line, and shows the log where they do not. ``phase_b`` judges stability
+once per page: the ranking and the throughput plot show the same verdicts."""
 
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ import re
 from platform.analysis import leak as leak_check
 from platform.analysis import stability as stability_check
 from platform.analysis.figures import note
-from platform.analysis.limits import PREFIX, flags_line
+from platform.analysis.limits import PREFIX, flag_text, flags_line
 from platform.errors import UsageError
 from stage1_common.output_root import OutputRoot
 
-__all__ = ["leak", "stability", "verdicts"]
+__all__ = ["CLASS", "leak", "phase_b", "stability", "verdicts"]
 
 # The verdict words of both checks, with the colour the page gives each.
-_CLASS = {
+CLASS = {
     stability_check.PASS: "pass",
     stability_check.FAIL: "fail",
     stability_check.NOT_ENOUGH_REPEATS: "short",
@@ -38,33 +39,49 @@ def verdicts(data: dict) -> str:
     )
 
 
-def stability(data: dict) -> tuple[str, str]:
-    root, shown = data["root"], data["shown_as"]
+def phase_b(root: OutputRoot) -> dict:
+    """The folder's stability check, as python -m platform.stability gives it: ``limits``,
+    ``source`` (where they come from, in words), ``verdicts`` (``stability.check``'s) and
+    ``error`` (why there are none; "" when judged)."""
     limits, source = stability_check.folder_limits(root)
-    title = "Stability (python -m platform.stability)"
+    out = {"limits": limits, "source": source, "verdicts": [], "error": ""}
     try:
-        judged = stability_check.judge(root, limits)
+        out["verdicts"] = stability_check.judge(root, limits)
     except UsageError as exc:
-        return title, note(f"not judged: {exc}")
+        out["error"] = str(exc)
+    except Exception as exc:  # noqa: BLE001 - an old group_summary.csv: say so, keep the page
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def stability(data: dict) -> tuple[str, str]:
+    root, shown, judged = data["root"], data["shown_as"], data["phase_b"]
+    limits = judged["limits"]
+    title = "Stability (python -m platform.stability)"
+    if judged["error"]:
+        return title, note(f"not judged: {judged['error']}")
     rows = "".join(
         f"<tr><td>{html.escape(v['group'])}</td>{_word(v['verdict'])}<td>{v['runs_ok']}</td>"
         f"<td>{_figure(v['iter_ratio_median'], 3)}</td><td>{_figure(v['iter_ratio_max'], 3)}</td>"
         f"<td>{_figure(v['iter_p50_cv'], 4)}</td>"
-        f'<td class="text">{html.escape("; ".join(v["failures"] + v["short"]))}</td></tr>'
-        for v in judged
+        f'<td class="text">{html.escape(stability_check.why(v))}</td></tr>'
+        for v in judged["verdicts"]
     )
     body = (
-        f"<p>Judged by {html.escape(source)}: at least {limits.min_repeats} ok runs, iter "
-        f"p90/p50 median &le; {limits.max_iter_ratio_median:g} and max &le; "
-        f"{limits.max_iter_ratio_max:g}, iter p50 CV &le; {limits.max_iter_p50_cv:g}. "
-        "<b>FAIL</b>: unstable (a figure above its limit). <b>NOT ENOUGH REPEATS</b>: no figure "
-        "above its limit, but too few ok runs to tell.</p>"
+        f"<p>Judged by {html.escape(judged['source'])}: at least {limits.min_repeats} ok runs, "
+        f"iter p90/p50 median &le; {flag_text(limits.max_iter_ratio_median)} and max &le; "
+        f"{flag_text(limits.max_iter_ratio_max)}, iter p50 CV &le; "
+        f"{flag_text(limits.max_iter_p50_cv)}. <b>FAIL</b>: a figure above its limit (the why "
+        "column names the figure, its value and the limit), a figure unknown although the "
+        "group has the runs to know it, or no ok run. <b>NOT ENOUGH REPEATS</b>: no figure "
+        "above its limit, but too few ok runs to tell. These are the ranking's Phase B column; "
+        "its jittery column is another figure (the ranking's own flag).</p>"
         "<table><tr><th>group</th><th>verdict</th><th>ok runs</th><th>p90/p50 median</th>"
         f"<th>p90/p50 max</th><th>iter p50 CV</th><th>why</th></tr>{rows}</table>"
         + _command("platform.stability", f"--output-root {shown}", flags_line(limits))
         + _against_log(
             root / OutputRoot.STABILITY_LOG,
-            [stability_check.verdict_line(v) for v in judged],
+            [stability_check.verdict_line(v) for v in judged["verdicts"]],
         )
     )
     return title, body
@@ -76,14 +93,16 @@ def leak(data: dict) -> tuple[str, str]:
     if data["timing"].empty:
         return "Memory leaks (this folder's leak.log)", _log_only(log)
     limits, source = leak_check.folder_limits(root)
-    lines = [v["line"] for v in leak_check.root_verdicts(root, None, limits)]
+    lines = [v["line"] for v in leak_check.root_verdicts(root, None, limits, shown)]
     body = (
         f"<p>Judged by {html.escape(source)}: host RSS (summed over nodes) &le; "
-        f"{limits.max_host_mb_per_1k_steps:g} and GPU memory (the worst GPU) &le; "
-        f"{limits.max_gpu_mb_per_1k_steps:g} MB per 1,000 steps, fitted after the first "
-        f"{limits.skip_fraction:.0%} of the steps, from at least {leak_check.MIN_SAMPLES} "
-        "samples. <b>NOT JUDGED</b>: too few samples to fit (never OK on a growth nobody "
-        "judged).</p>"
+        f"{flag_text(limits.max_host_mb_per_1k_steps)} and GPU memory (the worst GPU) &le; "
+        f"{flag_text(limits.max_gpu_mb_per_1k_steps)} MB per 1,000 steps, fitted after the "
+        f"first {limits.skip_fraction:.0%} of the steps (--skip-fraction "
+        f"{flag_text(limits.skip_fraction)}), from at least "
+        f"{leak_check.MIN_SAMPLES} samples of each node and each GPU. <b>NOT JUDGED</b>: a "
+        "node or a GPU with too few samples, or none spread over steps, to fit (the line "
+        "names which; never OK on a growth nobody judged).</p>"
         + _lines(lines)
         + _command("platform.leak", shown, flags_line(limits))
         + _against_log(log, lines)
@@ -96,19 +115,19 @@ def _figure(value: float, digits: int) -> str:
 
 
 def _word(verdict: str) -> str:
-    return f'<td class="{_CLASS[verdict]}">{html.escape(verdict)}</td>'
+    return f'<td class="{CLASS[verdict]}">{html.escape(verdict)}</td>'
 
 
 def _lines(lines: list[str]) -> str:
     """A check's lines as it prints them, each verdict word coloured."""
     out = []
     for line in lines:
-        word = next((w for w in _CLASS if line.startswith(f"{w} ")), None)
+        word = next((w for w in CLASS if line.startswith(f"{w} ")), None)
         if word is None:
             out.append(html.escape(line))
         else:
             rest = line[len(word) :]
-            out.append(f'<span class="{_CLASS[word]}">{word}</span>{html.escape(rest)}')
+            out.append(f'<span class="{CLASS[word]}">{word}</span>{html.escape(rest)}')
     return "<pre>" + "\n".join(out) + "</pre>"
 
 

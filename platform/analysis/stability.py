@@ -4,11 +4,18 @@ Per group, over its ok runs (figures as in platform/analysis/stats.py): the medi
 of the runs' tail iter p90/p50, and the coefficient of variation (sample std / mean) of the runs'
 tail iter p50. Three verdicts:
 
-- ``FAIL`` (unstable): a figure above its limit (``StabilityLimits``; equality passes), or
-  unknown although the group has the runs to know it;
+- ``FAIL``: a figure above its limit (``StabilityLimits``; equality passes; the reason names the
+  figure, its value and the limit: ``iter p50 CV 0.0532 > 0.05``), a figure unknown although
+  the group has the runs to know it, or no ok run at all (every run failed: more repeats of
+  the same would not help);
 - ``NOT ENOUGH REPEATS``: no figure above its limit, but fewer ok runs than ``min_repeats``
   (or fewer than the 2 a CV needs): steadiness cannot be told yet;
-- ``PASS``: enough ok runs and every figure at or below its limit.
+- ``PASS``: enough ok runs and every figure at or below its limit. With ``min_repeats`` 1 a
+  group of one ok run passes on its p90/p50 alone: its CV is not judged (one run has none),
+  and the reason says so.
+
+This is not the ranking's ``unstable_group`` flag (platform/analysis/stats.py: iter p90/p50
+over ``--unstable-ratio`` in most ok runs), which only orders the ranking.
 
 ``python -m platform.stability`` prints them with its limits (platform/analysis/limits.py); the
 report calls ``judge`` as the command does, with the limits of the folder's own stability.log
@@ -22,8 +29,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from platform.analysis import limits as limit_lines
 from platform.analysis import stats
-from platform.analysis.limits import logged_limits
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -39,9 +46,11 @@ __all__ = [
     "judge",
     "pick_groups",
     "verdict_line",
+    "why",
 ]
 
 PASS, FAIL, NOT_ENOUGH_REPEATS = "PASS", "FAIL", "NOT ENOUGH REPEATS"
+COMMAND = "python -m platform.stability"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +59,7 @@ class StabilityLimits:
     (``max_iter_p50_cv`` is ``--max-iter-p50-cv``), which takes its default from here."""
 
     min_repeats: int = 3
-    """Ok runs a group needs at least."""
+    """Ok runs a group needs at least (1: a group of one ok run is judged without a CV)."""
     max_iter_ratio_median: float = 1.5
     """Limit of the median over runs of the tail iter p90/p50."""
     max_iter_ratio_max: float = 2.5
@@ -101,61 +110,69 @@ def judge(output_root: OutputRoot | str, limits: StabilityLimits, wanted: str = 
 
 def folder_limits(output_root: OutputRoot | str) -> tuple[StabilityLimits, str]:
     """The limits to judge a folder by, and where they come from: those its stability.log
-    states (so the report agrees with the folder's own check), else the defaults."""
+    states (so the report agrees with the folder's own check), else the defaults, saying why
+    (limits.folder_limits)."""
     root = OutputRoot.of(output_root)
-    logged = logged_limits(StabilityLimits, root / root.STABILITY_LOG)
-    if logged is not None:
-        return logged, f"the limits of this folder's {root.STABILITY_LOG}"
-    return StabilityLimits(), "the defaults of python -m platform.stability"
+    return limit_lines.folder_limits(StabilityLimits, root / root.STABILITY_LOG, COMMAND)
 
 
 def check(groups: pd.DataFrame, names: list[str], limits: StabilityLimits) -> list[dict]:
     """One verdict per named group (``groups``: stats.group_summary's table): ``verdict``
     (PASS, FAIL or NOT ENOUGH REPEATS), ``passed``, the figures, and why: ``failures`` (a
-    figure above its limit, or unknown with the runs to know it) and ``short`` (too few ok
-    runs)."""
+    figure above its limit, unknown with the runs to know it, or no ok run), ``short`` (too
+    few ok runs) and ``notes`` (a figure not judged, and why)."""
     table = groups.set_index("group")
-    verdicts = []
-    for name in names:
-        g = table.loc[name]
-        runs_ok = int(g["runs_ok"])
-        failures, short = [], []
-        if runs_ok < limits.min_repeats:
-            short.append(f"{runs_ok} ok runs < {limits.min_repeats}")
-        for label, value, limit in (
-            ("iter p90/p50 median", g["iter_ratio_median"], limits.max_iter_ratio_median),
-            ("iter p90/p50 max", g["iter_ratio_max"], limits.max_iter_ratio_max),
-            ("iter p50 CV", g["iter_p50_cv"], limits.max_iter_p50_cv),
-        ):
-            value = float(value)
-            if not math.isfinite(value):
-                # A CV needs 2 ok runs, the ratios 1: unknown for want of runs is a shortfall.
-                needs = 2 if label == "iter p50 CV" else 1
-                (short if runs_ok < needs else failures).append(f"{label} unknown")
-            elif value > limit:
-                failures.append(f"{label} {value:.4g} > {limit:g}")
-        verdict = FAIL if failures else NOT_ENOUGH_REPEATS if short else PASS
-        verdicts.append(
-            {
-                "group": name,
-                "verdict": verdict,
-                "passed": verdict == PASS,
-                "runs_ok": runs_ok,
-                "iter_ratio_median": float(g["iter_ratio_median"]),
-                "iter_ratio_max": float(g["iter_ratio_max"]),
-                "iter_p50_cv": float(g["iter_p50_cv"]),
-                "failures": failures,
-                "short": short,
-            }
-        )
-    return verdicts
+    return [_verdict(name, table.loc[name], limits) for name in names]
+
+
+def _verdict(name: str, g: pd.Series, limits: StabilityLimits) -> dict:
+    runs_ok = int(g["runs_ok"])
+    failures, short, notes = [], [], []
+    if runs_ok == 0:
+        failures.append("no ok run")  # every run failed: not a matter of repeats
+    elif runs_ok < limits.min_repeats:
+        short.append(f"{runs_ok} ok runs < {limits.min_repeats}")
+    for label, value, limit in (
+        ("iter p90/p50 median", g["iter_ratio_median"], limits.max_iter_ratio_median),
+        ("iter p90/p50 max", g["iter_ratio_max"], limits.max_iter_ratio_max),
+        ("iter p50 CV", g["iter_p50_cv"], limits.max_iter_p50_cv),
+    ):
+        value = float(value)
+        if runs_ok == 0:
+            continue  # "no ok run" says it all
+        if label == "iter p50 CV" and runs_ok == 1 and limits.min_repeats == 1:
+            notes.append("iter p50 CV not judged: one ok run")  # asked for: --min-repeats 1
+        elif not math.isfinite(value):
+            # A CV needs 2 ok runs, the ratios 1: unknown for want of runs is a shortfall.
+            needs = 2 if label == "iter p50 CV" else 1
+            (short if runs_ok < needs else failures).append(f"{label} unknown")
+        elif value > limit:
+            failures.append(f"{label} {value:.4g} > {limit_lines.flag_text(limit)}")
+    verdict = FAIL if failures else NOT_ENOUGH_REPEATS if short else PASS
+    return {
+        "group": name,
+        "verdict": verdict,
+        "passed": verdict == PASS,
+        "runs_ok": runs_ok,
+        "iter_ratio_median": float(g["iter_ratio_median"]),
+        "iter_ratio_max": float(g["iter_ratio_max"]),
+        "iter_p50_cv": float(g["iter_p50_cv"]),
+        "failures": failures,
+        "short": short,
+        "notes": notes,
+    }
+
+
+def why(v: dict) -> str:
+    """A verdict's reasons, as its line and the report's why column give them."""
+    return "; ".join(v["failures"] + v["short"] + v.get("notes", []))
 
 
 def verdict_line(v: dict) -> str:
     """One verdict as the line platform.stability prints (verdict, figures, why)."""
-    why = v["failures"] + v["short"]
+    reasons = why(v)
     return (
         f"{v['verdict']} {v['group']}: {v['runs_ok']} ok runs, iter p90/p50 median "
         f"{v['iter_ratio_median']:.3f} max {v['iter_ratio_max']:.3f}, iter p50 CV "
-        f"{v['iter_p50_cv']:.4f}" + (f" ({'; '.join(why)})" if why else "")
+        f"{v['iter_p50_cv']:.4f}" + (f" ({reasons})" if reasons else "")
     )

@@ -6,13 +6,17 @@ Definitions (docs/ARCHITECTURE.md, "Analysis"):
 - a run's *tail* is its last ``tail_timing_points`` windows of rank 0;
 - ``iter_p90_over_p50`` (and data, step) is the mean over the tail windows of each window's
   p90 / p50, the p50 floored at ``P50_FLOOR_MS`` (a prefetched batch waits ~0 ms);
-- a run is unstable when its ``iter_p90_over_p50`` exceeds ``unstable_ratio``;
+- a run is jittery (``unstable_run_flag``; the CSV columns keep the seeds' names) when its
+  ``iter_p90_over_p50`` exceeds ``unstable_ratio``;
 - a group's figures use its ok runs; with 3 or more, ``tail_samples_per_sec_robust`` drops the
   fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
-- a group is unstable when more than half of its ok runs are;
-- ranking: groups with ok runs first, stable before unstable, then the robust (else plain) mean
-  of tail samples/s, higher first, then tail iter p50, lower first; groups without an ok run
-  last, by the mean tail samples/s of their runs the scheduler stopped early (partial runs).
+- a group is jittery (``unstable_group``) when more than half of its ok runs are: the
+  ranking's flag, not the Phase B acceptance check (platform/analysis/stability.py, which
+  judges the median, max and CV over repeats against its own limits);
+- ranking: groups with ok runs first, jittery ones after the others, then the robust (else
+  plain) mean of tail samples/s, higher first, then tail iter p50, lower first; groups without
+  an ok run last, by the mean tail samples/s of their runs the scheduler stopped early
+  (partial runs).
 """
 
 from __future__ import annotations

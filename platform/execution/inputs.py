@@ -47,6 +47,11 @@ def output_root_arg(text: str) -> Path | str:
 
     from stage1_common.storage import is_remote
 
+    if not text.strip():  # Path("") is the current folder: never what a user meant
+        raise argparse.ArgumentTypeError(
+            "is empty; give a folder (e.g. outputs/NAME) or s3://bucket/prefix, or leave "
+            "--output-root out for outputs/<space>_<timestamp>"
+        )
     scheme = urlparse(text).scheme
     if not scheme or len(scheme) == 1:  # a plain path (or a Windows drive letter)
         return Path(text)

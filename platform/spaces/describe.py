@@ -1,14 +1,15 @@
 """The plan a dry run prints (``python -m platform.tune --dry-run``): the space, how many runs,
 how they are searched and scheduled, the fixed keys grouped by family, the corpus made first,
-and one line per run with its swept values."""
+a line when a ``--set`` moved the baseline (``baseline_notes``; the real run prints it too), and
+one line per run with its swept values."""
 
 from __future__ import annotations
 
 from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.keys import format_grouped
-from platform.spaces.space import SearchSpace
+from platform.spaces.space import SearchSpace, override
 
-__all__ = ["format_plan"]
+__all__ = ["baseline_notes", "format_plan"]
 
 
 def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
@@ -30,6 +31,7 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
     ]
     if needs_corpus(space, runs):
         lines.append(f"data: {space.data.describe()}, before the first run")
+    lines += baseline_notes(space, runs)
     width = max(len(r.name) for r in runs)
     header = f"{'#':>3}  {'run':<{width}}  " + "  ".join(f"{k:>12}" for k in swept)
     lines += ["", header, "-" * len(header)]
@@ -38,6 +40,19 @@ def format_plan(space: SearchSpace, runs: list[RunSpec]) -> str:
         mark = "  (baseline)" if run.baseline else ""
         lines.append(f"{i:>3}  {run.name:<{width}}  {values}{mark}")
     return "\n".join(lines)
+
+
+def baseline_notes(space: SearchSpace, runs: list[RunSpec]) -> list[str]:
+    """One line per key whose baseline value a ``--set`` list left out: the baseline moved to a
+    group the space never named (the list's first value), and the comparisons with it too."""
+    group = next((r.group for r in runs if r.baseline), None)
+    now = f"the baseline is now {group}" if group else "no group is the baseline now"
+    return [
+        f"baseline: {key} {value} is not in --set {override(key, space.grid[key])}; {now} "
+        f"({key} {space.baseline[key]}, the list's first value)"
+        for key, value in space.baseline_moved.items()
+        if key in space.grid and key in space.baseline
+    ]
 
 
 def _schedule_line(space: SearchSpace, groups: int) -> str:

@@ -105,26 +105,29 @@ def matching_keys(pattern: str) -> list[str]:
 
 
 def format_keys(keys: list[str]) -> str:
-    """Each key with its type, default and doc, under its family's heading."""
+    """Each key with its type, default and doc, under its family's heading: one heading per
+    family (a family may resume further down the declarations), families in the order each
+    first appears."""
     hints = typing.get_type_hints(TrialConfig)
     default = defaults()
-    lines: list[str] = []
-    shown = None
+    families: dict[str, list[str]] = {}
     for key in keys:
-        if _FAMILY[key] != shown:
-            shown = _FAMILY[key]
-            lines += [""] if lines else []
-            lines.append(f"{shown}:")
-        lines.append(f"  {key}  {describe_type(hints[key])}; default {_show(default[key])}")
-        lines.append(
-            textwrap.fill(
-                field_doc(key),
-                width=WIDTH,
-                initial_indent=" " * 6,
-                subsequent_indent=" " * 6,
-                break_on_hyphens=False,
+        families.setdefault(_FAMILY[key], []).append(key)
+    lines: list[str] = []
+    for name, members in families.items():
+        lines += [""] if lines else []
+        lines.append(f"{name}:")
+        for key in members:
+            lines.append(f"  {key}  {describe_type(hints[key])}; default {_show(default[key])}")
+            lines.append(
+                textwrap.fill(
+                    field_doc(key),
+                    width=WIDTH,
+                    initial_indent=" " * 6,
+                    subsequent_indent=" " * 6,
+                    break_on_hyphens=False,
+                )
             )
-        )
     return "\n".join(lines)
 
 

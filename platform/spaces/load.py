@@ -68,10 +68,11 @@ def space_path(name: str, spaces_dir: Path = SPACES_DIR) -> Path:
     path = spaces_dir / f"{name}.yaml"
     if not path.is_file():
         names = sorted(p.stem for p in spaces_dir.glob("*.yaml"))
-        close = difflib.get_close_matches(name, names, n=1)
+        by_lower = {n.lower(): n for n in names}  # SMOKE is smoke mistyped
+        close = difflib.get_close_matches(name.lower(), by_lower, n=1)
         if close:
             raise UsageError(
-                f"unknown space {name!r}; did you mean {close[0]!r}? (see --list-spaces)"
+                f"unknown space {name!r}; did you mean {by_lower[close[0]]!r}? (see --list-spaces)"
             )
         known = ", ".join(names) or "none"
         raise UsageError(f"unknown space {name!r}; known spaces: {known} (see --list-spaces)")

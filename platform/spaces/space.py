@@ -38,6 +38,9 @@ class SearchSpace:
     source: str = ""
     # Swept values that pick the group the others are compared with (the analysis' vs_baseline).
     baseline: dict[str, Any] = field(default_factory=dict)
+    # Keys whose baseline value a ``--set`` list left out, with the value the baseline had: the
+    # baseline took the list's first value instead (describe.baseline_notes says so).
+    baseline_moved: dict[str, Any] = field(default_factory=dict)
     scheduler: SchedulerPlan = field(default_factory=SchedulerPlan)
     search: SearchPlan = field(default_factory=SearchPlan)
     # What --space takes to load it again: the name, or the absolute path of a file elsewhere.
@@ -99,8 +102,12 @@ class SearchSpace:
                 "fixed": dict(self.fixed),
                 "cases": [copy_case(c) for c in self.cases],
                 "baseline": dict(self.baseline),
+                "baseline_moved": dict(self.baseline_moved),
             }
         )
+        # Whether a baseline is kept is the space's, not what earlier --sets of this call left:
+        # --set micro_batch=8 (which empties smoke's baseline) before or after a list alike.
+        had_baseline = bool(self.baseline)
         for item in overrides:
             key, sep, raw = item.partition("=")
             key = key.strip()
@@ -122,19 +129,7 @@ class SearchSpace:
                 setattr(space, key, positive_int(key, value, where))
                 continue
             known_key(key, where)
-            before = space._baseline_value(key)
-            space.grid.pop(key, None)
-            space.fixed.pop(key, None)
-            for case in space.cases:
-                case.pop(key, None)
-                case.get("grid", {}).pop(key, None)
-            if isinstance(value, list):
-                space.grid[key] = grid_values(key, value, where)
-                if space.baseline:  # it still names one group: the one with the value it had
-                    space.baseline[key] = _pick(key, value, before)
-            else:
-                space.fixed[key] = value
-                space.baseline.pop(key, None)  # no longer swept: it tells no group apart
+            space._set_config_key(key, value, where, had_baseline)
         # Cases whose keys were all set are gone; the same case twice is one case.
         cases: list[dict[str, Any]] = []
         for case in space.cases:
@@ -145,6 +140,35 @@ class SearchSpace:
         space.cases = cases
         space.source = self.source + (" + --set " + " ".join(overrides) if overrides else "")
         return space
+
+    def _set_config_key(self, key: str, value: Any, where: str, had_baseline: bool) -> None:
+        """``--set key=value`` of a config key: a list sweeps it, any other value fixes it. A
+        baseline still names one group: the one with the value the key had, or the list's first
+        (recorded in ``baseline_moved``)."""
+        # The value the space's baseline had, however many --sets of this key moved it since.
+        before = self.baseline_moved.pop(key, self._baseline_value(key))
+        self.grid.pop(key, None)
+        self.fixed.pop(key, None)
+        for case in self.cases:
+            case.pop(key, None)
+            case.get("grid", {}).pop(key, None)
+        if not isinstance(value, list):
+            self.fixed[key] = value
+            self.baseline.pop(key, None)  # no longer swept: it tells no group apart
+            return
+        self.grid[key] = grid_values(key, value, where)
+        if not had_baseline:
+            return
+        self.baseline[key] = _pick(key, value, before)
+        if before is not None and not _same(key, self.baseline[key], before):
+            self.baseline_moved[key] = before
+
+
+def _same(key: str, a: Any, b: Any) -> bool:
+    try:
+        return coerce_value(key, a) == coerce_value(key, b)
+    except ConfigError:
+        return a == b
 
 
 def _pick(key: str, values: list[Any], before: Any) -> Any:
