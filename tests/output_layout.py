@@ -14,7 +14,7 @@ Issue 24 also added the timing columns ``cpu_ms_mean``, ``gc_ms`` and ``gc_colle
 Issue 25 moved DDP's model and optimizer out of ``state.pt`` into ``dcp-*/`` (DCP), added the
 done files' and ``meta.json``'s times and folder name, ``checkpoints.parquet``'s
 ``checkpoint_block_s`` and ``checkpoint_wait_s``, and the manifest's overhead shares and
-``checkpoint_mode``.
+``checkpoint_mode``. Issue 27 added ``summary.json``'s ``written_by`` (the version that wrote it).
 """
 
 from __future__ import annotations
