@@ -9,7 +9,6 @@ the page is built from a local copy of the result files and uploaded beside them
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from platform.analysis.report import write_report
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
 from platform.storage.working_copy import working_copy
+from stage1_common.fileio import unwritable_parent
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location, StorageError, check_writable, is_remote
 
@@ -61,14 +61,8 @@ def _check_out(out: Path) -> None:
     made)."""
     if out.is_dir():
         raise UsageError(f"--out {out} is a folder; give a file, e.g. {out / 'report.html'}")
-    existing = out.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        why = f"{existing} is a file"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        why = f"{existing} is not writable"
-    else:
+    why = unwritable_parent(out.parent)
+    if why is None:
         return
     raise UsageError(f"--out {out} cannot be written ({why}); choose a path in a writable folder")
 

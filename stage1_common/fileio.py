@@ -25,6 +25,7 @@ __all__ = [
     "atomic_write_text",
     "ensure_writable_dir",
     "remove_stale_temporaries",
+    "unwritable_parent",
     "tsv_text",
     "write_json",
 ]
@@ -105,6 +106,19 @@ def ensure_writable_dir(folder: Path) -> None:
     probe = folder / f".write-probe{TMP_SUFFIX}"
     probe.write_text("ok")
     probe.unlink()
+
+
+def unwritable_parent(path: Path) -> str | None:
+    """Why ``path`` (missing folders included) could not be made, found without creating
+    anything: its nearest existing ancestor is a file or cannot be written; None when it can."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
 
 
 def remove_stale_temporaries(root: Path) -> int:

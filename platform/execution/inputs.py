@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
 from platform.storage import results
-from stage1_common.fileio import ensure_writable_dir
+from stage1_common.fileio import ensure_writable_dir, unwritable_parent
 from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location
 
@@ -98,14 +97,8 @@ def output_root_problem(root: OutputRoot) -> str | None:
         return f"output root {path} is a file; choose a folder for --output-root"
     if root.manifest.exists() or root.timing.exists():
         return f"output root {root} already holds a sweep; choose another --output-root"
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        why = f"{existing} is a file"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        why = f"{existing} is not writable"
-    else:
+    why = unwritable_parent(path)
+    if why is None:
         return None
     return f"output root {root} cannot be written ({why}); choose a writable --output-root"
 
