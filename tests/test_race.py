@@ -105,6 +105,17 @@ def test_never_decides_on_a_window_with_an_epoch_boundary_or_a_stall_alert(race)
     assert race.schedule.stops[b1]["step"] == 21
 
 
+def test_a_window_the_host_stalled_in_is_not_clean(race):
+    """A's fourth window ran at a fifth of its throughput with its iter p50 unchanged (the host
+    paused the process inside it: one long step). Counted, it would widen A's bounds (low 66
+    samples/s) and keep B, 20 % slower, in the race; left out, B stops at its first decision."""
+    a1, b1, *_ = race.names
+    finish(race, a1, [100, 100, 100, 20, 100, 100, 100, 100, 100, 100])
+    assert [w["clean"] for w in race.windows[a1]][2:5] == [True, False, True]
+    assert race.bounds(race.runs[a1].group)["low"] > 95
+    assert feed(race, b1, [10, 10, 80, 80, 80]) == [False] * 4 + [True]
+
+
 def test_an_unstable_group_stops_even_when_it_is_the_fastest(race):
     a1, b1, *_ = race.names
     finish(race, a1, [100] * 10)

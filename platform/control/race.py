@@ -8,7 +8,8 @@
 - ``Race`` (``scheduler: race``): noise-aware successive racing of the groups. Runs start in the
   planned order (repeat 1 of every group, then repeat 2 of the groups still in the race, ...). A
   group's estimate is the mean over its runs of their clean windows' samples/s (after the
-  warm-up windows; a window with a stall alert or an epoch boundary is not clean); its bounds
+  warm-up windows; a window with a stall alert, a stall inside it (its samples/s under the
+  run's median so far / ``stall_alert_ratio``) or an epoch boundary is not clean); its bounds
   add and subtract the largest of three half-widths: Student's t over the windows, Student's t
   over the runs' means (two or more runs), and ``noise_floor`` x the mean. A group is stopped
   when its upper bound falls below the highest lower bound of the groups that have a finished,
@@ -268,20 +269,32 @@ def _window(
     result: dict[str, Any], history: list[dict[str, Any]], alert_ratio: float, warmup: int
 ) -> dict[str, Any]:
     """One window as the race sees it; ``clean``: past the warm-up, no stall alert (the
-    recorder's rule, platform.analysis.stats) and no epoch boundary inside it."""
+    recorder's rule, platform.analysis.stats), no stall inside it and no epoch boundary.
+
+    A stall inside a window (the host paused the process for a second: one long step, which
+    leaves the window's iter p50 alone) shows as its samples/s falling below the run's median
+    so far divided by the same ``alert_ratio``; such a window would widen the group's bounds
+    and keep a clearly slower group in the race."""
     p50 = float(result.get("iter_ms_p50") or math.nan)
     p90 = float(result.get("iter_ms_p90") or math.nan)
+    sps = float(result.get("samples_per_s") or math.nan)
     epoch = result.get("epoch")
     boundary = bool(history) and epoch != history[-1]["epoch"]
     alert = stats.stall_alert([w["iter_ms_p50"] for w in history], p50, alert_ratio)
+    earlier = [w["samples_per_s"] for w in history if math.isfinite(w["samples_per_s"])]
+    stalled = len(earlier) >= 2 and sps * alert_ratio < statistics.median(earlier)
     return {
         "step": result.get("step"),
         "epoch": epoch,
-        "samples_per_s": float(result.get("samples_per_s") or math.nan),
+        "samples_per_s": sps,
         "iter_ms_p50": p50,
         "iter_ms_p90": p90,
         "iter_ratio": stats.window_ratio(p90, p50),
-        "clean": len(history) >= warmup and not boundary and alert is None and math.isfinite(p50),
+        "clean": len(history) >= warmup
+        and not boundary
+        and alert is None
+        and not stalled
+        and math.isfinite(p50),
     }
 
 
