@@ -145,7 +145,7 @@ def train_once(
 
     def report(m: dict[str, Any], checkpoint=None) -> None:
         keys = ("samples_per_s", "step_ms_p50", "cpu_ms_mean")
-        windows.append({k: float(m.get(k) or 0.0) for k in keys})
+        windows.append({k: float(m.get(k) or 0.0) for k in keys} | {"t": time.time()})
         kernels.on_window(len(windows))
         account.window(int(m.get("step") or 0))
         faults.window(int(m.get("step") or 0))
@@ -173,6 +173,7 @@ def train_once(
         "process_before": before,
         "step_ms_p50": statistics.median(w["step_ms_p50"] for w in windows[1:]),
         "windows": [round(w["samples_per_s"], 1) for w in windows],
+        "window_ends": [round(w["t"], 2) for w in windows],  # wall clock (host_canary.py)
         "num_ooms": stats.get("num_ooms", 0) - ooms_before,
         "peak_reserved_gb": round(stats.get("reserved_bytes.all.peak", 0) / 2**30, 1),
         "kernels": kernels.table,
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"host": host}), flush=True)
     rows: list[dict[str, Any]] = []
     cfg = config(args.manifest, args.steps, args.micro_batch, args.telemetry)
-    gpu = None
+    gpu, pg_up = None, False
     sequence = [(item, *item.partition(":")[::2]) for item in args.sequence.split(",")]
     for item, step, rest in sequence:  # every step checked before the first run
         case, _, mark = rest.partition(":")
@@ -305,19 +306,19 @@ def main(argv: list[str] | None = None) -> int:
         spy_out = args.spy_dir / f"spy_{i + 1}_{step}_{case}.txt" if mark == "spy" else None
         variant: Any = ""
         if step in ("fresh", "hugefresh"):
-            if gpu is not None:  # the in-process runs are over: the child takes the GPU alone
+            if pg_up:  # the child takes the GPU alone (this process keeps its CUDA context)
                 release(cfg.to_dict())
                 import torch.distributed as dist
 
                 dist.destroy_process_group()
-                gpu = None
+                pg_up = False
             env = huge_page_env() if step == "hugefresh" else None
             variant = env["GLIBC_TUNABLES"] if env else ""
             rec = fresh(args, case, window, spy_out, env)
         else:
-            if gpu is None:
-                init_process_group(29612)
-                gpu = Gpu()
+            if not pg_up:  # the first in-process run, or the first after a fresh step
+                init_process_group(29612 + i)  # a new port each time
+                gpu, pg_up = gpu or Gpu(), True
             elif step == "light":
                 light_release()
             else:

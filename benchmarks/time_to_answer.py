@@ -22,7 +22,9 @@ so the first run's cold start is left out; per-trial overhead = a run's first wi
 the previous run's last window end (runs in the order they started). Tail samples/s per group:
 summary.json's robust figure (one block per executor), and the median over the group's runs of
 the mean of their last 3 windows. The manifest gives start-up and compile figures; a resident sweep's groups.json the
-memory after each run against the group's first run. Writes JSON (default
+memory after each run against the group's first run. The host's speed over each run's tail
+windows comes from benchmarks/host_canary.py, run beside the sweeps (``--no-canary``: not), and
+each group's resident/fresh ratio at the same host speed from benchmarks/host_adjust.py. Writes JSON (default
 benchmarks/results/time_to_answer_<label>/time_to_answer.json) and markdown beside it; exits 1
 when any sweep failed, after writing what was measured.
 """
@@ -30,6 +32,7 @@ when any sweep failed, after writing what was measured.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -40,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.host_canary import Canary, host_over, read_samples
 from benchmarks.time_to_answer_compare import compare, markdown
 from stage1_common.output_root import OutputRoot
 
@@ -96,6 +100,7 @@ def measure(root: Path, launched: float) -> dict[str, Any]:
                 "last_end_ts": float(w["window_end_ts"].max()),
                 "train_s": float(w["dur_s"].sum()),
                 "tail_samples_per_s": float(w["samples_per_s"].tail(3).mean()),
+                "tail_span": [float(w["start_ts"].tail(3).min()), float(w["window_end_ts"].max())],
                 "startup_s": num(m.get("startup_s")),
                 "startup_breakdown": num(m.get("startup_breakdown")),
                 "compile_s": num(m.get("compile_s")),
@@ -178,6 +183,14 @@ def memory(path: Path) -> list[dict[str, Any]] | None:
     return out
 
 
+def with_host_speed(variants: dict[str, dict], samples: list[dict[str, float]]) -> None:
+    """Each run's host speed over its tail windows, from the canary's samples."""
+    for v in variants.values():
+        for r in v.get("runs", []):
+            if r.get("tail_span"):
+                r["host"] = host_over(samples, *r["tail_span"]) or None
+
+
 def block_name(variants: dict[str, dict], name: str) -> str:
     """``name``, or ``name_2``, ``name_3``... for the later blocks of one variant."""
     k = 1
@@ -218,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="pool the sweeps of earlier results (their JSON) instead of running any",
     )
+    p.add_argument(
+        "--no-canary",
+        dest="canary",
+        action="store_false",
+        help="no host-speed sampler beside the sweeps (benchmarks/host_canary.py)",
+    )
     given = sys.argv[1:] if argv is None else argv
     args = p.parse_args(given)
     if not args.combine and not args.space:
@@ -235,10 +254,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         root = args.output_root.resolve()
         variants = {}
-        for s in schedulers:
-            for e in executors:
-                name = block_name(variants, f"{s}_{e}")
-                variants[name] = sweep(args.space, root / name, s, e, args.set)
+        canary = out_json.with_suffix(".canary.jsonl")
+        canary.unlink(missing_ok=True)
+        with Canary(canary) if args.canary else contextlib.nullcontext():
+            for s in schedulers:
+                for e in executors:
+                    name = block_name(variants, f"{s}_{e}")
+                    variants[name] = sweep(args.space, root / name, s, e, args.set)
+        with_host_speed(variants, read_samples(canary))
     failed = [n for n, v in variants.items() if v["exit_code"] != 0 or "error" in v]
     try:
         cmp = compare(variants, schedulers, executors)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from benchmarks.host_adjust import FIGURES, host_adjusted
+
 __all__ = ["SAME", "blocks", "compare", "markdown", "spread_of"]
 
 SAME = 0.03  # tail samples/s within 3 %: "the same"
@@ -29,6 +31,7 @@ def compare(variants: dict[str, dict], schedulers: list[str], executors: list[st
     if fresh and res:
         out["wall_ratio_resident_over_fresh"] = res["wall_s"] / fresh["wall_s"]
         out["tail_samples_per_s"] = compare_tails(variants, first)
+        out["host_adjusted"] = adjust_for_host(variants, first, out["tail_samples_per_s"])
     if "race" in schedulers and "fifo" in schedulers:
         out["race_over_grid_wall"] = {
             e: variants[f"race_{e}"]["wall_s"] / variants[f"fifo_{e}"]["wall_s"]
@@ -87,6 +90,28 @@ def compare_tails(variants: dict[str, dict], scheduler: str) -> dict[str, dict]:
     return tails
 
 
+def adjust_for_host(variants: dict[str, dict], scheduler: str, tails: dict[str, dict]):
+    """benchmarks/host_adjust.py over every run of ``scheduler``'s fresh and resident blocks
+    that the host canary covered; each group's adjusted ratio goes into ``tails``."""
+    runs = [
+        {
+            "group": r["group"],
+            "executor": e,
+            "tail": r["tail_samples_per_s"],
+            **{k: (r.get("host") or {}).get(k) for k in FIGURES},
+        }
+        for e in ("fresh", "resident")
+        for v in blocks(variants, scheduler, e)
+        for r in v.get("runs", [])
+    ]
+    fit = host_adjusted(runs)
+    for g, row in ((fit or {}).get("groups") or {}).items():
+        if g in tails and row.get("ratio"):
+            tails[g]["ratio_host_adjusted"] = row["ratio"]
+            tails[g]["within_3pct_host_adjusted"] = abs(row["ratio"] - 1) <= SAME
+    return fit
+
+
 def spread_of(tails: list[float]) -> float | None:
     """How far apart one group's runs were: max / min - 1 (None with fewer than two)."""
     tails = [t for t in tails if t]
@@ -133,8 +158,9 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
             f"{f(cmp['overhead_median_s_resident'])} s resident",
             "",
             "| group | fresh samples/s | resident samples/s | resident / fresh | within 3 % "
-            "| repeat spread | within spread | run tails fresh | run tails resident |",
-            "| --- " * 9 + "|",
+            "| repeat spread | within spread | resident / fresh, host-adjusted "
+            "| run tails fresh | run tails resident |",
+            "| --- " * 10 + "|",
         ]
         for g, c in cmp["tail_samples_per_s"].items():
             yes = {True: "yes", False: "no"}
@@ -142,16 +168,28 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
                 f"| {g} | {f(c['fresh'])} | {f(c['resident'])} | "
                 f"{f(c.get('ratio'), '.3f')} | {yes.get(c.get('within_3pct'), '-')} | "
                 f"{f(c.get('repeat_spread'), '.3f')} | {yes.get(c.get('within_spread'), '-')} | "
+                f"{f(c.get('ratio_host_adjusted'), '.3f')} | "
                 f"{runs_of(variants, first, 'fresh', g)} | "
                 f"{runs_of(variants, first, 'resident', g)} |"
             )
+    fit = cmp.get("host_adjusted")
+    if fit:
+        rows += [
+            "",
+            f"Host-adjusted (benchmarks/host_adjust.py, {fit['runs']} runs): resident effect "
+            f"{f(fit['resident_effect'], '.3f')} (95 %: "
+            f"{', '.join(f(v, '.3f') for v in fit['resident_effect_95'] or [None])}), R^2 "
+            f"{f(fit['r2'], '.3f')} ({f(fit['r2_without_host'], '.3f')} without the host's "
+            f"speed), elasticities "
+            + ", ".join(f"{k} {v:.2f}" for k, v in fit["elasticity"].items()),
+        ]
     for e, ratio in (cmp.get("race_over_grid_wall") or {}).items():
         rows.append(f"\nrace / grid wall ({e}): {ratio:.2f}")
     rows += [
         "",
         "| variant | run | status | startup s | to first window s | tail samples/s "
-        "| compile s | compile cache | GPU SM MHz, W, C, util % |",
-        "| --- " * 9 + "|",
+        "| compile s | compile cache | GPU SM MHz, W, C, util % | host copy GB/s |",
+        "| --- " * 10 + "|",
     ]
     for name, v in variants.items():
         for r in v.get("runs", []):
@@ -162,7 +200,8 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
             rows.append(
                 f"| {name} | {r['run']} | {r['status']} | {f(r['startup_s'])} | "
                 f"{f(r['to_first_window_s'])} | {f(r['tail_samples_per_s'])} | "
-                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} | {nvml if g else '-'} |"
+                f"{f(r['compile_s'])} | {r['compile_cache'] or '-'} | {nvml if g else '-'} | "
+                f"{f((r.get('host') or {}).get('copy_gb_s'), '.2f')} |"
             )
     mem = [(n, m) for n, v in variants.items() for m in v.get("memory") or []]
     if mem:
