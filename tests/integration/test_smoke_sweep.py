@@ -45,7 +45,7 @@ def sweep(tmp_path_factory):
     env["PYTHON"] = sys.executable
     out = subprocess.run(
         [str(ROOT / "scripts" / "run_stage1_ab_bench.sh"), "--space", "smoke"]
-        + ["--logger", "tensorboard"],
+        + ["--logger", "tensorboard", "--no-dashboard"],
         cwd=ROOT.parent,
         env=env,
         capture_output=True,
