@@ -66,12 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
     p.add_argument("--address", help="connect to this Ray cluster instead of starting one")
     p.add_argument(
-        "--no-dashboard",
-        dest="dashboard",
-        action="store_false",
-        help="start the local cluster without the Ray dashboard (its start-up saved)",
-    )
-    p.add_argument(
         "--dry-run",
         action="store_true",
         help="print the run and check its inputs as a real run would (exit 2 on a problem); "
@@ -186,7 +180,6 @@ def main(argv: list[str] | None = None) -> int:
                 output_root=output_root,
                 report=report,
                 address=args.address,
-                dashboard=args.dashboard,
                 done=done,
                 resume=args.resume,
                 training=True,

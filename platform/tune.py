@@ -96,13 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dashboard-port", type=int, default=8265, help="Ray dashboard port")
     p.add_argument(
-        "--no-dashboard",
-        dest="dashboard",
-        action="store_false",
-        help="start the local cluster without the Ray dashboard (its start-up saved; the "
-        "Prometheus endpoint and the console stay)",
-    )
-    p.add_argument(
         "--metrics-port",
         type=int,
         help="Prometheus endpoint port of a local cluster (default: Ray picks one)",
@@ -178,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
                 address=args.address,
                 dashboard_host=args.dashboard_host,
                 dashboard_port=args.dashboard_port,
-                dashboard=args.dashboard,
                 metrics_port=args.metrics_port,
                 done=done,
                 resume=args.resume,

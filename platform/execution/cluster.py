@@ -41,18 +41,16 @@ def start_cluster(
     dashboard_port: int,
     metrics_port: int | None,
     env_vars: dict[str, str],
-    dashboard: bool = True,
 ) -> ClusterInfo:
     """``ray.init`` a local cluster with the dashboard on ``dashboard_host`` (loopback unless the
-    user asks otherwise; none with ``dashboard`` False) and the Prometheus endpoint on
-    ``metrics_port``, or join ``address``.
+    user asks otherwise) and the Prometheus endpoint on ``metrics_port``, or join ``address``.
     Raises ConnectionError when ``address`` cannot be reached."""
     import ray
 
     kwargs: dict[str, Any] = {}
     joined = joining(address)
     if not joined:
-        if dashboard_host not in LOOPBACK_HOSTS and dashboard:
+        if dashboard_host not in LOOPBACK_HOSTS:
             print(
                 f"warning: the Ray dashboard listens on {dashboard_host}: anyone who can reach "
                 "that address can see and control this cluster (jobs, logs, actors)",
@@ -61,10 +59,7 @@ def start_cluster(
             )
         # include_dashboard stays None: Ray starts the dashboard when its packages are there
         # (ray[default]) and goes on without it otherwise (minimal Ray on some GPU images).
-        if dashboard:
-            kwargs.update(dashboard_host=dashboard_host, dashboard_port=dashboard_port)
-        else:  # its processes' start-up saved; the Prometheus endpoint stays
-            kwargs["include_dashboard"] = False
+        kwargs.update(dashboard_host=dashboard_host, dashboard_port=dashboard_port)
         if metrics_port:
             kwargs["_metrics_export_port"] = metrics_port
     context = ray.init(

@@ -52,8 +52,6 @@ class LaunchRequest:
     """The Ray cluster to join; None starts a local one."""
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
-    dashboard: bool = True
-    """False: a local cluster starts without the Ray dashboard (--no-dashboard)."""
     metrics_port: int | None = None
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     """With ``resume``: the runs of the earlier attempt that finished ok (not run again)."""
@@ -92,7 +90,7 @@ def launch(request: LaunchRequest) -> int:
             multi_node = cluster.joined or len(alive_nodes()) > 1
             runs = _fit_to_cluster(request, multi_node)
             runs = _prepare_runs(request, runs, multi_node)
-            _announce(cluster, request.dashboard)
+            _announce(cluster)
             code = _run_to_the_end(request, runs, started)
         finally:
             ray.shutdown()
@@ -141,7 +139,6 @@ def _connect(request: LaunchRequest):
             address=request.address,
             dashboard_host=request.dashboard_host,
             dashboard_port=request.dashboard_port,
-            dashboard=request.dashboard,
             metrics_port=request.metrics_port,
             env_vars=train_env_vars(),
         )
@@ -215,12 +212,10 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
     return runs
 
 
-def _announce(cluster, dashboard: bool = True) -> None:
+def _announce(cluster) -> None:
     """Where to watch: the Ray dashboard, the Prometheus endpoint, the Grafana dashboard."""
     if cluster.dashboard_url:
         print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
-    elif not cluster.joined and not dashboard:
-        print("Ray dashboard: off (--no-dashboard)", flush=True)
     elif not cluster.joined:
         print("Ray dashboard: not running (its packages are missing: pip install 'ray[default]')")
     if cluster.metrics_url:

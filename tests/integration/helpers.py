@@ -13,20 +13,11 @@ from tests.conftest import prepare_serial
 def run_tune(
     space: str, root: Path, *sets: str, timeout: int = 600, flags: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess:
-    """``python -m platform.tune --space SPACE --output-root ROOT --set ... FLAGS --no-dashboard``
-    from the repo root (the dashboard's start-up saved: only tests/integration/test_observability
-    looks at it)."""
+    """``python -m platform.tune --space SPACE --output-root ROOT --set ... FLAGS`` from the repo
+    root."""
     args = [a for item in sets for a in ("--set", item)]
     return run_module(
-        "platform.tune",
-        "--space",
-        space,
-        "--output-root",
-        root,
-        *args,
-        *flags,
-        "--no-dashboard",
-        timeout=timeout,
+        "platform.tune", "--space", space, "--output-root", root, *args, *flags, timeout=timeout
     )
 
 

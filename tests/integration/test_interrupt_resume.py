@@ -56,8 +56,7 @@ class Sweep(LiveCli):
     def __init__(self, root: str, manifest: Path, *flags: str):
         sets = [*SETS, f"manifest_path={manifest}"]
         args = ["--space", "smoke", "--output-root", str(root)]
-        sets_ = [a for s in sets for a in ("--set", s)]
-        super().__init__("platform.tune", *args, *sets_, *flags, "--no-dashboard")
+        super().__init__("platform.tune", *args, *[a for s in sets for a in ("--set", s)], *flags)
 
 
 def manifest(root: Path) -> pd.DataFrame:

@@ -73,11 +73,8 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     remote = Location.of(bucket)
     args = ["--space", "train_smoke", *sets(learnable_manifest, slow_end=True)]
     plain = ["--space", "train_smoke", *sets(learnable_manifest)]
-    done = run_module(
-        "platform.train", *plain, "--output-root", clean, "--no-dashboard", timeout=400
-    )
+    done = run_module("platform.train", *plain, "--output-root", clean, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Ray dashboard: off (--no-dashboard)" in done.stdout  # the cluster started without it
     # What a finished run leaves: validation, checkpoints, TensorBoard, the plot, the export.
     val = pd.read_parquet(clean / "validation.parquet")
     assert sorted(val["step"]) == [10, 20, 30] and (val["val_items"] == 32).all()
@@ -99,7 +96,7 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
 
     # A worker killed with SIGKILL mid-run: Ray Train restarts the group from checkpoint 10
     # (asynchronous: written while training goes on, announced once complete on every rank).
-    driver = LiveCli("platform.train", *args, "--output-root", faulted, "--no-dashboard")
+    driver = LiveCli("platform.train", *args, "--output-root", faulted)
     driver.wait_for(f"{RUN}: step 15/{STEPS}", timeout_s=300)
     driver.wait_for(f"{RUN}: checkpoint at step 10:", timeout_s=120)
     # The rank's record, uploaded from its scratch folder when it registered.
@@ -119,9 +116,7 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     local = run_dir.join(kept[-1]).download(tmp_path / "ckpt20")
     (local / "done-rank1.json").unlink()
     run_dir.join("checkpoint_step0000029").upload(local)
-    resumed = run_module(
-        "platform.train", *args, "--output-root", faulted, "--resume", "--no-dashboard", timeout=400
-    )
+    resumed = run_module("platform.train", *args, "--output-root", faulted, "--resume", timeout=400)
     out = resumed.stdout
     assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
     assert "skipped checkpoint_step0000029 in the bucket: incomplete (rank 1's part is" in out
