@@ -9,6 +9,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from tests import _gloo_loss_worker
+from tests._forked import start
 from trainables.data import SyntheticSpeechText
 from trainables.manifest import collate_padded
 from trainables.model import build_model, contrastive_loss
@@ -77,7 +78,8 @@ def test_global_loss_over_two_gloo_ranks_equals_the_full_batch_loss():
     full.backward()
 
     out = mp.Manager().dict()
-    mp.spawn(_gloo_loss_worker.run, args=(2, free_port(), speech, text, out), nprocs=2)
+    # Forked from the session's preloaded server (tests/_forked.py): no fresh imports per rank.
+    start(_gloo_loss_worker.run, (2, free_port(), speech, text, out), nprocs=2)
     losses = [out[r][0] for r in range(2)]
     # The mean of the ranks' losses is the full-batch loss (what DDP's averaging optimises) ...
     assert sum(losses) / 2 == pytest.approx(full.item(), rel=1e-5)

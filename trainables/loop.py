@@ -93,7 +93,9 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     env_facts = collect_env(worker.device) if worker.rank == 0 else None
     clock.lap("val_placement_telemetry")
     end_after = (
-        resident_end_after(cfg.stall_timeout_s, cfg.pg_timeout_s) if worker.resident else 0.0
+        resident_end_after(cfg.stall_timeout_s, cfg.pg_timeout_s, worker.world_size)
+        if worker.resident
+        else 0.0
     )
     watchdog = StallWatchdog(
         cfg.stall_timeout_s,

@@ -270,7 +270,7 @@ def collect_env(device) -> dict[str, Any]:
     facts: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "python": sys.version.split()[0],
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a str subclass whose unpickling imports torch
         "cuda": torch.version.cuda,
         "ray": version("ray"),
         "deepspeed": version("deepspeed"),

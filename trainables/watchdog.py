@@ -28,11 +28,15 @@ def pg_timeout_for(stall_timeout_s: float, pg_timeout_s: int) -> int:
     return int(min(pg_timeout_s, stall_timeout_s + max(5.0, 0.1 * stall_timeout_s)))
 
 
-def resident_end_after(stall_timeout_s: float, pg_timeout_s: int) -> float:
+def resident_end_after(stall_timeout_s: float, pg_timeout_s: int, world_size: int) -> float:
     """How long a resident worker still stuck after its stall dump waits before it ends its
-    process: 10 s past the process group's timeout (``pg_timeout_for``), so that with several
-    workers the collectives' timeout ends the run first, as in a fresh run; at least 15 s (the
-    timeout is 5 s or more past the stall, unless pg_timeout_s caps it below the stall)."""
+    process. With several workers: 10 s past the process group's timeout (``pg_timeout_for``),
+    so that the collectives' timeout ends the run first, as in a fresh run; at least 15 s (the
+    timeout is 5 s or more past the stall, unless pg_timeout_s caps it below the stall). With
+    one worker no collective can end it, and its stacks are written and published before the
+    wait starts: 1 s."""
+    if world_size == 1:
+        return 1.0
     margin = pg_timeout_for(stall_timeout_s, pg_timeout_s) - stall_timeout_s
     return max(15.0, margin + 10.0)
 
