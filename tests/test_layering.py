@@ -223,3 +223,37 @@ def test_modules_stay_under_400_lines():
     }
     assert len(LONG_MODULES) <= 1
     assert set(long) <= set(LONG_MODULES), long
+
+
+def test_the_driver_checks_manifests_and_builds_tokenizers_without_torch(tmp_path):
+    """The driver never trains: importing torch for a manifest's columns or the text encoder's
+    vocabulary cost every platform.tune 2.6 s of CPU on 2 cores (trainables/manifest_table.py)."""
+    import subprocess
+    import sys
+
+    rows = "".join(f"u{i}\tu{i}.flac\t16000\t16000\tthe cat sat on mat {i}\n" for i in range(8))
+    (tmp_path / "m.tsv").write_text("utt_id\tpath\tnum_samples\tsample_rate\ttranscript\n" + rows)
+    space = tmp_path / "space.yaml"
+    space.write_text(
+        "description: one manifest run\nresources: {train_workers: 1, use_gpu: false}\n"
+        f"fixed: {{dataset: manifest, model_size: tiny, manifest_path: {tmp_path / 'm.tsv'}}}\n"
+    )
+    code = f"""
+import sys
+from platform.execution.inputs import prepare_tokenizers
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import load_space
+from platform.spaces.preflight import check_inputs
+space = load_space({str(space)!r})
+runs = expand_runs(space)
+check_inputs(space, runs)
+(run,) = prepare_tokenizers(runs, {str(tmp_path / "out")!r})
+print(run.config.tokenizer_path, "torch" in sys.modules)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    path, torch_imported = out.stdout.split()
+    assert Path(path).is_file() and path.startswith(str(tmp_path / "out"))
+    assert torch_imported == "False"

@@ -7,8 +7,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.checkpoints import save_tiny_checkpoints
-from trainables.model import build_model, build_model_with_attention, text_vocab_size
+from trainables.model import build_model, build_model_with_attention
 from trainables.pretrained import checkpoint_problem, has_tokenizer, load_tokenizer
+from trainables.text import text_vocab_size
 
 TRANSCRIPTS = ["the cat sat on the mat", "a dog ran home", "speech and text in one space"]
 

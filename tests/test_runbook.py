@@ -68,7 +68,7 @@ LEAK = dict(
 def ls16k(tmp_path_factory) -> Path:
     """The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its
     manifest is a real file (a data_prep manifest's columns, no rows)."""
-    from trainables.manifest import MANIFEST_REQUIRED
+    from trainables.manifest_table import MANIFEST_REQUIRED
 
     folder = tmp_path_factory.mktemp("runbook-ls16k")
     (folder / MANIFEST).write_text("\t".join(MANIFEST_REQUIRED) + "\n")

@@ -13,7 +13,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 from trainables.config import TrialConfig
 from trainables.manifest import collate_padded
-from trainables.model import text_vocab_size
+from trainables.text import text_vocab_size
 
 __all__ = [
     "EpochIterator",

@@ -66,9 +66,8 @@ def _tokenizer(cfg: TrialConfig):
 
     if cfg.text_pretrained_path and has_tokenizer(cfg.text_pretrained_path):
         return AutoTokenizer.from_pretrained(cfg.text_pretrained_path, local_files_only=True)
-    from trainables.manifest import read_manifest_table
-    from trainables.model import text_vocab_size
-    from trainables.text import load_or_build_tokenizer
+    from trainables.manifest_table import read_manifest_table
+    from trainables.text import load_or_build_tokenizer, text_vocab_size
 
     table = read_manifest_table(Path(cfg.manifest_path))
     tok = load_or_build_tokenizer(

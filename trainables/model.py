@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.config import MAX_TEXT_TOKENS
+from trainables.text import TINY_TEXT_VOCAB
 
 __all__ = [
     "Stage1Model",
@@ -18,7 +19,6 @@ __all__ = [
     "build_model_with_attention",
     "contrastive_loss",
     "gather_with_grad",
-    "text_vocab_size",
 ]
 
 # `base` is the wav2vec2-base / bert-base-uncased architecture (transformers' config defaults);
@@ -34,22 +34,13 @@ _TINY_SPEECH = dict(
     num_conv_pos_embedding_groups=4,
 )
 _TINY_TEXT = dict(
-    vocab_size=1000,
+    vocab_size=TINY_TEXT_VOCAB,
     hidden_size=32,
     num_hidden_layers=2,
     num_attention_heads=2,
     intermediate_size=64,
     max_position_embeddings=MAX_TEXT_TOKENS["tiny"],
 )
-
-
-def text_vocab_size(model_size: str, text_path: str = "") -> int:
-    """Vocabulary of the text encoder: the checkpoint's when loading one, else the size's."""
-    if text_path:
-        from trainables.pretrained import read_config
-
-        return int(read_config(text_path)["vocab_size"])
-    return _TINY_TEXT["vocab_size"] if model_size == "tiny" else 30522
 
 
 # LayerDrop and SpecAugment masking change which parameters receive gradients from step to step;

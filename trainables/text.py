@@ -9,9 +9,26 @@ from pathlib import Path
 
 from stage1_common.storage import Location, is_remote
 
-__all__ = ["SPECIAL_TOKENS", "build_tokenizer", "load_or_build_tokenizer", "text_tokenizer"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "TINY_TEXT_VOCAB",
+    "build_tokenizer",
+    "load_or_build_tokenizer",
+    "text_tokenizer",
+    "text_vocab_size",
+]
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] is id 0, like BERT's
+TINY_TEXT_VOCAB = 1000  # the tiny text encoder's (trainables/model.py); bert-base has 30522
+
+
+def text_vocab_size(model_size: str, text_path: str = "") -> int:
+    """Vocabulary of the text encoder: the checkpoint's when loading one, else the size's."""
+    if text_path:
+        from trainables.pretrained import read_config
+
+        return int(read_config(text_path)["vocab_size"])
+    return TINY_TEXT_VOCAB if model_size == "tiny" else 30522
 
 
 def build_tokenizer(transcripts: list[str], vocab_size: int):

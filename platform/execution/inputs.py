@@ -247,10 +247,9 @@ def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> l
     (``tokenizers/``); every rank of every run loads that file (``tokenizer_path``), on any node
     of a cluster, instead of training its own or relying on a cache of its node. Runs whose
     text checkpoint has a tokenizer, or that name a ``tokenizer_path`` themselves, keep theirs."""
-    from trainables.manifest import read_manifest_table
-    from trainables.model import text_vocab_size
+    from trainables.manifest_table import read_manifest_table
     from trainables.pretrained import has_tokenizer
-    from trainables.text import load_or_build_tokenizer
+    from trainables.text import load_or_build_tokenizer, text_vocab_size
 
     root = OutputRoot.of(output_root)
     built: dict[tuple[str, int], str] = {}

@@ -46,7 +46,7 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
             raise UsageError(
                 f"manifest_path {path} does not exist; make it with python -m data_prep.librispeech"
             )
-        from trainables.manifest import MANIFEST_REQUIRED  # imports torch: only when needed
+        from trainables.manifest_table import MANIFEST_REQUIRED
 
         with path.open(encoding="utf-8") as fh:
             header = fh.readline().rstrip("\n").split("\t")
