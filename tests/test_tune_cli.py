@@ -221,7 +221,7 @@ def test_output_root_holding_a_sweep_is_refused(tmp_path):
     assert out.stdout.strip() == "NO_RAY"
 
 
-def test_job_environment_forwards_communication_settings_and_sets_the_report_poll():
+def test_job_environment_forwards_communication_settings_and_sets_the_report_poll_and_watcher():
     from platform.execution.cluster import train_env_vars
 
     env = train_env_vars(
@@ -246,6 +246,13 @@ def test_job_environment_forwards_communication_settings_and_sets_the_report_pol
         ]
         == "2"
     )
+    # Ray Train's preemption watcher: off on a local cluster (nothing can drain its one node),
+    # Ray's default on a joined one; the user's setting wins on either.
+    watcher = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"
+    assert train_env_vars({}, local=True)[watcher] == "0"
+    assert watcher not in train_env_vars({}, local=False)
+    assert train_env_vars({watcher: "1"}, local=True)[watcher] == "1"
+    assert train_env_vars({watcher: "0"}, local=False)[watcher] == "0"
 
 
 def test_resume_refuses_a_root_without_a_sweep_or_with_another_sweep(tmp_path):

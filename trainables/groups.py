@@ -267,6 +267,7 @@ class GroupPool:
                 if job.state == "running":
                     job.state = "failed"
                     job.events.append(("error", error or f"the group ended ({was})"))
+                    group.runs.append({"run": job.run["name"], "outcome": "failed"})
                 group.job = None
             ray.kill(group.host)
             self._dispatch()

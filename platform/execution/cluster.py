@@ -86,16 +86,25 @@ def start_cluster(
 FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_")
 
 
-def train_env_vars(environ: dict[str, str] | None = None) -> dict[str, str]:
+def train_env_vars(environ: dict[str, str] | None = None, *, local: bool = False) -> dict[str, str]:
     """Environment of every process of the sweep's Ray job.
 
     A Ray Train V2 worker's result queue holds one report, and the controller drains it only on
     its health-check poll (2 s by default): a window shorter than that would block in
     ``ray.train.report``. A shorter poll keeps short windows honest; users can still set it.
+
+    On a ``local`` cluster (one machine, started by this driver: no autoscaler and no other
+    node) nothing can drain a node, so Ray Train's preemption watcher, one more process per
+    worker group that polls Ray's drain state and prints an ERROR line on the console at each
+    start (ray-project/ray#53727), is off. A joined cluster keeps Ray's default; a user's own
+    ``RAY_TRAIN_ENABLE_PREEMPTION_WATCHER`` always wins.
     """
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if k.startswith(FORWARDED_ENV_PREFIXES)}
     env["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = environ.get(
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25"
     )
+    watcher = environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0" if local else None)
+    if watcher is not None:
+        env["RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"] = watcher
     return env

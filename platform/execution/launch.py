@@ -133,6 +133,7 @@ def _refuse(
 def _connect(request: LaunchRequest):
     """Start a local Ray cluster, or join ``address``."""
     from platform.execution.cluster import start_cluster, train_env_vars
+    from stage1_common.cluster import joining
 
     try:
         return start_cluster(
@@ -140,7 +141,7 @@ def _connect(request: LaunchRequest):
             dashboard_host=request.dashboard_host,
             dashboard_port=request.dashboard_port,
             metrics_port=request.metrics_port,
-            env_vars=train_env_vars(),
+            env_vars=train_env_vars(local=not joining(request.address)),
         )
     except ConnectionError as exc:
         print(

@@ -71,6 +71,25 @@ class LiveCli:
         self.finish(timeout_s=60)
         return time.monotonic() - t0
 
+    def crash(self) -> None:
+        """SIGKILL the driver, as a crash would, then stop what its local Ray cluster leaves.
+        The raylet and GCS follow the driver (fate-sharing), but Ray's dashboard and runtime-env
+        agents outlive them by about a minute, holding the agent's port (52365): the next local
+        cluster's agent retries it for 3-4 s, then runs without its HTTP server. Only this
+        driver's own descendants, listed before the kill, are stopped."""
+        import psutil
+
+        left = psutil.Process(self.proc.pid).children(recursive=True)
+        self.proc.kill()
+        self.finish(timeout_s=30)
+        _, alive = psutil.wait_procs(left, timeout=2)  # fate-sharing ends most of them
+        for proc in alive:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)
+
     def finish(self, timeout_s: float = 400) -> None:
         self.proc.wait(timeout=timeout_s)
         self.reader.join(timeout=10)

@@ -112,8 +112,7 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
     sweep = Sweep(bucket, corpus, "--resume")
     sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
     time.sleep(3)  # the mirror's interval (STAGE1_SYNC_INTERVAL_S, 2 s): the bucket caught up
-    sweep.proc.kill()
-    sweep.finish(timeout_s=30)
+    sweep.crash()
     assert sweep.proc.returncode == -signal.SIGKILL
     assert "resuming: 0 runs finished ok are kept, 2 run again" in sweep.out
     root = remote.copy()

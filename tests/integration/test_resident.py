@@ -1,6 +1,6 @@
-"""A resident group's failure paths with real Ray Train workers (gloo): a hang and an exception
-each fail their own trial with today's reason and exit code while the next run trains on a
-rebuilt group. Elsewhere on sweeps the suite runs anyway (each Tune trial costs ~20 s here):
+"""A resident group's failure paths with real Ray Train workers (gloo): a hang and an exception,
+training at once in two groups, each fail their own trial with today's reason and exit code
+while the next run trains on a rebuilt group. Elsewhere on sweeps the suite runs anyway (each Tune trial costs ~20 s here):
 the runbook smoke sweep's two runs in one group, its groups.json and the memory each run gave
 back (test_smoke_sweep.py); a resident and a fresh run giving the same loss at every window
 (test_observability.py); every later run of a group repeating its group's earlier run loss for
@@ -23,9 +23,9 @@ def manifest(root: Path) -> pd.DataFrame:
 
 
 FAULTS = """
-description: a resident group's failure paths - a hang, an exception, then a clean run
+description: a resident group's failure paths - a hang and an exception at once, then a clean run
 repeats: 1
-max_concurrent_trials: 1
+max_concurrent_trials: 2
 resources: {train_workers: 1, use_gpu: false, cpus_per_worker: 1}
 cases:
   - {inject_sleep_at_step: 3, inject_error_at_step: 0}
@@ -64,11 +64,17 @@ def test_a_hang_and_an_error_fail_their_own_runs_and_the_next_run_gets_a_new_gro
     assert m.loc[hang, "failure_reason"].startswith("stalled: no progress for stall_timeout_s")
     assert (root / "runs" / hang / "stacks-rank0.txt").is_file()
     assert "injected error at step 3 on rank 0" in m.loc[error, "failure_reason"]
-    assert list(m["resident_group"]) == ["g1 run 1", "g2 run 1", "g3 run 1"]
-    groups = json.loads((root / "groups.json").read_text())["groups"]
-    assert [g["group"] for g in groups] == ["g1", "g2", "g3"]
-    assert groups[0]["ended"].startswith("failed")
-    assert "injected error" in groups[1]["ended"]
-    assert groups[2]["ended"] == "closed at the end of the sweep"
-    assert [r["outcome"] for r in groups[2]["runs"]] == ["ok"]
+    # The hang and the error trained at once, each in a group of its own (two of one shape);
+    # the clean run came once the error's group had failed, in a third group of fresh processes,
+    # while the hang still held the first: a hang blocks neither the sweep nor the next run.
+    groups = {g["group"]: g for g in json.loads((root / "groups.json").read_text())["groups"]}
+    assert sorted(groups) == ["g1", "g2", "g3"]
+    served = m["resident_group"].str.removesuffix(" run 1")
+    assert {served[hang], served[error]} == {"g1", "g2"} and served[clean] == "g3"
+    assert groups[served[hang]]["ended"].startswith("failed")
+    assert "injected error" in groups[served[error]]["ended"]
+    for run in (hang, error):  # each failed group lists the run it failed with
+        assert groups[served[run]]["runs"] == [{"run": run, "outcome": "failed"}]
+    assert groups["g3"]["ended"] == "closed at the end of the sweep"
+    assert [r["outcome"] for r in groups["g3"]["runs"]] == ["ok"]
     assert int(m.loc[clean, "last_step"]) == 10
