@@ -14,6 +14,7 @@ must train the same model.
 import json
 import math
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -287,51 +288,60 @@ def test_data_prep_spreads_over_the_nodes_and_bad_cluster_input_is_refused(
     from data_prep import synth
 
     # data_prep joins the cluster: its Ray Data tasks run on the worker nodes, which read the
-    # corpus and write the outputs on the shared storage with the code the driver shipped.
+    # corpus and write the outputs on the shared storage with the code the driver shipped; it
+    # refuses an output root the nodes cannot see, and platform.tune refuses three bad inputs.
+    # The five commands are independent: each joins the cluster as a driver of its own, and
+    # they run at once (one at a time they took ~30 s of start-ups, each on one of 2 cores).
     raw = tmp_path / "raw"
     synth.make_corpus(raw, speakers=2, chapters=1, utts=4, seed=1)
     prepared = tmp_path / "prepared"
-    prep = run_module(
-        "data_prep.librispeech",
-        *("--input-root", raw, "--output-root", prepared, "--trim"),
-        *("--manifest-path", prepared / "m.tsv", "--address", cluster.address),
-        timeout=300,
-        env=cluster.env,
-    )
-    assert prep.returncode == 0, prep.stdout[-3000:] + prep.stderr[-3000:]
-    assert len(pd.read_csv(prepared / "m.tsv", sep="\t")) == 8
-    # ... and refuses an output root the nodes cannot see.
-    hidden = run_module(
-        "data_prep.librispeech",
-        *("--input-root", raw, "--output-root", cluster.private / "prep", "--trim"),
-        *("--manifest-path", cluster.private / "prep" / "m.tsv", "--address", cluster.address),
-        timeout=300,
-        env=cluster.env,
-    )
-    assert hidden.returncode == 2 and "cannot see --output-root" in hidden.stderr, hidden.stderr
+    copy = cluster.private / "corpus"  # a manifest only the driver can read
+    subprocess.run(["cp", "-r", str(corpus.parent), str(copy)], check=True)
 
-    def refused(*sets: str, root: Path) -> str:
-        out = tune(cluster, "smoke", root, *sets, "micro_batch=4", timeout=200)
+    def prep(out: Path):
+        args = ("--input-root", raw, "--output-root", out, "--trim", "--manifest-path")
+        args += (out / "m.tsv", "--address", cluster.address)
+        return run_module("data_prep.librispeech", *args, timeout=300, env=cluster.env)
+
+    def tune_smoke(*sets: str, root: Path):
+        return tune(cluster, "smoke", root, *sets, "micro_batch=4", timeout=200)
+
+    with ThreadPoolExecutor(max_workers=5) as pool:
+        spread = pool.submit(prep, prepared)
+        hidden = pool.submit(prep, cluster.private / "prep")
+        # An output root on the driver's disk only.
+        private_root = pool.submit(
+            tune_smoke, f"manifest_path={corpus}", root=cluster.private / "out"
+        )
+        private_data = pool.submit(
+            tune_smoke, f"manifest_path={copy / corpus.name}", root=tmp_path / "out2"
+        )
+        # More workers than nodes that can each hold one (STRICT_SPREAD).
+        too_many = pool.submit(
+            tune_smoke,
+            f"manifest_path={corpus}",
+            "train_workers=3",
+            "placement_strategy=STRICT_SPREAD",
+            root=tmp_path / "out3",
+        )
+
+    done = spread.result()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(pd.read_csv(prepared / "m.tsv", sep="\t")) == 8
+    refused = hidden.result()
+    assert refused.returncode == 2 and "cannot see --output-root" in refused.stderr, refused.stderr
+
+    def refusal(out: subprocess.CompletedProcess, root: Path) -> str:
         assert out.returncode == 2, out.stdout[-3000:] + out.stderr[-3000:]
         lines = [ln for ln in out.stderr.splitlines() if ln.startswith("platform.tune: error")]
         assert len(lines) == 1, out.stderr
         assert not (root / "run_manifest.tsv").exists()  # nothing half-written
         return lines[0]
 
-    # An output root on the driver's disk only.
-    line = refused(f"manifest_path={corpus}", root=cluster.private / "out")
+    line = refusal(private_root.result(), cluster.private / "out")
     assert "cannot see the output root" in line and "storage every node mounts" in line
     assert not (cluster.private / "out").exists()
-    # A manifest only the driver can read.
-    copy = cluster.private / "corpus"
-    subprocess.run(["cp", "-r", str(corpus.parent), str(copy)], check=True)
-    line = refused(f"manifest_path={copy / corpus.name}", root=tmp_path / "out2")
+    line = refusal(private_data.result(), tmp_path / "out2")
     assert "cannot read the data of" in line and str(copy) in line
-    # More workers than nodes that can each hold one (STRICT_SPREAD).
-    line = refused(
-        f"manifest_path={corpus}",
-        "train_workers=3",
-        "placement_strategy=STRICT_SPREAD",
-        root=tmp_path / "out3",
-    )
+    line = refusal(too_many.result(), tmp_path / "out3")
     assert "places 3 train workers on 3 nodes" in line and "the cluster has 2 such node" in line
