@@ -49,6 +49,18 @@ class Bucket:
     def read(self, rel: str) -> str:
         return Location.of(self.uri).join(rel).read_text()
 
+    def caught_up(self, done, timeout_s: float = 60) -> None:
+        """Wait until a copy of the bucket satisfies ``done`` (the driver mirrors the root every
+        STAGE1_SYNC_INTERVAL_S, 2 s, file by file: a pass takes longer on a loaded machine)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if done(self.copy()):
+                    return
+            except (OSError, ValueError, KeyError):  # a file not uploaded yet
+                pass
+            time.sleep(0.5)
+
 
 class Sweep(LiveCli):
     """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
@@ -111,7 +123,12 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
     #    handler runs, yet every file on disk reads back and the finished run is complete.
     sweep = Sweep(bucket, corpus, "--resume")
     sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
-    time.sleep(3)  # the mirror's interval (STAGE1_SYNC_INTERVAL_S, 2 s): the bucket caught up
+    remote.caught_up(  # the first run's end is in the bucket: its manifest row and windows
+        lambda root: (
+            list(manifest(root)["status"]) == ["ok", "running"]
+            and windows(timing(root), FIRST) == full
+        )
+    )
     sweep.crash()
     assert sweep.proc.returncode == -signal.SIGKILL
     assert "resuming: 0 runs finished ok are kept, 2 run again" in sweep.out
