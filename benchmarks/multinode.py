@@ -26,26 +26,16 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sweeps import prepared_synth_corpus  # noqa: E402
 from tests.integration.cluster import LocalCluster, can_unshare  # noqa: E402
 
 
 def make_corpus(out: Path, utts: int) -> Path:
     """A synthetic corpus prepared with data_prep on a local Ray (once, for every variant)."""
-    manifest = out / "prepared" / "manifest_16k_trim.tsv"
-    if manifest.is_file():
-        return manifest
     t0 = time.time()
-    subprocess.run(
-        [sys.executable, "-m", "data_prep.synth", "--output-root", str(out / "raw"),
-         "--speakers", "16", "--chapters", "2", "--utts", str(utts // 32), "--seed", "0",
-         "--max-s", "6"],
-        cwd=ROOT, check=True,
-    )  # fmt: skip
-    subprocess.run(
-        [sys.executable, "-m", "data_prep.librispeech", "--input-root", str(out / "raw"),
-         "--output-root", str(out / "prepared"), "--trim", "--manifest-path", str(manifest),
-         "--log-every", "1000"],
-        cwd=ROOT, check=True,
+    manifest = prepared_synth_corpus(
+        out, "--speakers", "16", "--chapters", "2", "--utts", str(utts // 32), "--seed", "0",
+        "--max-s", "6",
     )  # fmt: skip
     print(f"corpus: {utts} utterances in {time.time() - t0:.0f} s", flush=True)
     return manifest

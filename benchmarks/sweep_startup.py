@@ -24,34 +24,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.sweeps import prepared_synth_corpus
+from stage1_common.fileio import write_json
+from stage1_common.version import git
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def prepare_corpus(folder: Path) -> Path:
-    """The smoke space's corpus (its ``data:`` section), generated and prepared once."""
-    raw, out = folder / "raw", folder / "prepared"
-    run(
-        [sys.executable, "-m", "data_prep.synth", "--output-root", raw, "--speakers", "2"]
-        + ["--chapters", "2", "--utts", "8", "--seed", "0"],
-        ROOT,
-    )
-    manifest = out / "manifest_16k_trim.tsv"
-    run(
-        [
-            sys.executable,
-            "-m",
-            "data_prep.librispeech",
-            "--input-root",
-            raw,
-            "--output-root",
-            out,
-            "--trim",
-            "--manifest-path",
-            manifest,
-        ],
-        ROOT,
-    )
-    return manifest
 
 
 def run(argv: list, cwd: Path) -> float:
@@ -106,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             capture_output=True,
         )
         try:
-            manifest = prepare_corpus(tmp / "corpus")
+            # The smoke space's corpus (its ``data:`` section), generated and prepared once.
+            manifest = prepared_synth_corpus(
+                tmp / "corpus", "--speakers", "2", "--chapters", "2", "--utts", "8", "--seed", "0"
+            )
             rows = []
             for i in range(args.repeats):
                 for variant, checkout in (("baseline", base), ("current", ROOT)):
@@ -128,24 +108,16 @@ def main(argv: list[str] | None = None) -> int:
             f"  current/baseline {ratios[k]:.3f}"
         )
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "command": "python -m benchmarks.sweep_startup " + " ".join(sys.argv[1:]),
-                    "baseline": args.baseline,
-                    "current": subprocess.run(
-                        ["git", "rev-parse", "--short", "HEAD"],
-                        cwd=ROOT,
-                        capture_output=True,
-                        text=True,
-                    ).stdout.strip(),
-                    "runs": rows,
-                    "medians": medians,
-                    "ratios": ratios,
-                },
-                indent=1,
-            )
-            + "\n"
+        write_json(
+            args.json,
+            {
+                "command": "python -m benchmarks.sweep_startup " + " ".join(sys.argv[1:]),
+                "baseline": args.baseline,
+                "current": git("rev-parse", "--short", "HEAD", checkout=ROOT),
+                "runs": rows,
+                "medians": medians,
+                "ratios": ratios,
+            },
         )
     return 0
 

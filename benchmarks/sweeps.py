@@ -6,7 +6,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["run_variants"]
+__all__ = ["prepared_synth_corpus", "run_variants"]
+
+
+def prepared_synth_corpus(out: Path, *synth_args: str) -> Path:
+    """``python -m data_prep.synth SYNTH_ARGS`` into ``out/raw``, prepared by data_prep on a
+    local Ray into ``out/prepared`` (once: an existing manifest is reused); the manifest."""
+    manifest = out / "prepared" / "manifest_16k_trim.tsv"
+    if manifest.is_file():
+        return manifest
+    root = Path(__file__).resolve().parents[1]
+    synth = [sys.executable, "-m", "data_prep.synth", "--output-root", str(out / "raw")]
+    subprocess.run([*synth, *synth_args], cwd=root, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "data_prep.librispeech", "--input-root", str(out / "raw"),
+         "--output-root", str(out / "prepared"), "--trim", "--manifest-path", str(manifest),
+         "--log-every", "1000"],
+        cwd=root, check=True,
+    )  # fmt: skip
+    return manifest
 
 
 def run_variants(

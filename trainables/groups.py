@@ -101,7 +101,7 @@ class GroupPool:
         # its process start and imports (~3.5 s on 2 cores) are off the first run's start-up.
         # Later hosts (another shape, a rebuild after a failure) start when needed, so that no
         # import competes with a run being timed.
-        self.spare: Any = self._new_host()
+        self.first_host: Any = self._new_host()
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
 
     # --- the trials' side ---
@@ -220,9 +220,9 @@ class GroupPool:
         said what it left in memory), or after ``timeout``."""
         with self.cond:
             self.closed = True
-            if self.spare is not None:  # no run needed it
-                ray.kill(self.spare)
-                self.spare = None
+            if self.first_host is not None:  # no run needed it
+                ray.kill(self.first_host)
+                self.first_host = None
             for group in self.groups.values():
                 if group.state in ("starting", "ready"):
                     group.state, group.ended = "closing", "closed at the end of the sweep"
@@ -255,7 +255,7 @@ class GroupPool:
 
     def _start_group(self, job: _Job) -> _Group:
         gid = f"g{len(self.groups) + 1}"
-        host, self.spare = self.spare or self._new_host(), None
+        host, self.first_host = self.first_host or self._new_host(), None
         group = _Group(id=gid, shape=job.shape, host=host, started=time.time())
         self.groups[gid] = group
         ref = host.run.remote(job.run, self.name, gid, self.storage_path)

@@ -210,8 +210,8 @@ class LocalCluster:
     def alive_nodes(self) -> int:
         """The nodes the GCS holds alive (``ray.nodes()``, what the CLIs count)."""
         probe = (
-            "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-            "print(sum(1 for n in ray.nodes() if n['Alive']))"
+            "import ray, sys; from stage1_common.cluster import alive_nodes; "
+            "ray.init(address=sys.argv[1], logging_level='ERROR'); print(len(alive_nodes()))"
         )
         out = subprocess.run(
             [sys.executable, "-c", probe, self.address],
