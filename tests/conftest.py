@@ -1,8 +1,21 @@
-"""Shared fixtures: a small corpus prepared by data_prep's own per-file code, without Ray."""
+"""Shared fixtures: a small corpus prepared by data_prep's own per-file code, without Ray. The
+machine cache folder (compiled code, FLOPs counts) of every test and every command a test
+starts is one folder of this session, not the user's: tests neither read nor leave one there."""
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from stage1_common.machine_cache import CACHE_ENV
+
+os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="stage1-test-cache-")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ[CACHE_ENV], ignore_errors=True)
 
 
 def prepare_serial(raw: Path, out: Path, *, trim: bool = True) -> Path:

@@ -15,6 +15,8 @@ Issue 25 moved DDP's model and optimizer out of ``state.pt`` into ``dcp-*/`` (DC
 done files' and ``meta.json``'s times and folder name, ``checkpoints.parquet``'s
 ``checkpoint_block_s`` and ``checkpoint_wait_s``, and the manifest's overhead shares and
 ``checkpoint_mode``. Issue 27 added ``summary.json``'s ``written_by`` (the version that wrote it).
+Issue 40 moved the FLOPs cache (``cache/flops-*.json``) out of the output root into the machine's
+cache folder, and added the config key ``compile_cache_dir``.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ def test_a_run_past_run_timeout_s_is_stopped_and_recorded_as_a_timeout(tmp_path)
         ).fit()
     finally:
         ray.shutdown()
+    recorder.drain()  # its writer thread: every row handed over is on disk
     slow, quick = recorder.status["slow"], recorder.status["quick"]
     assert slow["status"] == "timeout" and exit_code("timeout") == 124
     reached = int(slow["failure_reason"].rsplit(" ", 1)[1])

@@ -231,6 +231,14 @@ class TrialConfig:
         "for debugging).",
         default="inductor",
     )
+    compile_cache_dir: str = _doc(
+        "Where compiled code (inductor's FX-graph and AOTAutograd caches, Triton kernels) and "
+        "FLOPs counts are kept, per machine: every sweep, race and platform.train on it reuses "
+        "them (the manifest's compile_cache says hit or miss). Empty: $STAGE1_CACHE_DIR, else "
+        "the user's cache folder ($XDG_CACHE_HOME/stage1 or ~/.cache/stage1) on each node. An "
+        "absolute path (~ allowed).",
+        default="",
+    )
     proj_dim: int = _doc("Size of the shared embedding space.", default=256)
     speech_attention: vocab.Attention = _doc(
         "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "

@@ -90,7 +90,14 @@ LOCAL_PATH_KEYS = (
 
 def _check_local_paths(cfg) -> None:
     """The corpus and weights are read with local file calls (random reads of
-    thousands of audio files per epoch): an object-storage URI gets the fix, copy or mount."""
+    thousands of audio files per epoch): an object-storage URI gets the fix, copy or mount. The
+    compile cache is a folder of each node, the same path on all of them: an absolute one."""
+    cache = cfg.compile_cache_dir
+    if cache and not (cache.startswith("/") or cache.startswith("~")):
+        raise ConfigError(
+            f"compile_cache_dir: {cache} is a relative path, and each worker resolves it on its "
+            "own node from a folder of Ray's; give an absolute path (~ allowed)"
+        )
     for key in LOCAL_PATH_KEYS:
         value = str(getattr(cfg, key) or "")
         scheme, sep, rest = value.partition("://")

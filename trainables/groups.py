@@ -1,7 +1,9 @@
 """Resident worker groups: a sweep's runs trained in Ray Train workers kept alive across runs.
 
 ``GroupPool`` (one Ray actor per sweep, on the driver's node) keeps one group per resource
-shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout), at most
+shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout; the CPUs are the
+most any planned run of the sweep with the same workers, GPUs and placement needs, the run's
+``group_cpus``, so runs that differ in loader workers or prefetch share a group), at most
 ``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function serves runs
 (trainables/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A Tune trial
 submits its run and relays the windows (trainables/trial.py: ``relay``).
@@ -88,7 +90,17 @@ class GroupHost:
 class GroupPool:
     """The sweep's resident groups and the runs they train (a threaded Ray actor)."""
 
-    def __init__(self, name: str, max_groups: int, storage_path: str, node_id: str):
+    def __init__(
+        self,
+        name: str,
+        max_groups: int,
+        storage_path: str,
+        node_id: str,
+        first: dict[str, Any] | None = None,
+    ):
+        """``first``: the sweep's first run ({"config", "group_cpus"}): its group starts now,
+        before Tune starts the run's trial, so its workers' start and imports overlap the
+        driver's last steps and the trial's start."""
         self.name, self.max_groups = name, max(1, int(max_groups))
         self.storage_path, self.node_id = storage_path, node_id
         self.jobs: dict[str, _Job] = {}
@@ -97,23 +109,23 @@ class GroupPool:
         self.cond = threading.Condition()
         self.ids = itertools.count(1)
         self.closed = False
-        # The first group's host starts now, with the sweep, while Tune starts its first trial:
-        # its process start and imports (~3.5 s on 2 cores) are off the first run's start-up.
-        # Later hosts (another shape, a rebuild after a failure) start when needed, so that no
-        # import competes with a run being timed.
-        self.first_host: Any = self._new_host()
+        # Hosts with nothing to run. The first group's starts now, with the sweep, while Tune
+        # starts its first trial: its process start and imports (~3.5 s on 2 cores) are off the
+        # first run's start-up. A group that closed cleanly leaves its host here for the next
+        # group (another shape: a sweep over train_workers); a failed group's host is killed.
+        # No other host starts ahead, so that no import competes with a run being timed.
+        self.idle_hosts: list[Any] = [self._new_host()]
+        if first is not None:
+            self._start_group(_shape_of(first), first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
 
     # --- the trials' side ---
     def submit(self, run: dict[str, Any]) -> str:
-        from trainables.config import TrialConfig
-        from trainables.trial import group_shape
-
         with self.cond:
             job = _Job(
                 id=f"{run['name']}#{next(self.ids)}",
                 run=run,
-                shape=group_shape(TrialConfig.from_dict(run["config"])),
+                shape=_shape_of(run),
                 submitted=time.time(),
                 last_poll=time.monotonic(),
             )
@@ -220,9 +232,9 @@ class GroupPool:
         said what it left in memory), or after ``timeout``."""
         with self.cond:
             self.closed = True
-            if self.first_host is not None:  # no run needed it
-                ray.kill(self.first_host)
-                self.first_host = None
+            for host in self.idle_hosts:
+                ray.kill(host)
+            self.idle_hosts = []
             for group in self.groups.values():
                 if group.state in ("starting", "ready"):
                     group.state, group.ended = "closing", "closed at the end of the sweep"
@@ -247,18 +259,20 @@ class GroupPool:
                     continue
                 idle.state, idle.ended = "closing", "closed to make room for another shape"
             if group is None:
-                group = self._start_group(job)
+                group = self._start_group(job.shape, job.run)
             self.pending.remove(job_id)
             group.job, job.group, job.state = job.id, group.id, "running"
             job.label = f"{group.id} run {len(group.runs) + 1}"
         self.cond.notify_all()
 
-    def _start_group(self, job: _Job) -> _Group:
+    def _start_group(self, shape: tuple, run: dict[str, Any]) -> _Group:
+        """A new group of ``shape``, its TorchTrainer built from ``run``'s config."""
         gid = f"g{len(self.groups) + 1}"
-        host, self.first_host = self.first_host or self._new_host(), None
-        group = _Group(id=gid, shape=job.shape, host=host, started=time.time())
+        host = self.idle_hosts.pop() if self.idle_hosts else self._new_host()
+        group = _Group(id=gid, shape=shape, host=host, started=time.time())
         self.groups[gid] = group
-        ref = host.run.remote(job.run, self.name, gid, self.storage_path)
+        first = {"config": run["config"], "group_cpus": run.get("group_cpus")}
+        ref = host.run.remote(first, self.name, gid, self.storage_path)
         threading.Thread(target=self._watch, args=(group, ref), daemon=True).start()
         return group
 
@@ -288,7 +302,10 @@ class GroupPool:
                     job.events.append(("error", error or f"the group ended ({was})"))
                     group.runs.append({"run": job.run["name"], "outcome": "failed"})
                 group.job = None
-            ray.kill(group.host)
+            if error or self.closed or group.ended.startswith("killed"):
+                ray.kill(group.host)
+            else:  # closed cleanly: its process, imports done, serves the next group
+                self.idle_hosts.append(group.host)
             self._dispatch()
             self.cond.notify_all()
 
@@ -332,6 +349,14 @@ SHAPE_KEYS = (
     "nodes",
     "pg_timeout_s",
 )
+
+
+def _shape_of(run: dict[str, Any]) -> tuple:
+    """The shape of the group ``run`` trains in (its config and the sweep's ``group_cpus``)."""
+    from trainables.config import TrialConfig
+    from trainables.trial import group_shape
+
+    return group_shape(TrialConfig.from_dict(run["config"]), run.get("group_cpus"))
 
 
 def _error_text(exc: BaseException) -> str:

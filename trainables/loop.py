@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from stage1_common.machine_cache import machine_cache
 from stage1_common.output_root import OutputRoot
 from trainables.checkpoint import best_checkpoint, read_meta
 from trainables.checkpoint_state import CheckpointWriter, registered_fields
@@ -54,7 +55,6 @@ class WorkerContext:
     node: str = ""
     node_id: str = ""
     entry_ts: float = 0.0  # when this worker entered the loop function (0: at run_training)
-    cache_dir: Path | None = None  # shared by the runs of an output root (FLOPs per model shape)
     # When this worker's process started (0: it served earlier runs, a resident group's).
     process_ts: float = field(default_factory=process_start)
     resident: bool = False  # a resident group's worker (trainables/serve.py)
@@ -82,9 +82,10 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     clock.lap("imports")
     if worker.imports_s:  # done by the resident group while the run waited for its workers
         clock.add("imports", worker.imports_s, out_of="ray_workers")
+    cache = machine_cache(cfg.compile_cache_dir)  # compiled code, FLOPs per model shape
     if cfg.torch_compile:
-        use_compile_cache(worker.cache_dir)
-    engine = build_engine(cfg, worker.device, clock=clock, flops_cache=worker.cache_dir)
+        use_compile_cache(cache)
+    engine = build_engine(cfg, worker.device, clock=clock, flops_cache=cache / "flops")
     val_data = build_val_dataset(cfg)
     if resume_from is not None:
         resume(engine, state, resume_from, rank=worker.rank, device=worker.device)

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stage1_common.output_root import OutputRoot
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.run_files import RunFiles
@@ -131,7 +130,6 @@ def ray_worker_context(
         node=record["node_ip"],
         node_id=record["node_id"],
         entry_ts=entry_ts,
-        cache_dir=OutputRoot.of(files.cache_root).cache,
         files=files,
         process_ts=0.0 if resident else process_start(),
         resident=resident,

@@ -91,11 +91,6 @@ class RunFiles:
         """Whether the run's root is on object storage (each node holds its own folder)."""
         return self.remote is not None
 
-    @property
-    def cache_root(self) -> Path:
-        """The root whose ``cache/`` the run's compile and FLOP caches use (on this node)."""
-        return self.folder.parent.parent
-
     def publish(self, path: Path) -> None:
         """Upload one file of the folder now (nothing for a root every node mounts)."""
         if self.remote is None or not Path(path).is_file():

@@ -61,12 +61,14 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     gc.collect()
     gc.freeze()
     imports_s = time.monotonic() - t0
+    threads = _ThreadsPerRun(torch.get_num_threads(), loop_config.get("group_cpus"))
     while True:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
         if job is None:
             continue
         if job.get("shutdown"):
             return
+        threads.set_for(TrialConfig.from_dict(job["config"]))
         before = memory_now()
         outcome = _serve_one(pool, dict(job, torch_seed=torch_seed, imports_s=imports_s), rank)
         imports_s = 0.0
@@ -124,6 +126,21 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
         if worker.files is not None:  # a root on object storage
             worker.files.publish_at_end(worker.local_rank)
     return "ok"
+
+
+class _ThreadsPerRun:
+    """A resident group reserves the CPUs of the sweep's most demanding run
+    (trainables/trial.py: group_cpus), and Ray gives its workers that many intra-op threads
+    (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it would
+    have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
+
+    def __init__(self, started_with: int, group_cpus: int | None):
+        self.ray_set = bool(group_cpus) and started_with == int(group_cpus or 0)
+        self.started_with = started_with
+
+    def set_for(self, cfg: TrialConfig) -> None:
+        if self.ray_set:
+            torch.set_num_threads(min(self.started_with, cfg.cpus_per_train_worker))
 
 
 def release(config: dict[str, Any]) -> dict[str, float]:

@@ -12,6 +12,7 @@ import data_prep
 import stage1_common
 import trainables
 from stage1_common.cluster import init_address, joining, runtime_env
+from stage1_common.machine_cache import CACHE_ENV
 
 # What a joined cluster's workers import: shipped with the job (runtime_env py_modules).
 WORKER_PACKAGES = (trainables, data_prep, stage1_common)
@@ -68,6 +69,7 @@ def start_cluster(
         runtime_env=runtime_env(env_vars, ship_code=joined, modules=WORKER_PACKAGES),
         **kwargs,
     )
+    _start_train_coordinator()
     dashboard = getattr(context, "dashboard_url", None) or None
     if dashboard and not dashboard.startswith("http"):
         dashboard = f"http://{dashboard}"
@@ -81,9 +83,27 @@ def start_cluster(
     )
 
 
+def _start_train_coordinator() -> None:
+    """Start Ray's AutoscalingCoordinator actor now, without waiting for it. Ray Train V2's
+    controller registers every worker group's resources with it at the group's start and waits
+    up to 5 s for the answer (ray.train.v2 scaling_policy: after_controller_start); the first
+    group of a sweep otherwise creates it, and on a 2x H100 host that wait timed out, 5 s of the
+    first run's start-up and a traceback on the console. Private API: without it, Train makes
+    it as before."""
+    try:
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+    except ImportError:
+        return
+    get_or_create_autoscaling_coordinator()
+
+
 # Communication settings a user exported for the driver must reach every worker, also on a
 # cluster joined with --address (whose processes did not inherit this shell's environment).
-FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_")
+# The driver's NCCL/NVSHMEM/gloo settings, and its machine cache folder (compiled code, FLOPs;
+# stage1_common/machine_cache.py), reach every process of the job, on every node.
+FORWARDED_ENV_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_", "GLOO_", CACHE_ENV)
 
 
 def train_env_vars(environ: dict[str, str] | None = None, *, local: bool = False) -> dict[str, str]:

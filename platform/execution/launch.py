@@ -89,9 +89,9 @@ def launch(request: LaunchRequest) -> int:
         try:
             multi_node = cluster.joined or len(alive_nodes()) > 1
             runs = _fit_to_cluster(request, multi_node)
-            runs = _prepare_runs(request, runs, multi_node)
+            runs, pool = _prepare_runs(request, runs, multi_node)
             _announce(cluster)
-            code = _run_to_the_end(request, runs, started)
+            code = _run_to_the_end(request, runs, started, pool)
         finally:
             ray.shutdown()
     except _Refused as refused:
@@ -181,10 +181,13 @@ def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
 
 
 # --- step 2: prepare the inputs ---
-def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool) -> list[RunSpec]:
-    """The corpus (when the space makes one), ``before_trials``, every node reading the runs'
-    manifests, the tokenizers, and ``runs/<run>/config.json`` of each planned run."""
+def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool):
+    """The corpus (when the space makes one), ``before_trials``, the resident groups (their
+    first group starts now, while the driver goes on), every node reading the runs' manifests,
+    the tokenizers, and ``runs/<run>/config.json`` of each planned run. Returns the runs and
+    the resident pool (None when every run is fresh)."""
     from platform.execution.nodes import check_nodes
+    from platform.execution.tuner import start_pool
 
     space, root = request.space, request.output_root
     if needs_corpus(space, runs):
@@ -200,6 +203,8 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
             runs = request.before_trials(runs)
         except (UsageError, ValueError) as exc:
             _refuse(request, exc, prog="platform", clean=False)
+    # After the corpus (its Ray Data tasks need the CPUs a group reserves), before the rest.
+    pool = start_pool(root, space, [r for r in runs if r.name not in request.done])
     if multi_node:
         try:
             check_nodes(manifests=run_manifests(runs))
@@ -210,7 +215,7 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
         if space.search.name == "optuna" and run.name not in request.done:
             continue  # written when optuna picks its group
         write_run_record(root, run, space.ref)
-    return runs
+    return runs, pool
 
 
 def _announce(cluster) -> None:
@@ -230,19 +235,21 @@ def _announce(cluster) -> None:
 
 
 # --- steps 3 and 4: build the Tuner, run it to the end ---
-def _run_to_the_end(request: LaunchRequest, runs: list[RunSpec], started: float) -> int:
+def _run_to_the_end(request: LaunchRequest, runs: list[RunSpec], started: float, pool) -> int:
     """Clear what the runs to redo left behind, build the Tuner, fit it, report; the exit
     code. A root on object storage is mirrored to its bucket all the while."""
     from platform.storage.mirror import RootMirror
 
     with RootMirror(request.output_root) as mirror:
-        code = _fit_and_report(request, runs, started, mirror)
+        code = _fit_and_report(request, runs, started, mirror, pool)
     if mirror.error:
         print(f"warning: the bucket missed an upload ({mirror.error})", flush=True)
     return code
 
 
-def _fit_and_report(request: LaunchRequest, runs: list[RunSpec], started: float, mirror) -> int:
+def _fit_and_report(
+    request: LaunchRequest, runs: list[RunSpec], started: float, mirror, pool
+) -> int:
     from platform.execution.tuner import build_sweep
 
     if request.resume:
@@ -255,6 +262,7 @@ def _fit_and_report(request: LaunchRequest, runs: list[RunSpec], started: float,
         request.done,
         resume=request.resume,
         loggers=list(request.loggers),
+        pool=pool,
     )
     stop = StopSignals()
     manifest, interrupted = sweep.run(stop)

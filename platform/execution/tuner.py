@@ -25,9 +25,25 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
-from trainables.trial import run_trial
+from trainables.trial import group_cpus, group_key, run_trial
 
-__all__ = ["Sweep", "build_sweep"]
+__all__ = ["ResidentPool", "Sweep", "build_sweep", "start_pool"]
+
+
+@dataclass(frozen=True)
+class ResidentPool:
+    """The sweep's GroupPool actor (trainables/groups.py) and the CPUs per worker its groups
+    reserve, per group key: the most any planned run of the key needs (trainables/trial.py:
+    group_cpus), so that loader workers and prefetch never force a new group."""
+
+    name: str
+    actor: Any
+    cpus: dict[tuple, int]
+
+    def param(self, run: RunSpec) -> dict[str, Any]:
+        """What a resident run's trial carries besides the run: the pool and its group's CPUs."""
+        cpus = self.cpus.get(group_key(run.config), run.config.cpus_per_train_worker)
+        return {"pool": self.name, "group_cpus": cpus}
 
 
 @dataclass
@@ -42,11 +58,14 @@ class Sweep:
     planned: list[RunSpec]
     facts: dict[str, Any]
     tuner: tune.Tuner | None = None
-    pool: Any = None  # the resident groups' GroupPool actor (None: every run is fresh)
-    pool_name: str = ""
+    pool: ResidentPool | None = None  # the resident groups (None: every run is fresh)
 
-    def write_manifest(self) -> list[dict[str, Any]]:
-        return write_manifest(self.root, self.planned, self.recorder.status, self.facts)
+    def write_manifest(
+        self, status: dict[str, dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """The run manifest from ``status`` (the recorder's snapshot; default: its status now)."""
+        status = self.recorder.status if status is None else status
+        return write_manifest(self.root, list(self.planned), status, self.facts)
 
     def run(self, stop) -> tuple[list[dict[str, Any]], list[str]]:
         """Fit inside ``stop`` (StopSignals); returns the final manifest rows and the runs a
@@ -59,6 +78,7 @@ class Sweep:
             # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
             # written and the manifest says where every run stands.
             self.recorder.on_experiment_end(trials=[])
+            self.recorder.drain()  # every row and record handed to its writer is on disk
             interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
             self.recorder.mark_skipped()
             manifest = self.write_manifest()
@@ -76,8 +96,8 @@ class Sweep:
         import ray
 
         try:
-            ray.get(self.pool.shutdown.remote(wait_s), timeout=wait_s + 30)
-            history = ray.get(self.pool.history.remote(), timeout=30)
+            ray.get(self.pool.actor.shutdown.remote(wait_s), timeout=wait_s + 30)
+            history = ray.get(self.pool.actor.history.remote(), timeout=30)
         except ray.exceptions.RayError as exc:  # the pool is gone: nothing more to say
             print(f"resident groups: no record ({type(exc).__name__})", flush=True)
             return
@@ -92,9 +112,11 @@ def build_sweep(
     *,
     resume: bool,
     loggers: list[str],
+    pool: ResidentPool | None = None,
 ) -> Sweep:
     """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
-    ``done`` (the runs an earlier attempt finished ok); writes the first manifest."""
+    ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
+    the resident groups, when the launch started them already (``start_pool``)."""
     facts = git_facts()
     recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
     recorder.status.update({k: dict(v) for k, v in done.items()})
@@ -108,8 +130,7 @@ def build_sweep(
         facts=facts,
     )
     recorder.on_change = sweep.write_manifest
-    if any(r.config.executor == "resident" for r in sweep.todo):
-        sweep.pool_name, sweep.pool = _start_pool(root, space)
+    sweep.pool = pool or start_pool(root, space, sweep.todo)
     tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
     sweep.write_manifest()
     sweep.tuner = tune.Tuner(
@@ -147,10 +168,10 @@ def _search_and_stop(
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs
 
-    pool = sweep.pool_name
+    pool = sweep.pool
 
     def param(run: RunSpec) -> dict[str, Any]:
-        return _trial_param(run, root) | ({"pool": pool} if pool else {})
+        return _trial_param(run, root) | (pool.param(run) if pool is not None else {})
 
     race = None
     if space.scheduler.name == "race":
@@ -183,9 +204,11 @@ def _search_and_stop(
     return tune_config, SweepStopper(runs, trial_runs, race)
 
 
-def _start_pool(root: OutputRoot, space: SearchSpace) -> tuple[str, Any]:
+def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> ResidentPool | None:
     """The sweep's GroupPool actor (trainables/groups.py), on the driver's node: at most
-    max_concurrent_trials resident groups, their Ray Train state under tune/groups/."""
+    max_concurrent_trials resident groups, their Ray Train state under tune/groups/. The group
+    of the first resident run to run starts at once (its workers start while Tune starts the
+    run's trial). None when no run of ``todo`` is resident."""
     import uuid
 
     import ray
@@ -193,9 +216,14 @@ def _start_pool(root: OutputRoot, space: SearchSpace) -> tuple[str, Any]:
 
     from trainables.groups import GroupPool
 
+    resident = [r for r in todo if r.config.executor == "resident"]
+    if not resident:
+        return None
+    cpus = group_cpus(r.config for r in resident)
+    first = resident[0]
     node = ray.get_runtime_context().get_node_id()
     name = f"stage1-groups-{uuid.uuid4().hex[:8]}"
-    return name, (
+    actor = (
         ray.remote(GroupPool)
         .options(
             name=name,
@@ -203,8 +231,15 @@ def _start_pool(root: OutputRoot, space: SearchSpace) -> tuple[str, Any]:
             max_concurrency=1000,  # every trial's poll and every rank's ask wait in a thread
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
-        .remote(name, space.max_concurrent_trials, _group_storage(root), node)
+        .remote(
+            name,
+            space.max_concurrent_trials,
+            _group_storage(root),
+            node,
+            {"config": first.config.to_dict(), "group_cpus": cpus[group_key(first.config)]},
+        )
     )
+    return ResidentPool(name=name, actor=actor, cpus=cpus)
 
 
 def _group_storage(root: OutputRoot) -> str:

@@ -3,11 +3,15 @@ that rank 0 reports, writes the rows to Parquet part files, keeps each run's sta
 manifest and writes its ``env.json``.
 
 It is the record of truth: Ray Train V2 keeps no metrics for reports without a checkpoint. What
-it prints is platform/record/progress.py's; why a run failed, platform/record/failures.py's.
+it prints is platform/record/progress.py's; why a run failed, platform/record/failures.py's. It
+never holds Tune's loop: its callbacks buffer and print, and the files are written by one
+thread of its own (platform/record/writer.py), drained at the sweep's end.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import sys
 import time
@@ -20,6 +24,7 @@ from ray.tune import Callback
 from platform.record.failures import diagnose, error_text, exit_code, save_fail_tail
 from platform.record.loggers import make_loggers, scalars_of
 from platform.record.progress import Progress
+from platform.record.writer import BackgroundWriter
 from platform.spaces.expand import RunSpec
 from platform.storage import results
 from platform.storage.mirror import pull_run
@@ -50,7 +55,7 @@ class SweepRecorder(Callback):
         runs: list[RunSpec],
         *,
         flush_every_s: float = 30.0,
-        on_change: Callable[[], None] | None = None,
+        on_change: Callable[[dict[str, dict[str, Any]]], None] | None = None,
         echo: Callable[[str], None] | None = None,
         facts: dict[str, Any] | None = None,
         loggers: list[str] = (),
@@ -63,14 +68,17 @@ class SweepRecorder(Callback):
         self.progress = Progress(list(runs), self.echo)
         self.facts = facts or {}  # the driver's git facts, also written into env.json
         self.pending: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        self.parts: dict[tuple[str, str], int] = {}
+        self.parts: dict[tuple[str, str], int] = {}  # the writer thread's alone
+        self.writer = BackgroundWriter(self.echo)
         self.last_flush: dict[str, float] = {}
         self.status: dict[str, dict[str, Any]] = {}
         self.latest: dict[str, dict[str, Any]] = {}  # run -> its last timing window
         self.trial_runs: dict[str, str] = {}  # Tune trial id -> run (for the RunTimeout stopper)
-        # Training: attempts of a run (worker-group restarts, --resume), by their start time.
+        # Training: attempts of a run (worker-group restarts, --resume), by their start time;
+        # a resumed run continues after the attempts already on disk (read once, here).
         self.attempt: dict[str, int] = {}
         self.attempt_ts: dict[str, float] = {}
+        self.attempts_before = _attempts_on_disk(self.root)
         # --logger: TensorBoard / W&B / MLflow series per run.
         self.logs = make_loggers(list(loggers), self.root, self.echo)
         self.logged_config: dict[str, dict[str, Any]] = {}
@@ -91,8 +99,7 @@ class SweepRecorder(Callback):
         }
         self.last_flush[run] = time.monotonic()
         self.progress.started(run)
-        if self.on_change:  # the manifest on disk says which run was going, should the driver die
-            self.on_change()
+        self._changed()  # the manifest on disk says which run was going, should the driver die
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run = self._run(trial)
@@ -106,7 +113,9 @@ class SweepRecorder(Callback):
         self._note_effective(run, result, status)
         self._add_window(run, row, result, keys, status)
         if result.get("env_facts"):
-            self._write_env(run, result["env_facts"])
+            record = {"run": run, **result["env_facts"], **self.facts}
+            record["config"] = spec.config.to_dict()
+            self.writer.submit(lambda: results.write_json(self.root.run_env(run), record))
         self.progress.window(run, row)
         self._training_rows(run, result, keys, status)
         self._log_series(run, result)
@@ -154,6 +163,10 @@ class SweepRecorder(Callback):
     def on_experiment_end(self, trials, **info):
         for run in list(self.last_flush):
             self.flush(run)
+
+    def drain(self) -> None:
+        """Wait until every write handed to the writer thread is on disk."""
+        self.writer.drain()
 
     def close(self) -> None:
         """Close the loggers' runs (those still open were interrupted)."""
@@ -233,10 +246,7 @@ class SweepRecorder(Callback):
         --resume) starts a new one and says so."""
         start_ts = result.get("attempt_start_ts") or 0.0
         if run not in self.attempt:
-            # A resumed run continues after the attempts already on disk.
-            timing = results.read_dataset(self.root.timing, results.TIMING_SCHEMA)
-            previous = timing.loc[timing["run"] == run, "attempt"]
-            self.attempt[run] = int(previous.max()) + 1 if len(previous) else 0
+            self.attempt[run] = self.attempts_before.get(run, -1) + 1
             self.attempt_ts[run] = start_ts
         elif start_ts != self.attempt_ts[run]:
             self.attempt[run] += 1
@@ -281,22 +291,30 @@ class SweepRecorder(Callback):
             self.pending.setdefault((run, kind), []).extend(rows)
 
     def flush(self, run: str) -> None:
-        """Write ``run``'s buffered rows, one new part file per dataset that has any."""
+        """Hand ``run``'s buffered rows to the writer thread: one new part file per dataset
+        that has any."""
         self.last_flush[run] = time.monotonic()
         self.logs.flush(run)
         for kind, (folder, schema) in results.DATASETS.items():
             rows = self.pending.pop((run, kind), [])
-            if not rows:
-                continue
-            part = self.parts.get((run, kind))
-            if part is None:  # continue after the parts an earlier attempt left (training)
-                part = results.next_part(self.root / folder, run)
-            results.write_part(self.root / folder, f"{run}-{part:05d}", rows, schema)
-            self.parts[(run, kind)] = part + 1
+            if rows:
+                self.writer.submit(
+                    functools.partial(self._write_part, run, kind, folder, schema, rows)
+                )
 
-    def _write_env(self, run: str, facts: dict[str, Any]) -> None:
-        record = {"run": run, **facts, **self.facts, "config": self.runs[run].config.to_dict()}
-        results.write_json(self.root.run_env(run), record)
+    def _write_part(self, run: str, kind: str, folder: str, schema, rows: list[dict]) -> None:
+        """The writer thread: the run's next part file of one dataset."""
+        part = self.parts.get((run, kind))
+        if part is None:  # continue after the parts an earlier attempt left (training)
+            part = results.next_part(self.root / folder, run)
+        results.write_part(self.root / folder, f"{run}-{part:05d}", rows, schema)
+        self.parts[(run, kind)] = part + 1
+
+    def _changed(self) -> None:
+        """The manifest is written again, by the writer thread, from the status as it is now."""
+        if self.on_change is not None:
+            status, write = copy.deepcopy(self.status), self.on_change
+            self.writer.submit(lambda: write(status), key="manifest")
 
     def _finish(self, trial, status: str, reason: str, code: int | None = None) -> None:
         run = self._run(trial)
@@ -314,8 +332,7 @@ class SweepRecorder(Callback):
         }
         self.logs.finish(run, status)
         self.progress.finished(run, status, self.status[run]["duration_sec"], reason)
-        if self.on_change:
-            self.on_change()
+        self._changed()
 
     def _run(self, trial) -> str:
         return trial.config["run"]["name"]
@@ -337,3 +354,11 @@ def _overheads(status: dict[str, Any], result: dict[str, Any]) -> None:
     if sums["train_s"] > 0:
         status["ckpt_overhead_share"] = sums["block_s"] / sums["train_s"]
         status["val_overhead_share"] = sums["val_s"] / sums["train_s"]
+
+
+def _attempts_on_disk(root: OutputRoot) -> dict[str, int]:
+    """Each run's last attempt in the root's timing windows (an earlier driver's, for --resume)."""
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    if timing.empty:
+        return {}
+    return {str(run): int(a) for run, a in timing.groupby("run")["attempt"].max().items()}

@@ -27,17 +27,25 @@ __all__ = [
 ]
 
 
+# A user's own cache variables, as the process started (before inductor sets its default).
+_USER_CACHE_VARS = {
+    v: os.environ.get(v, "") for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+}
+
+
 def use_compile_cache(cache_dir: Path | None) -> None:
-    """Inductor's FX-graph and AOTAutograd caches and Triton's kernels under the output root's
-    ``cache/`` (``inductor/``, ``triton/``), shared by every run, resident group, resumed sweep
-    and final training of that root: a shape compiled once is not compiled cold again. A
+    """Inductor's FX-graph and AOTAutograd caches and Triton's kernels under the machine's
+    cache folder (stage1_common/machine_cache.py: ``inductor/``, ``triton/``), shared by every
+    run, resident group, sweep and final training on the machine: a shape compiled once is not
+    compiled cold again. Set for each run (a resident worker serves runs of other folders); a
     user's own TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR wins. The counters of
     ``cache_counts`` start from zero."""
     from torch._dynamo.utils import counters
 
     if cache_dir is not None:
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cache_dir) / "inductor"))
-        os.environ.setdefault("TRITON_CACHE_DIR", str(Path(cache_dir) / "triton"))
+        for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+            if not _USER_CACHE_VARS[var]:
+                os.environ[var] = str(Path(cache_dir) / sub)
     for group in ("inductor", "aot_autograd"):
         counters[group].clear()
 

@@ -1,5 +1,6 @@
 """Model FLOPs utilisation: FLOPs of one training step per sample, the peak table, and the
-FLOPs cache (each model shape counted once per output root, not in every run).
+FLOPs cache (each model shape counted once per machine, not in every run: the machine's cache
+folder, stage1_common/machine_cache.py).
 
 FLOPs are counted once, at start-up, with ``torch.utils.flop_counter.FlopCounterMode`` over a
 forward and backward pass of the bare model (matmuls, convolutions and attention, the usual MFU
