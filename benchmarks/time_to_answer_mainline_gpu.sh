@@ -9,7 +9,7 @@
 # 2. 4090_mainline at max_steps=200, repeats=1 through benchmarks/time_to_answer (resident):
 #    groups started, per-run start-up and time to first window, busy share, compile seconds.
 # Results under $OUT: first_runs.tsv, time_to_answer.{json,md,log}, the sweep's manifest and
-# groups.json. TTA_SKIP_FIRST=1 leaves step 1 out.
+# groups.json. TTA_SKIP_FIRST=1 leaves step 1 out; TTA_FIRST_ORDER (default "base new") its order.
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -34,7 +34,7 @@ PY
 }
 if [ "${TTA_SKIP_FIRST:-0}" != 1 ]; then
   printf 'label\tstatus\tstartup_s\tlaunch_to_first_window_s\tstartup_breakdown\n' > "$OUT/first_runs.tsv"
-  for label in base new base new; do
+  for label in ${TTA_FIRST_ORDER:-base new}; do
     if [ "$label" = base ]; then [ -n "${BASE_DIR:-}" ] || continue; first_run base "$BASE_DIR"
     else first_run new "$here"; fi
   done
