@@ -11,9 +11,9 @@ import pytest
 
 from platform.errors import UsageError
 from platform.execution.resources import resolve_executors
-from platform.spaces.expand import RunSpec
+from platform.spaces.expand import RunSpec, expand_runs
 from trainables.config import ConfigError, TrialConfig
-from trainables.trial import group_shape
+from trainables.trial import group_cpus, group_key, group_shape
 
 
 def spec(name: str = "r", **values) -> RunSpec:
@@ -77,6 +77,43 @@ def test_runs_share_a_group_only_when_their_workers_would_be_the_same():
         dict(stall_timeout_s=30.0),  # the process group's timeout follows it
     ):
         assert group_shape(TrialConfig(**{"use_gpu": False, **other})) != group_shape(base), other
+
+
+def test_loader_keys_share_a_group_sized_for_the_sweeps_most_demanding_run():
+    loaders = [
+        TrialConfig(use_gpu=False, num_workers=n, prefetch_factor=p, micro_batch=mb)
+        for n, p, mb in ((6, 4, 160), (8, 2, 192), (0, 2, 160))
+    ]
+    wider = TrialConfig(use_gpu=False, train_workers=4, num_workers=1)
+    cpus = group_cpus([*loaders, wider])
+    # One key for the three loader settings, sized for 8 loader workers + the trainer.
+    assert cpus == {group_key(loaders[0]): 9, group_key(wider): 2}
+    shapes = {group_shape(c, cpus[group_key(c)]) for c in loaders}
+    assert len(shapes) == 1 and next(iter(shapes))[2] == 9
+    assert group_shape(wider, cpus[group_key(wider)]) not in shapes
+    # An explicit cpus_per_worker is a run's need too.
+    assert group_cpus([TrialConfig(use_gpu=False, cpus_per_worker=12), loaders[0]]) == {
+        group_key(loaders[0]): 12
+    }
+
+
+def test_runs_of_one_group_shape_run_next_to_each_other_and_repeats_stay_outside():
+    from platform.spaces.load import load_space
+
+    space = load_space("4090_mainline").with_overrides(["train_workers=[1, 2]", "repeats=2"])
+    runs = expand_runs(space)
+    workers = [(r.repeat, r.config.train_workers) for r in runs]
+    # r1: every 1-worker group, then every 2-worker group; r2 starts with the shape r1 ended on.
+    assert workers == [(1, 1)] * 4 + [(1, 2)] * 4 + [(2, 2)] * 4 + [(2, 1)] * 4
+    assert [r.group for r in runs[:4]] == [r.group for r in runs[12:]]
+    # A space whose runs all share a shape keeps the space's order.
+    plain = expand_runs(load_space("4090_mainline"))
+    assert [r.name for r in plain][:4] == [
+        "sweep_z0_mb160_nw6_pf4_r1",
+        "sweep_z0_mb160_nw8_pf4_r1",
+        "sweep_z0_mb192_nw6_pf4_r1",
+        "sweep_z0_mb192_nw8_pf4_r1",
+    ]
 
 
 def test_release_frees_the_planted_leak_and_keeps_the_process_usable():

@@ -232,12 +232,14 @@ def test_job_environment_forwards_communication_settings_and_sets_the_report_pol
             "CUDA_VISIBLE_DEVICES": "0,1",
             "MY_API_TOKEN": "secret",
             "HOME": "/root",
+            "STAGE1_CACHE_DIR": "/fast/cache",
         }
     )
     assert env == {
         "NCCL_NVLS_ENABLE": "0",
         "NVSHMEM_DISABLE_NVLS": "1",
         "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+        "STAGE1_CACHE_DIR": "/fast/cache",  # the machine cache of every node, as the driver's
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
     }
     assert (

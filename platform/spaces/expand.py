@@ -13,6 +13,7 @@ from platform.errors import UsageError
 from platform.spaces.names import fmt_point, group_name
 from platform.spaces.space import SearchSpace
 from trainables.config import ConfigError, TrialConfig, coerce_value
+from trainables.trial import group_key
 
 __all__ = ["RunSpec", "expand_runs", "needs_corpus", "space_points"]
 
@@ -31,7 +32,8 @@ class RunSpec:
 
 def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
     """Every case x grid point x repeat, validated. Repeats are the outer loop (r1 of every group, then
-    r2, ...), so slow drift of the machine spreads over all groups instead of one."""
+    r2, ...), so slow drift of the machine spreads over all groups instead of one; within a
+    repeat, groups of one worker-group shape run together (``_fewest_group_changes``)."""
     points = space_points(space)
     keys = space.swept_keys
     groups: dict[str, tuple[dict[str, Any], TrialConfig]] = {}
@@ -55,13 +57,27 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
             name=f"{group}_r{r}",
             group=group,
             repeat=r,
-            config=cfg,
-            swept=point,
+            config=groups[group][1],
+            swept=groups[group][0],
             baseline=group == base,
         )
         for r in range(1, space.repeats + 1)
-        for group, (point, cfg) in groups.items()
+        for group in _fewest_group_changes(groups, r)
     ]
+
+
+def _fewest_group_changes(groups: dict[str, tuple[dict, TrialConfig]], repeat: int) -> list[str]:
+    """The groups in the order repeat ``repeat`` runs them: those a resident worker group of one
+    shape can train (trainables/trial.py: group_key) next to each other, in the space's order
+    otherwise, and every other repeat in reverse order of shapes, so the shape changes as few
+    times as possible; repeats stay the outer loop (the race judges a repeat of every group)."""
+    blocks: dict[tuple, list[str]] = {}
+    for group, (_, cfg) in groups.items():
+        blocks.setdefault(group_key(cfg), []).append(group)
+    ordered = list(blocks.values())
+    if repeat % 2 == 0:
+        ordered.reverse()
+    return [group for block in ordered for group in block]
 
 
 def needs_corpus(space: SearchSpace, runs: list[RunSpec]) -> bool:

@@ -1,0 +1,50 @@
+"""Where compiled code and FLOPs counts are kept (stage1_common/machine_cache.py): the
+compile_cache_dir key, else STAGE1_CACHE_DIR, else the user's cache folder; a relative key is
+refused with one line; a run's compile caches point there, a user's own inductor folder wins."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stage1_common.machine_cache import CACHE_ENV, machine_cache
+from trainables.config import ConfigError, TrialConfig
+
+
+def test_the_key_wins_then_the_variable_then_the_users_cache_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert machine_cache("~/mine") == Path.home() / "mine"
+    assert machine_cache("") == tmp_path / "env"
+    monkeypatch.delenv(CACHE_ENV)
+    assert machine_cache("") == tmp_path / "xdg" / "stage1"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert machine_cache("") == Path.home() / ".cache" / "stage1"
+
+
+def test_a_relative_cache_folder_is_refused_naming_the_key_and_the_fix():
+    with pytest.raises(
+        ConfigError, match=r"^compile_cache_dir: cache is a relative path.*absolute"
+    ):
+        TrialConfig(compile_cache_dir="cache")
+    assert TrialConfig(compile_cache_dir="~/c").compile_cache_dir == "~/c"
+
+
+def test_a_runs_compile_caches_go_to_the_machine_folder_unless_the_user_set_their_own(
+    monkeypatch, tmp_path
+):
+    from trainables.engine import compile as compile_mod
+
+    monkeypatch.setattr(
+        compile_mod, "_USER_CACHE_VARS", {k: "" for k in compile_mod._USER_CACHE_VARS}
+    )
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    compile_mod.use_compile_cache(tmp_path / "a")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "a" / "inductor")
+    compile_mod.use_compile_cache(tmp_path / "b")  # a resident worker's next run: its own folder
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "b" / "triton")
+    monkeypatch.setitem(compile_mod._USER_CACHE_VARS, "TORCHINDUCTOR_CACHE_DIR", "/users/own")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/users/own")
+    compile_mod.use_compile_cache(tmp_path / "c")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/users/own"
