@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 40's "compile once per machine" on a GPU host, in one command through the device tool:
+#   source .gpu/setup.sh && bash benchmarks/compile_once_gpu.sh
+# The runbooks' mainline space at one compiled point (crop buckets 1-3 s, regional compile,
+# reduce-overhead: CUDA graphs, mb 128, every GPU), three times on one machine cache folder:
+# a sweep into a new root (cold), the same sweep into another new root, and platform.train with
+# the second sweep's winner. Each one's compile_s and compile_cache (graphs found / compiled)
+# into $OUT/compile_once.tsv; the logs beside it.
+set -u -o pipefail
+source "$(dirname "$0")/gpu_common.sh"
+list_gpus
+make_corpus
+export STAGE1_CACHE_DIR=/tmp/stage1-machine-cache
+rm -rf "$STAGE1_CACHE_DIR" /tmp/compile_a /tmp/compile_b /tmp/compile_train
+SETS=(--set manifest_path=$M --set train_workers="$GPUS" --set micro_batch=128 --set num_workers=6
+  --set crop_buckets_s=1.0,1.5,2.0,2.5,3.0 --set torch_compile=true --set compile_scope=layers
+  --set compile_mode=reduce-overhead --set max_steps=60 --set log_every=10 --set repeats=1)
+printf 'step\tstatus\tstartup_s\tcompile_s\tcompile_cache\ttail_samples_per_s\twall_s\n' > "$OUT/compile_once.tsv"
+row() {  # row STEP ROOT WALL
+  python - "$@" >> "$OUT/compile_once.tsv" <<'PY'
+import sys, pandas as pd
+step, root, wall = sys.argv[1:]
+m = pd.read_csv(f"{root}/run_manifest.tsv", sep="\t", keep_default_na=False).iloc[0]
+print(f"{step}\t{m['status']}\t{m['startup_s']}\t{m['compile_s']}\t{m['compile_cache']}\t"
+      f"{m['tail_samples_per_sec_mean']}\t{wall}")
+PY
+}
+for step in a b; do
+  SECONDS=0
+  python -m platform.tune --space 4090_mainline --output-root /tmp/compile_$step "${SETS[@]}" \
+    2>&1 | quiet > "$OUT/sweep_$step.log"
+  row "sweep_$step" /tmp/compile_$step $SECONDS
+done
+SECONDS=0
+python -m platform.train --config /tmp/compile_b/best_config.json --output-root /tmp/compile_train \
+  --set max_steps=50 --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
+  > "$OUT/train.log"
+row train /tmp/compile_train $SECONDS
+cat "$OUT/compile_once.tsv"
+du -sh "$STAGE1_CACHE_DIR"/* | tee -a "$OUT/compile_once.tsv"
