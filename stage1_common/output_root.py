@@ -61,6 +61,9 @@ class OutputRoot:
     RUN_CONFIG = "config.json"
     RUN_ENV = "env.json"
     FAIL_TAIL = "fail_tail.txt"
+    # The run's first attempt armed its inject_* faults; later attempts (a restart, a resumed
+    # training) train without them (trainables/faults.py).
+    FAULTS_ARMED = "faults_armed.json"
     WORKERS = "workers"
     EXPORT = "export"
     # Folders in data/: the synthetic corpus and its prepared form.

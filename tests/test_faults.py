@@ -48,3 +48,39 @@ def test_the_leak_keeps_its_allocation_every_step():
     faults.after_step(2)
     assert len(_LEAKED) == before + 2 and len(_LEAKED[-1]) == 2**19
     del _LEAKED[before:]
+
+
+def test_faults_act_in_a_runs_first_attempt_only_unless_every_attempt_is_asked(tmp_path):
+    """A drill's kill at step 250 must not kill every restarted attempt at step 250 again."""
+    cfg = TrialConfig(inject_error_at_step=3, inject_error_rank=1)
+    first = build_faults(cfg, rank=1, run_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="injected error at step 3"):
+        first.after_step(3)
+    assert (tmp_path / "faults_armed.json").is_file()
+    # The restarted worker group (and a training resumed with --resume) trains on.
+    assert type(build_faults(cfg, rank=1, run_dir=tmp_path)) is NoFaults
+    assert type(build_faults(TrialConfig(), rank=0, run_dir=tmp_path)) is NoFaults
+    again = build_faults(
+        TrialConfig(inject_error_at_step=3, inject_every_attempt=True), rank=1, run_dir=tmp_path
+    )
+    with pytest.raises(RuntimeError):
+        again.after_step(3)
+    # A rank no fault aims at leaves no mark: its run's other ranks still arm theirs.
+    other = tmp_path / "other"
+    other.mkdir()
+    assert type(build_faults(cfg, rank=0, run_dir=other)) is NoFaults
+    assert not (other / "faults_armed.json").exists()
+
+
+def test_a_sweeps_rerun_arms_its_faults_again_and_a_resumed_training_does_not(tmp_path):
+    from platform.execution.resume import drop_rows
+    from stage1_common.output_root import OutputRoot
+
+    root = OutputRoot.of(tmp_path)
+    mark = root.runs / "r1" / OutputRoot.FAULTS_ARMED
+    mark.parent.mkdir(parents=True)
+    mark.write_text("{}")
+    drop_rows(root, ["r1"], keep_parts=True)  # platform.train --resume: from its checkpoint
+    assert mark.exists()
+    drop_rows(root, ["r1"])  # platform.tune --resume: the run trains again from its start
+    assert not mark.exists()

@@ -381,6 +381,12 @@ class TrialConfig:
         "(0: never).",
         default=0,
     )
+    inject_every_attempt: bool = _doc(
+        "Fault injection for tests: the inject_* faults act in a run's first attempt only (a "
+        "worker group restarted from a checkpoint, or a training resumed with --resume, trains "
+        "on without them, so a drill shows its recovery); true: in every attempt.",
+        default=False,
+    )
     inject_save_delay_s: float = _doc(
         "Fault injection for tests: an asynchronous checkpoint's writer waits this long before "
         "it writes (room to kill a rank while a save is in flight).",

@@ -1,7 +1,13 @@
 """Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, a rank
 that kills itself with SIGKILL, host memory that is never freed (and, in
 trainables/checkpoint_state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
-none aimed at this rank) it is a no-op object, so the step itself holds no injection branch."""
+none aimed at this rank) it is a no-op object, so the step itself holds no injection branch.
+
+Faults act in a run's first attempt only: a rank that arms any writes ``faults_armed.json`` in
+the run's folder, and a later attempt of the run (Ray Train's restart of the worker group, a
+training's ``--resume``) that finds it arms none, so a drill with ``inject_kill_at_step`` shows
+the recovery instead of dying at the same step until ``max_failures`` runs out.
+``inject_every_attempt`` keeps them in every attempt."""
 
 from __future__ import annotations
 
@@ -9,7 +15,10 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from stage1_common.fileio import write_json
+from stage1_common.output_root import OutputRoot
 from trainables.config import TrialConfig
 
 __all__ = ["NoFaults", "build_faults", "release"]
@@ -72,10 +81,23 @@ def _kill(cfg: TrialConfig) -> Callable[[int], None]:
     return kill
 
 
-def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
+def build_faults(cfg: TrialConfig, rank: int, run_dir: Path | None = None) -> NoFaults:
     """The faults the config injects on ``rank``: a sleep from inject_sleep_at_step, a leak
     every step, an error at inject_error_at_step, a SIGKILL after inject_kill_at_step;
-    ``NoFaults()`` when there are none."""
+    ``NoFaults()`` when there are none, or when ``run_dir`` (the run's folder) says an earlier
+    attempt armed them (unless inject_every_attempt)."""
+    armed = run_dir / OutputRoot.FAULTS_ARMED if run_dir is not None else None
+    if armed is not None and armed.exists() and not cfg.inject_every_attempt:
+        return NoFaults()
+    faults = _aimed_at(cfg, rank)
+    if not faults:
+        return NoFaults()
+    if armed is not None:
+        write_json(armed, {"rank": rank, "armed_ts": time.time()})
+    return _Faults(faults)
+
+
+def _aimed_at(cfg: TrialConfig, rank: int) -> list[Callable[[int], None]]:
     faults: list[Callable[[int], None]] = []
     if cfg.inject_sleep_at_step > 0 and cfg.inject_sleep_rank in (-1, rank):
         faults.append(_sleep(cfg))
@@ -85,7 +107,7 @@ def build_faults(cfg: TrialConfig, rank: int) -> NoFaults:
         faults.append(_error(cfg, rank))
     if cfg.inject_kill_at_step > 0 and cfg.inject_error_rank in (-1, rank):
         faults.append(_kill(cfg))
-    return _Faults(faults) if faults else NoFaults()
+    return faults
 
 
 def release() -> None:

@@ -134,7 +134,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             metrics=WindowMetrics(cfg, worker, engine, notes, env_facts),
             val_data=val_data,
             val_collate=None if val_data is None else collate_for(cfg, val_data.pad_id),
-            faults=build_faults(cfg, worker.rank),
+            faults=build_faults(cfg, worker.rank, worker.run_dir),
             writer=writer,
         )
         _train(run)

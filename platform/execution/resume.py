@@ -88,14 +88,18 @@ def drop_rows(
                 part.unlink()
                 removed += 1
     for run in run_names:
-        for path in _attempt_files(root, run):
+        for path in _attempt_files(root, run, again=not keep_parts):
             path.unlink(missing_ok=True)
     remove_stale_temporaries(root.path)
     return removed
 
 
-def _attempt_files(root: OutputRoot, run: str) -> list[Path]:
+def _attempt_files(root: OutputRoot, run: str, *, again: bool) -> list[Path]:
     """What one attempt of a run leaves in ``runs/<run>/`` that a new attempt must not inherit
-    (a stale stack dump would make the next failure look like a hang)."""
-    patterns = (root.stacks(run), root.fail_tail(run), root.workers_dir(run) / "rank*.json")
+    (a stale stack dump would make the next failure look like a hang). ``again``: the run
+    trains again from its start (a sweep's run), so its injected faults are armed again; a
+    training resumed from its checkpoint goes on without them."""
+    patterns = [root.stacks(run), root.fail_tail(run), root.workers_dir(run) / "rank*.json"]
+    if again:
+        patterns.append(root.runs / run / OutputRoot.FAULTS_ARMED)
     return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]
