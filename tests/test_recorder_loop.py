@@ -1,12 +1,14 @@
 """The driver never holds Tune's loop: the recorder's callbacks return in well under 0.1 s even
-when every file write is slow (a disk, a mount, a big manifest), because the writes run on the
-recorder's own thread, in order; drained, everything measured is on disk."""
+when every file write and every logger series is slow (a disk, a mount, a big manifest, a
+logger's first import), because they run on the recorder's own thread, in order; drained,
+everything measured is on disk."""
 
 import time
 from types import SimpleNamespace
 
 import pandas as pd
 
+from platform.record.loggers import _TensorBoard
 from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec
 from platform.storage import results
@@ -43,6 +45,7 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
 
     monkeypatch.setattr(results, "write_part", slowed(results.write_part))
     monkeypatch.setattr(results, "write_json", slowed(results.write_json))
+    monkeypatch.setattr(_TensorBoard, "log", slowed(_TensorBoard.log))
     manifests: list[dict] = []
     run = RunSpec("r1", "g", 1, TrialConfig(use_gpu=False, max_steps=20, log_every=5), {})
     recorder = SweepRecorder(
@@ -51,6 +54,7 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
         flush_every_s=0.0,  # every window is written at once
         on_change=slowed(lambda status: manifests.append(status)),
         echo=lambda line: None,
+        loggers=["tensorboard"],  # its first series imports tensorboardX and opens a file
     )
     trial = SimpleNamespace(trial_id="t1", config={"run": {"name": "r1"}})
     took = []
@@ -76,3 +80,6 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
     # (a write still waiting when a newer one came was replaced by it).
     assert manifests[0]["r1"]["status"] == "running" and manifests[-1]["r1"]["status"] == "ok"
     assert len(manifests) <= 2
+    recorder.close()
+    events = list((tmp_path / "tensorboard" / "r1").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0

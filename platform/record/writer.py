@@ -1,5 +1,5 @@
-"""The recorder's file writes, off Tune's loop: one thread writes part files, ``env.json`` and
-the run manifest in the order they were handed over, so a callback returns as soon as it has
+"""The recorder's file writes, off Tune's loop: one thread writes part files, ``env.json``, the
+run manifest and the ``--logger`` series in the order they were handed over, so a callback returns as soon as it has
 buffered a window (Tune warns, and every trial waits, while a callback holds its loop). A write
 handed over under a key replaces the one of that key still waiting (the manifest: only the
 newest matters). ``drain`` waits until everything handed over is on disk; the sweep's end
