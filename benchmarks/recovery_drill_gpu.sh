@@ -15,11 +15,14 @@ R=/tmp/drill
 rm -rf $R
 SECONDS=0
 python -m platform.train --space 4090_mainline --output-root $R --set manifest_path=$M \
-  --set train_workers="$GPUS" --set micro_batch=128 --set num_workers=6 \
+  --set train_workers="$GPUS" --set micro_batch=128 --set num_workers=6 --set zero_stage=0 \
+  --set prefetch_factor=4 \
   --set crop_buckets_s=1.0,1.5,2.0,2.5,3.0 --set max_steps="${DRILL_STEPS:-400}" \
   --set log_every=20 --set val_speakers=2 --set inject_kill_at_step="${KILL_AT:-250}" \
   --set inject_error_rank=1 2>&1 | quiet > "$OUT/drill.log"
-echo "exit ${PIPESTATUS[0]} wall ${SECONDS} s" | tee -a "$OUT/drill.log"
+code=${PIPESTATUS[0]}
+echo "exit $code wall ${SECONDS} s" | tee -a "$OUT/drill.log"
+[ -f $R/run_manifest.tsv ] || exit "$code"
 python - $R <<'PY' | tee "$OUT/drill_manifest.tsv"
 import sys, pandas as pd
 m = pd.read_csv(f"{sys.argv[1]}/run_manifest.tsv", sep="\t", keep_default_na=False)
@@ -28,3 +31,4 @@ cols = ["run", "status", "exit_code", "last_step", "restarts", "resumed_from_ste
 print(m[cols].to_csv(sep="\t", index=False))
 PY
 echo "slow-callback lines: $(grep -c 'performance bottleneck' "$OUT/drill.log")"
+exit "$code"

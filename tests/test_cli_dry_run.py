@@ -106,3 +106,33 @@ def test_a_dry_run_of_resume_reads_the_root_and_writes_nothing(tmp_path):
     assert out.returncode == 2
     assert "holds no sweep (run_manifest.tsv is missing)" in _error_line(out)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_micro_batch_the_corpus_cannot_fill_is_refused_before_ray_naming_the_largest(
+    tmp_path, prepared_corpus
+):
+    """12 utterances of 2 speakers, 2 workers: 12 // 2 = 6 per worker at most; one speaker held
+    out leaves 6 utterances, 3 per worker. Found by the driver, not after the workers start."""
+    manifest, _ = prepared_corpus
+    root = tmp_path / "out"
+    base = ("--space", "smoke", "--output-root", root, "--set", f"manifest_path={manifest}")
+    fits = tune(*base, "--set", "micro_batch=6", "--dry-run")
+    assert fits.returncode == 0, fits.stderr
+    for sets, best, after in (
+        (("micro_batch=8",), 6, ""),
+        (("micro_batch=4", "val_speakers=1"), 3, " after holding out val_speakers=1"),
+    ):
+        args = [a for s in sets for a in ("--set", s)]
+        for dry in (["--dry-run"], []):
+            out = tune(*base, *args, *dry, probe=True)
+            assert out.returncode == 2, out.stderr
+            line = _error_line(out)
+            mb = sets[0].split("=")[1]
+            assert (
+                f"micro_batch {mb}: {manifest} gives no full global batch ({mb} x 2 workers)"
+                in line
+            )
+            assert line.endswith(
+                f"{after}; the largest that fits is {best}: --set micro_batch={best}"
+            )
+            assert "NO_RAY" in out.stdout and not root.exists()

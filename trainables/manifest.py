@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from trainables.crops import SAMPLE_RATE, CropPolicy, crop_lengths, crop_window
 from trainables.manifest_table import (
     check_missing,
     existing_files,
@@ -23,49 +24,6 @@ from trainables.manifest_table import (
 )
 
 __all__ = ["ManifestDataset", "collate_padded", "crop_window"]
-
-SAMPLE_RATE = 16_000
-CropPolicy = Literal["limit_longest", "fixed_slice"]
-
-
-def crop_window(
-    num_samples: int,
-    rng: np.random.Generator,
-    *,
-    policy: CropPolicy,
-    min_s: float,
-    max_s: float,
-    fixed_s: float,
-    rate: int = SAMPLE_RATE,
-    buckets: tuple[float, ...] = (),
-) -> tuple[int, int, int]:
-    """(start, samples to read, samples to return) for one utterance.
-
-    ``limit_longest``: a window of uniform length in [min_s, max_s] at a uniform position;
-    utterances shorter than the window are kept whole. ``fixed_slice``: exactly ``fixed_s``;
-    shorter utterances are read whole and zero-padded to it. With ``buckets`` (limit_longest),
-    the drawn window length is rounded to the nearest bucket; an utterance shorter than that
-    takes the longest bucket it fills, and one shorter than every bucket is read whole and
-    zero-padded to the shortest: every crop is one of the buckets' lengths.
-    """
-    if policy == "fixed_slice":
-        want = int(round(fixed_s * rate))
-        if num_samples <= want:
-            return 0, num_samples, want
-        return int(rng.integers(0, num_samples - want + 1)), want, want
-    drawn = rng.uniform(min_s, max_s)
-    if buckets:
-        sizes = [int(round(b * rate)) for b in buckets]
-        want = sizes[int(np.argmin([abs(b - drawn) for b in buckets]))]
-        fits = [n for n in sizes if n <= min(want, num_samples)]
-        if not fits:
-            return 0, num_samples, sizes[0]
-        want = fits[-1]
-        return int(rng.integers(0, num_samples - want + 1)), want, want
-    want = int(round(drawn * rate))
-    if num_samples <= want:
-        return 0, num_samples, num_samples
-    return int(rng.integers(0, num_samples - want + 1)), want, want
 
 
 class ManifestDataset(Dataset):
@@ -153,20 +111,14 @@ class ManifestDataset(Dataset):
     def crop_lengths(self) -> np.ndarray:
         """The padded length in samples of every item's crop, without reading audio (a crop
         depends only on the seed, the item and its manifest length)."""
-        return np.array(
-            [
-                crop_window(
-                    int(n),
-                    np.random.default_rng([self.seed, i]),
-                    policy=self.policy,
-                    min_s=self.min_s,
-                    max_s=self.max_s,
-                    fixed_s=self.fixed_s,
-                    buckets=self.buckets,
-                )[2]
-                for i, n in enumerate(self.num_samples)
-            ],
-            dtype=np.int64,
+        return crop_lengths(
+            self.num_samples,
+            seed=self.seed,
+            policy=self.policy,
+            min_s=self.min_s,
+            max_s=self.max_s,
+            fixed_s=self.fixed_s,
+            buckets=self.buckets,
         )
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:

@@ -1,6 +1,7 @@
 """Checks of a sweep's inputs made before anything starts: the tools an optimizer needs,
-pretrained checkpoint folders, and the manifests the runs read (present, with the right
-columns)."""
+pretrained checkpoint folders, the manifests the runs read (present, with the right columns),
+and that each run's corpus gives a full global batch (after held-out speakers and crop
+buckets), which the workers would otherwise find after the whole start-up."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from platform.errors import UsageError
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
+from trainables.crops import full_batches, largest_micro_batch
 
 __all__ = ["check_inputs"]
 
@@ -56,6 +58,77 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
                 f"manifest_path {path} lacks column(s) {', '.join(missing)}; "
                 "make it with python -m data_prep.librispeech"
             )
+    _check_full_batches(runs)
+
+
+def _check_full_batches(runs: list[RunSpec]) -> None:
+    """Every run's training split must give at least one full global batch an epoch, as its
+    sampler forms them (trainables/data.py: per crop length with crop_buckets_s): the same rule
+    from the manifest's lengths, without reading audio (rows whose audio file is missing are the
+    workers' to skip)."""
+    lengths: dict[tuple, object] = {}
+    for run in runs:
+        cfg = run.config
+        if cfg.dataset != "manifest" or not cfg.manifest_path:
+            continue
+        held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
+        key = (
+            cfg.manifest_path,
+            held_out,
+            cfg.seed,
+            cfg.crop_policy,
+            cfg.min_audio_s,
+            cfg.max_audio_s,
+            cfg.fixed_slice_s,
+            cfg.crop_buckets,
+        )
+        if key not in lengths:
+            lengths[key] = _train_crop_lengths(cfg, held_out)
+        by_shape = bool(cfg.crop_buckets)
+        count = full_batches(
+            lengths[key],
+            micro_batch=cfg.micro_batch,
+            world_size=cfg.train_workers,
+            by_shape=by_shape,
+        )
+        if count:
+            continue
+        best = largest_micro_batch(lengths[key], world_size=cfg.train_workers, by_shape=by_shape)
+        after = [f"holding out val_speakers={held_out}"] if held_out else []
+        after += ["grouping crops by crop_buckets_s"] if by_shape else []
+        where = f" after {' and '.join(after)}" if after else ""
+        fix = (
+            f"the largest that fits is {best}: --set micro_batch={best}"
+            if best
+            else "use a larger corpus or fewer train_workers"
+        )
+        raise UsageError(
+            f"micro_batch {cfg.micro_batch}: {cfg.manifest_path} gives no full global batch "
+            f"({cfg.micro_batch} x {cfg.train_workers} workers) in {run.name}{where}; {fix}"
+        )
+
+
+def _train_crop_lengths(cfg, held_out: int):
+    """Every training item's crop length (samples), as the run's dataset will crop it."""
+    from trainables.crops import crop_lengths
+    from trainables.manifest_table import read_manifest_table, speaker_split
+
+    table = read_manifest_table(Path(cfg.manifest_path))
+    num_samples = table.column("num_samples").to_numpy()
+    if held_out:
+        try:
+            num_samples = num_samples[~speaker_split(table, held_out)]
+        except ValueError as exc:  # too many held out, or no speaker column: one line
+            raise UsageError(f"{exc} ({cfg.manifest_path})") from None
+    return crop_lengths(
+        num_samples,
+        seed=cfg.seed,
+        policy=cfg.crop_policy,
+        min_s=cfg.min_audio_s,
+        max_s=cfg.max_audio_s,
+        fixed_s=cfg.fixed_slice_s,
+        buckets=cfg.crop_buckets,
+    )
 
 
 def _check_checkpoints(runs: list[RunSpec]) -> None:
