@@ -9,7 +9,8 @@ most any planned run of the sweep with the same workers, GPUs and placement need
 submits its run and relays the windows (trainables/trial.py: ``relay``).
 
 - A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
-  are alive; else an idle group of another shape is closed to make room; else it waits. A fresh
+  are alive; else an idle group of another shape is closed to make room (the run's group starts
+  once it has ended, on its host); else it waits. A fresh
   run of the same sweep closes the idle groups first (``close_idle``): it needs their resources.
 - A trial that stops polling (stopped by the race, ASHA, a timeout or Ctrl-C: Tune ends its
   actor) or cancels stops its run within two of the run's windows. A run that does not stop
@@ -213,13 +214,14 @@ class GroupPool:
 
     # --- the driver's side ---
     def history(self) -> list[dict[str, Any]]:
-        """Every group: its shape, when it started, the runs it trained (with the memory before
-        and after each), how it ended."""
+        """Every group: its shape, its host actor, when it started, the runs it trained (with
+        the memory before and after each), how it ended."""
         with self.cond:
             return [
                 {
                     "group": g.id,
                     "shape": dict(zip(SHAPE_KEYS, g.shape, strict=True)),
+                    "host": g.host._actor_id.hex(),  # the GroupHost actor (reused: the same)
                     "started_ts": g.started,
                     "runs": list(g.runs),
                     "ended": g.ended or g.state,
@@ -258,6 +260,10 @@ class GroupPool:
                 if idle is None:
                     continue
                 idle.state, idle.ended = "closing", "closed to make room for another shape"
+                # The run waits for that group's end (its workers leave, its host is free,
+                # _watch dispatches again): the new group reuses the host and gets the
+                # resources the closing one still holds.
+                continue
             if group is None:
                 group = self._start_group(job.shape, job.run)
             self.pending.remove(job_id)

@@ -30,13 +30,15 @@ fixed:
   tail_timing_points: 2
   compile_scope: layers
 """
-# Four eager runs over loader workers x micro-batch, and one compiled (inductor) run.
+# Four eager runs over loader workers x micro-batch, one compiled (inductor) run, and a run of
+# another shape (its process group's timeout follows stall_timeout_s).
 FIRST = (
     """
 description: issue 40 - loader keys in one group; a compiled run's code kept per machine
 cases:
   - {torch_compile: false, grid: {num_workers: [0, 1], micro_batch: [2, 4]}}
   - {torch_compile: true, num_workers: 0, micro_batch: 2}
+  - {torch_compile: false, num_workers: 0, micro_batch: 2, stall_timeout_s: 300.0}
 """
     + COMMON
 )
@@ -72,13 +74,18 @@ def test_loader_keys_share_one_group_and_compiled_code_outlives_the_output_root(
     )
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     m = manifest(tmp_path / "a")
-    assert list(m["status"]) == ["ok"] * 5
-    # One group trained all five runs: its workers reserve 2 CPUs (one loader worker + 1), the
-    # most any run needs, so runs with 0 and 1 loader workers did not need groups of their own.
+    assert list(m["status"]) == ["ok"] * 6
+    # One group trained the first five runs: its workers reserve 2 CPUs (one loader worker + 1),
+    # the most any run of the shape needs, so runs with 0 and 1 loader workers did not need
+    # groups of their own. The run of another shape came last, in a second group, whose host
+    # process was the first group's (closed to make room, cleanly).
     groups = json.loads((tmp_path / "a" / "groups.json").read_text())["groups"]
-    assert len(groups) == 1 and groups[0]["shape"]["cpus_per_worker"] == 2
+    assert len(groups) == 2 and groups[0]["shape"]["cpus_per_worker"] == 2
     assert [r["outcome"] for r in groups[0]["runs"]] == ["ok"] * 5
-    assert sorted(m["resident_group"]) == [f"g1 run {i}" for i in range(1, 6)]
+    assert groups[1]["shape"]["cpus_per_worker"] == 1  # its own run's: 0 loader workers + 1
+    assert groups[1]["host"] == groups[0]["host"]
+    assert groups[0]["ended"] == "closed to make room for another shape"
+    assert sorted(m["resident_group"]) == [f"g1 run {i}" for i in range(1, 6)] + ["g2 run 1"]
     # The console had nothing of Tune's about a slow callback (the recorder writes off its loop).
     assert "performance bottleneck" not in first.stdout + first.stderr
 
