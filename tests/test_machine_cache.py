@@ -48,3 +48,6 @@ def test_a_runs_compile_caches_go_to_the_machine_folder_unless_the_user_set_thei
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/users/own")
     compile_mod.use_compile_cache(tmp_path / "c")
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/users/own"
+    # ... but not over the compile_cache_dir key, a folder asked for by name.
+    compile_mod.use_compile_cache(tmp_path / "d", explicit=True)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "d" / "inductor")

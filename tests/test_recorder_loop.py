@@ -66,6 +66,8 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
 
     start = time.time()
     timed(recorder.on_trial_start)
+    recorder.drain()  # (untimed) the manifest says the run started before its first window
+    assert [m["r1"]["status"] for m in manifests] == ["running"]
     for step in (5, 10, 15, 20):
         timed(recorder.on_trial_result, result=_window(step, start))
     timed(recorder.on_trial_complete)
@@ -76,10 +78,27 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
     assert sorted(timing["step"]) == [5, 10, 15, 20]  # one part a window, none lost
     assert len(list((tmp_path / "timing.parquet").glob("r1-*.parquet"))) == 4
     assert results.read_json(tmp_path / "runs" / "r1" / "env.json")["torch"] == "2"
-    # The manifest was written from the status as it was when it changed: running, then ok
-    # (a write still waiting when a newer one came was replaced by it).
-    assert manifests[0]["r1"]["status"] == "running" and manifests[-1]["r1"]["status"] == "ok"
-    assert len(manifests) <= 2
+    # The manifest was written from a copy of the status taken when it changed.
+    assert [m["r1"]["status"] for m in manifests] == ["running", "ok"]
     recorder.close()
     events = list((tmp_path / "tensorboard" / "r1").glob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0
+
+
+def test_a_write_still_waiting_is_replaced_by_a_newer_one_of_its_key():
+    import threading
+
+    from platform.record.writer import BackgroundWriter
+
+    writer, gate, done = BackgroundWriter(echo=print), threading.Event(), []
+    writer.submit(gate.wait)  # the thread is busy until the gate opens
+    writer.submit(lambda: done.append("manifest 1"), key="manifest")
+    writer.submit(lambda: done.append("part"))
+    writer.submit(lambda: done.append("manifest 2"), key="manifest")
+    gate.set()
+    assert writer.drain(timeout=10)
+    assert done == ["part", "manifest 2"]
+    writer.submit(lambda: 1 / 0)  # a failing write is one line, and the writer goes on
+    writer.submit(lambda: done.append("after"))
+    assert writer.drain(timeout=10) and done[-1] == "after"
+    assert writer.errors == ["recorder: a write failed (ZeroDivisionError: division by zero)"]

@@ -84,7 +84,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         clock.add("imports", worker.imports_s, out_of="ray_workers")
     cache = machine_cache(cfg.compile_cache_dir)  # compiled code, FLOPs per model shape
     if cfg.torch_compile:
-        use_compile_cache(cache)
+        use_compile_cache(cache, explicit=bool(cfg.compile_cache_dir))
     engine = build_engine(cfg, worker.device, clock=clock, flops_cache=cache / "flops")
     val_data = build_val_dataset(cfg)
     if resume_from is not None:

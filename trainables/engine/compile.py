@@ -33,18 +33,20 @@ _USER_CACHE_VARS = {
 }
 
 
-def use_compile_cache(cache_dir: Path | None) -> None:
+def use_compile_cache(cache_dir: Path | None, *, explicit: bool = False) -> None:
     """Inductor's FX-graph and AOTAutograd caches and Triton's kernels under the machine's
     cache folder (stage1_common/machine_cache.py: ``inductor/``, ``triton/``), shared by every
     run, resident group, sweep and final training on the machine: a shape compiled once is not
-    compiled cold again. Set for each run (a resident worker serves runs of other folders); a
-    user's own TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR wins. The counters of
-    ``cache_counts`` start from zero."""
+    compiled cold again. Set for each run (a resident worker serves runs of other folders). A
+    user's own TORCHINDUCTOR_CACHE_DIR or TRITON_CACHE_DIR wins over the default folder, not
+    over the ``compile_cache_dir`` key (``explicit``): a process whose inductor set its own
+    default before (it writes the variable when first asked) cannot move a folder asked for
+    by name. The counters of ``cache_counts`` start from zero."""
     from torch._dynamo.utils import counters
 
     if cache_dir is not None:
         for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-            if not _USER_CACHE_VARS[var]:
+            if explicit or not _USER_CACHE_VARS[var]:
                 os.environ[var] = str(Path(cache_dir) / sub)
     for group in ("inductor", "aot_autograd"):
         counters[group].clear()
