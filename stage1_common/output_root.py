@@ -61,9 +61,10 @@ class OutputRoot:
     RUN_CONFIG = "config.json"
     RUN_ENV = "env.json"
     FAIL_TAIL = "fail_tail.txt"
-    # The run's first attempt armed its inject_* faults; later attempts (a restart, a resumed
-    # training) train without them (trainables/faults.py).
-    FAULTS_ARMED = "faults_armed.json"
+    # A rank of the run's first attempt armed its inject_* faults (one file per rank: ranks of
+    # one attempt start at different times); later attempts (a restart, a resumed training)
+    # train without them (trainables/faults.py). Formatted with the rank, or "*".
+    FAULTS_ARMED = "faults_armed-rank{rank}.json"
     WORKERS = "workers"
     EXPORT = "export"
     # Folders in data/: the synthetic corpus and its prepared form.

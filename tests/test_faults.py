@@ -56,10 +56,14 @@ def test_faults_act_in_a_runs_first_attempt_only_unless_every_attempt_is_asked(t
     first = build_faults(cfg, rank=1, run_dir=tmp_path)
     with pytest.raises(RuntimeError, match="injected error at step 3"):
         first.after_step(3)
-    assert (tmp_path / "faults_armed.json").is_file()
+    assert (tmp_path / "faults_armed-rank1.json").is_file()
+    # Another rank of the same attempt, starting later, still arms its own faults.
+    assert (
+        type(build_faults(TrialConfig(inject_error_at_step=3), rank=0, run_dir=tmp_path))
+        is not NoFaults
+    )
     # The restarted worker group (and a training resumed with --resume) trains on.
     assert type(build_faults(cfg, rank=1, run_dir=tmp_path)) is NoFaults
-    assert type(build_faults(TrialConfig(), rank=0, run_dir=tmp_path)) is NoFaults
     again = build_faults(
         TrialConfig(inject_error_at_step=3, inject_every_attempt=True), rank=1, run_dir=tmp_path
     )
@@ -69,7 +73,7 @@ def test_faults_act_in_a_runs_first_attempt_only_unless_every_attempt_is_asked(t
     other = tmp_path / "other"
     other.mkdir()
     assert type(build_faults(cfg, rank=0, run_dir=other)) is NoFaults
-    assert not (other / "faults_armed.json").exists()
+    assert not list(other.iterdir())
 
 
 def test_a_sweeps_rerun_arms_its_faults_again_and_a_resumed_training_does_not(tmp_path):
@@ -77,7 +81,7 @@ def test_a_sweeps_rerun_arms_its_faults_again_and_a_resumed_training_does_not(tm
     from stage1_common.output_root import OutputRoot
 
     root = OutputRoot.of(tmp_path)
-    mark = root.runs / "r1" / OutputRoot.FAULTS_ARMED
+    mark = root.runs / "r1" / OutputRoot.FAULTS_ARMED.format(rank=1)
     mark.parent.mkdir(parents=True)
     mark.write_text("{}")
     drop_rows(root, ["r1"], keep_parts=True)  # platform.train --resume: from its checkpoint

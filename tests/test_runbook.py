@@ -67,11 +67,14 @@ LEAK = dict(
 @pytest.fixture(scope="module")
 def ls16k(tmp_path_factory) -> Path:
     """The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its
-    manifest is a real file (a data_prep manifest's columns, no rows)."""
+    manifest is a real file: a data_prep manifest's columns, and 2,000 rows of 3 s (no audio:
+    nothing reads it), enough for a full global batch of every runbook space's micro-batch."""
     from trainables.manifest_table import MANIFEST_REQUIRED
 
     folder = tmp_path_factory.mktemp("runbook-ls16k")
-    (folder / MANIFEST).write_text("\t".join(MANIFEST_REQUIRED) + "\n")
+    values = {"num_samples": "48000", "sample_rate": "16000", "transcript": "A WORD"}
+    rows = ["\t".join(values.get(c, f"{c}-{i}") for c in MANIFEST_REQUIRED) for i in range(2000)]
+    (folder / MANIFEST).write_text("\n".join(["\t".join(MANIFEST_REQUIRED), *rows]) + "\n")
     return folder
 
 

@@ -166,7 +166,13 @@ def test_the_cpu_blocks_run_as_written(tmp_path):
     data = tmp_path / "data"
     synth.make_corpus(data / "raw", speakers=2, chapters=1, utts=3, seed=3)
     manifest = prepare_serial(data / "raw", data / Path(TRAIN_MANIFEST).parent)
-    transcripts = list(pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"])
+    table = pd.read_csv(manifest, sep="\t", keep_default_na=False)
+    transcripts = list(table["transcript"])
+    # The mainline's micro-batches need 384 crops a global batch (192 x 2 workers): the six
+    # utterances listed 70 times over (a dry run reads no audio; the driver checks the count).
+    many = pd.concat([table.assign(utt_id=table["utt_id"] + f"-{k}") for k in range(70)])
+    many.to_csv(manifest, sep="\t", index=False)
+    manifest.with_suffix(".parquet").unlink()  # its Parquet copy, read first, is the old list
     speech, text = save_tiny_checkpoints(tmp_path / "ckpt", transcripts)
     (data / "weights").mkdir()
     speech.rename(data / "weights" / "wav2vec2-base")

@@ -3,9 +3,11 @@ that kills itself with SIGKILL, host memory that is never freed (and, in
 trainables/checkpoint_state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
 none aimed at this rank) it is a no-op object, so the step itself holds no injection branch.
 
-Faults act in a run's first attempt only: a rank that arms any writes ``faults_armed.json`` in
-the run's folder, and a later attempt of the run (Ray Train's restart of the worker group, a
-training's ``--resume``) that finds it arms none, so a drill with ``inject_kill_at_step`` shows
+Faults act in a run's first attempt only: a rank that arms any writes
+``faults_armed-rank<r>.json`` in the run's folder (its own: the ranks of one attempt start at
+different times, and one rank's file must not disarm another), and the same rank of a later
+attempt of the run (Ray Train's restart of the worker group, a training's ``--resume``) that
+finds it arms none, so a drill with ``inject_kill_at_step`` shows
 the recovery instead of dying at the same step until ``max_failures`` runs out.
 ``inject_every_attempt`` keeps them in every attempt."""
 
@@ -86,7 +88,7 @@ def build_faults(cfg: TrialConfig, rank: int, run_dir: Path | None = None) -> No
     every step, an error at inject_error_at_step, a SIGKILL after inject_kill_at_step;
     ``NoFaults()`` when there are none, or when ``run_dir`` (the run's folder) says an earlier
     attempt armed them (unless inject_every_attempt)."""
-    armed = run_dir / OutputRoot.FAULTS_ARMED if run_dir is not None else None
+    armed = run_dir / OutputRoot.FAULTS_ARMED.format(rank=rank) if run_dir is not None else None
     if armed is not None and armed.exists() and not cfg.inject_every_attempt:
         return NoFaults()
     faults = _aimed_at(cfg, rank)

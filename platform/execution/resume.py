@@ -101,5 +101,5 @@ def _attempt_files(root: OutputRoot, run: str, *, again: bool) -> list[Path]:
     training resumed from its checkpoint goes on without them."""
     patterns = [root.stacks(run), root.fail_tail(run), root.workers_dir(run) / "rank*.json"]
     if again:
-        patterns.append(root.runs / run / OutputRoot.FAULTS_ARMED)
+        patterns.append(root.runs / run / OutputRoot.FAULTS_ARMED.format(rank="*"))
     return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]
