@@ -14,6 +14,7 @@ __all__ = [
     "SAMPLE_RATE",
     "CropPolicy",
     "crop_lengths",
+    "crop_options",
     "crop_window",
     "full_batches",
     "largest_micro_batch",
@@ -89,6 +90,18 @@ def crop_lengths(
             for i, n in enumerate(num_samples)
         ],
         dtype=np.int64,
+    )
+
+
+def crop_options(cfg) -> dict:
+    """A run's crop settings (a TrialConfig's keys) as ``crop_lengths`` takes them."""
+    return dict(
+        seed=cfg.seed,
+        policy=cfg.crop_policy,
+        min_s=cfg.min_audio_s,
+        max_s=cfg.max_audio_s,
+        fixed_s=cfg.fixed_slice_s,
+        buckets=cfg.crop_buckets,
     )
 
 

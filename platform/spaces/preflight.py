@@ -10,7 +10,7 @@ from pathlib import Path
 from platform.errors import UsageError
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
-from trainables.crops import full_batches, largest_micro_batch
+from trainables.crops import crop_options, full_batches, largest_micro_batch
 
 __all__ = ["check_inputs"]
 
@@ -72,16 +72,7 @@ def _check_full_batches(runs: list[RunSpec]) -> None:
         if cfg.dataset != "manifest" or not cfg.manifest_path:
             continue
         held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
-        key = (
-            cfg.manifest_path,
-            held_out,
-            cfg.seed,
-            cfg.crop_policy,
-            cfg.min_audio_s,
-            cfg.max_audio_s,
-            cfg.fixed_slice_s,
-            cfg.crop_buckets,
-        )
+        key = (cfg.manifest_path, held_out, *crop_options(cfg).values())
         if key not in lengths:
             lengths[key] = _train_crop_lengths(cfg, held_out)
         by_shape = bool(cfg.crop_buckets)
@@ -120,15 +111,7 @@ def _train_crop_lengths(cfg, held_out: int):
             num_samples = num_samples[~speaker_split(table, held_out)]
         except ValueError as exc:  # too many held out, or no speaker column: one line
             raise UsageError(f"{exc} ({cfg.manifest_path})") from None
-    return crop_lengths(
-        num_samples,
-        seed=cfg.seed,
-        policy=cfg.crop_policy,
-        min_s=cfg.min_audio_s,
-        max_s=cfg.max_audio_s,
-        fixed_s=cfg.fixed_slice_s,
-        buckets=cfg.crop_buckets,
-    )
+    return crop_lengths(num_samples, **crop_options(cfg))
 
 
 def _check_checkpoints(runs: list[RunSpec]) -> None:
