@@ -15,13 +15,14 @@ rm -rf "$STAGE1_CACHE_DIR" /tmp/compile_a /tmp/compile_b /tmp/compile_train
 SETS=(--set manifest_path=$M --set train_workers="$GPUS" --set micro_batch=128 --set num_workers=6
   --set crop_buckets_s=1.0,1.5,2.0,2.5,3.0 --set torch_compile=true --set compile_scope=layers
   --set compile_mode=reduce-overhead --set max_steps=60 --set log_every=10 --set repeats=1)
-printf 'step\tstatus\tstartup_s\tcompile_s\tcompile_cache\ttail_samples_per_s\twall_s\n' > "$OUT/compile_once.tsv"
+printf 'step\tstatus\tstartup_s\tcompile_s\tcompile_parts\tcompile_cache\ttail_samples_per_s\twall_s\n' > "$OUT/compile_once.tsv"
 row() {  # row STEP ROOT WALL
   python - "$@" >> "$OUT/compile_once.tsv" <<'PY'
 import sys, pandas as pd
 step, root, wall = sys.argv[1:]
 m = pd.read_csv(f"{root}/run_manifest.tsv", sep="\t", keep_default_na=False).iloc[0]
-print(f"{step}\t{m['status']}\t{m['startup_s']}\t{m['compile_s']}\t{m['compile_cache']}\t"
+print(f"{step}\t{m['status']}\t{m['startup_s']}\t{m['compile_s']}\t{m['compile_parts']}\t"
+      f"{m['compile_cache']}\t"
       f"{m['tail_samples_per_sec_mean']}\t{wall}")
 PY
 }

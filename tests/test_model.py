@@ -43,6 +43,18 @@ def test_every_parameter_gets_a_gradient_every_step():
         assert missing == []
 
 
+def test_the_feature_encoder_takes_no_gradient_of_the_audio_and_compiles_in_one_graph():
+    # transformers marks the raw audio as requiring grad (for its gradient checkpointing): a
+    # wasted input gradient and, under torch.compile, a graph break in every feature encoder call.
+    torch.manual_seed(0)
+    model = build_model("tiny", proj_dim=16).train()
+    encoder = model.speech.feature_extractor
+    audio = batch()["audio"]
+    hidden = torch.compile(encoder, backend="eager", fullgraph=True)(audio)  # raises at a break
+    hidden.sum().backward()
+    assert all(p.grad is not None for p in encoder.parameters())
+
+
 def test_base_sizes_match_wav2vec2_base_and_bert_base():
     model = build_model("base", proj_dim=256)
     speech = sum(p.numel() for p in model.speech.parameters())

@@ -269,8 +269,13 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     engine = build_engine(cfg, torch.device("cpu"))
     before = {k: v.clone() for k, v in engine.bare.state_dict().items()}
     rng = torch.get_rng_state()
-    compile_s = engine.warm_up(cfg)
+    compile_s, parts = engine.warm_up(cfg)
     assert compile_s > 0 and engine.effective["fallbacks"] == ""
+    # Where the seconds went: dynamo traced (a compile, not a cache load only), parts sum up.
+    seconds = dict((k, float(v)) for k, v in (p.split("=") for p in parts.split()))
+    assert list(seconds) == ["trace", "guards", "backend", "dynamo_other", "passes"]
+    assert seconds["trace"] > 0 and seconds["backend"] > 0
+    assert sum(seconds.values()) == pytest.approx(compile_s, abs=0.3)
     assert all(torch.equal(before[k], v) for k, v in engine.bare.state_dict().items())
     assert all(p.grad is None for p in engine.bare.parameters())
     assert torch.equal(rng, torch.get_rng_state())  # dropout masks of the real steps unchanged

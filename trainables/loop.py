@@ -117,7 +117,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         )
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
-        notes["compile_s"] = engine.warm_up(cfg)
+        notes["compile_s"], notes["compile_parts"] = engine.warm_up(cfg)
         clock.lap("compile")
         if writer is not None and writer.prepare():  # its asynchronous saves' host buffers
             clock.lap("checkpoint_buffers")

@@ -202,6 +202,11 @@ class Stage1Model(nn.Module):
     def __init__(self, speech: nn.Module, text: nn.Module, proj_dim: int):
         super().__init__()
         self.speech = speech  # a transformers Wav2Vec2Model
+        # transformers' feature encoder marks the raw audio as requiring grad (for its own
+        # gradient checkpointing, unused here): a gradient of the input nobody reads, and under
+        # torch.compile a graph break at the start of every feature encoder call (one more
+        # frame to trace per crop length). Its weights still train.
+        speech.feature_extractor._requires_grad = False
         self.text = text  # a transformers BertModel without its pooler
         self.speech_proj = nn.Linear(speech.config.hidden_size, proj_dim)
         self.text_proj = nn.Linear(text.config.hidden_size, proj_dim)

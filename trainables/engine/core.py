@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from trainables.config import TrialConfig
-from trainables.engine.compile import warm_up
+from trainables.engine.compile import CompileTime, warm_up
 
 __all__ = ["Engine", "EngineParts"]
 
@@ -89,9 +89,10 @@ class Engine:
         self.effective["compile_effective"] = "eager (fallback)"
         self.effective["fallbacks"] = "; ".join(filter(None, [self.effective["fallbacks"], note]))
 
-    def warm_up(self, cfg: TrialConfig) -> float:
+    def warm_up(self, cfg: TrialConfig) -> CompileTime:
         """compile_warmup: every static shape compiled before the first timed step (see
-        engine.compile.warm_up); returns the seconds it took (compile_s)."""
+        engine.compile.warm_up); returns the seconds it took (compile_s) and where they went
+        (compile_parts)."""
         return warm_up(self, cfg)
 
     def accumulating(self, last: bool):
