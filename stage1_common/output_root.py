@@ -66,6 +66,10 @@ class OutputRoot:
     # train without them (trainables/faults.py). Formatted with the rank, or "*".
     FAULTS_ARMED = "faults_armed-rank{rank}.json"
     WORKERS = "workers"
+    # workers/previous/: the records of the attempt before this one (a restarted worker group
+    # moves them there), whose log tails the driver saves in restart_tail-attempt<N>.txt.
+    WORKERS_PREVIOUS = "previous"
+    RESTART_TAIL = "restart_tail-attempt{attempt}.txt"
     EXPORT = "export"
     # Folders in data/: the synthetic corpus and its prepared form.
     SYNTH = "synth"
@@ -189,6 +193,10 @@ class OutputRoot:
     def workers_dir(self, run: str) -> Path:
         """``runs/<run>/workers/``: one ``rank<r>.json`` per rank (pid, node, log files)."""
         return self.run_dir(run) / self.WORKERS
+
+    def restart_tail(self, run: str, attempt: int) -> Path:
+        """The log tails of the attempt that ended before attempt ``attempt`` (from 1) began."""
+        return self.run_dir(run) / self.RESTART_TAIL.format(attempt=attempt)
 
     def export_dir(self, run: str) -> Path:
         """``runs/<run>/export/``: the model platform.train exported (export.json, speech/, text/)."""

@@ -183,3 +183,44 @@ def test_a_cut_snippet_takes_the_exception_from_the_ranks_stderr_tail():
     )
     # A rank whose process died keeps Ray's words: its log holds no exception of this failure.
     assert "worker process has died" in failure_reason(KILLED, {1: ["ValueError: stale"]})
+
+
+def _register(run: Path, tmp_path: Path, rank: int, stderr: str) -> None:
+    """A worker process of ``run`` (rank ``rank``) whose stderr says ``stderr``, registered as
+    under Ray (its output redirected to files), run to its end."""
+    err = tmp_path / f"rank{rank}-{len(list(tmp_path.glob('*.err')))}.err"
+    code = (
+        "import sys; from trainables.worker_logs import register_worker; "
+        f"register_worker({str(run)!r}, rank={rank}, local_rank={rank}); "
+        f"sys.stderr.write({stderr!r})"
+    )
+    with err.open("w") as e:
+        subprocess.run([sys.executable, "-c", code], cwd=ROOT, stderr=e, check=True)
+
+
+def test_a_restart_saves_the_ended_attempts_tails_and_says_why_in_one_line(tmp_path):
+    from platform.record.failures import restart_reason, save_restart_tail
+    from stage1_common.output_root import OutputRoot
+    from trainables.faults import KILL_NOTE
+
+    root = OutputRoot.of(tmp_path / "out")
+    run = root.run_dir("r")
+    # Attempt 0: rank 1 killed by the drill's fault, rank 0 lost its peer.
+    _register(run, tmp_path, 0, "RuntimeError: Connection closed by peer [10.0.0.1]:1234\n")
+    _register(run, tmp_path, 1, f"step 170 done\n{KILL_NOTE}: SIGKILL after step 170\n")
+    assert save_restart_tail(root, "r", 1, 20) == ("", "")  # nothing restarted yet
+    # Attempt 1's processes register: attempt 0's records move to workers/previous/.
+    _register(run, tmp_path, 0, "")
+    _register(run, tmp_path, 1, "")
+    assert len(read_registrations(run)) == len(read_registrations(run, previous=True)) == 2
+    reason, saved_to = save_restart_tail(root, "r", 1, 20)
+    assert reason == f"rank 1: {KILL_NOTE}: SIGKILL after step 170"
+    assert saved_to == "runs/r/restart_tail-attempt1.txt"
+    text = (root.path / saved_to).read_text()
+    assert text.startswith(f"why attempt 0 ended: {reason}\n")
+    assert "Connection closed by peer" in text and "step 170 done" in text
+    # Without the drill's note: a rank's own error, never a peer's lost connection.
+    peer = ["RuntimeError: Connection closed by peer"]
+    own = ["Traceback (most recent call last):", "ValueError: bad batch"]
+    assert restart_reason({0: peer, 1: own}) == "rank 1: ValueError: bad batch"
+    assert restart_reason({0: peer, 1: []}).startswith("a worker process died without an exc")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,10 @@ from stage1_common.fileio import write_json
 from stage1_common.output_root import OutputRoot
 from trainables.config import TrialConfig
 
-__all__ = ["NoFaults", "build_faults", "release"]
+__all__ = ["KILL_NOTE", "NoFaults", "build_faults", "release"]
+
+# What a rank killed by inject_kill_at_step says on its stderr just before.
+KILL_NOTE = "injected kill (inject_kill_at_step)"
 
 _LEAKED: list[bytes] = []  # inject_leak_mb_per_step keeps its allocations here
 
@@ -78,6 +82,12 @@ def _error(cfg: TrialConfig, rank: int) -> Callable[[int], None]:
 def _kill(cfg: TrialConfig) -> Callable[[int], None]:
     def kill(step: int) -> None:
         if step == cfg.inject_kill_at_step:
+            # The one line the driver's restart and failure notes can name the cause by.
+            print(
+                f"{KILL_NOTE}: SIGKILL to this rank's process after step {step}",
+                file=sys.stderr,
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGKILL)  # no cleanup, no exception: a real kill -9
 
     return kill

@@ -58,7 +58,11 @@ class RunFiles:
         """This rank's record (pid, node, log files: trainables/worker_logs.py), written and
         uploaded first, before anything can fail."""
         self.record = register_worker(self.folder, rank, local_rank)
-        self.publish(self.folder / OutputRoot.WORKERS / f"rank{rank}.json")
+        workers = self.folder / OutputRoot.WORKERS
+        previous = workers / OutputRoot.WORKERS_PREVIOUS / f"rank{rank}.json"
+        if previous.exists():  # the attempt before a restart: the driver says why it ended
+            self.publish(previous)
+        self.publish(workers / f"rank{rank}.json")
         return self.record
 
     def publish_at_end(self, local_rank: int) -> None:

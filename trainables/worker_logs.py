@@ -5,7 +5,8 @@ Ray redirects a worker process's stdout and stderr to files in its session's log
 ``runs/<run>/workers/rank<r>.json`` with its pid, node and those two paths; when the run fails
 (an exception, a rank killed, a hang), the driver reads the last ``fail_tail_lines`` lines of each
 (platform/record/failures.py). The record is written before anything can fail, so it exists even for a
-rank killed during start-up.
+rank killed during start-up. A restarted worker group moves the records of the attempt before
+to ``workers/previous/``: the driver reads their tails to say why the run restarted.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from stage1_common.fileio import write_json
+from stage1_common.output_root import OutputRoot
 
-__all__ = ["register_worker", "read_registrations", "tail_lines", "WORKERS_DIR"]
-
-WORKERS_DIR = "workers"
+__all__ = ["register_worker", "read_registrations", "tail_lines"]
 
 
 def _fd_target(fd: int) -> str:
@@ -33,7 +33,9 @@ def _fd_target(fd: int) -> str:
 
 
 def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]:
-    """Write this worker's record under ``run_dir/workers/``; returns it."""
+    """Write this worker's record under ``run_dir/workers/``; returns it. The record of an
+    earlier process of this rank (the attempt before a restart) moves to
+    ``workers/previous/``."""
     node_ip = node_id = ""  # outside Ray (torchrun): the hostname says where the logs are
     try:
         import ray
@@ -57,16 +59,37 @@ def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]
         "stderr": _fd_target(2),
         "started_ts": time.time(),
     }
-    write_json(Path(run_dir) / WORKERS_DIR / f"rank{rank}.json", record)
+    path = Path(run_dir) / OutputRoot.WORKERS / f"rank{rank}.json"
+    _keep_previous(path, record["pid"], record["hostname"])
+    write_json(path, record)
     return record
 
 
-def read_registrations(run_dir: Path) -> list[dict[str, Any]]:
-    """The records of a run's workers, in rank order (unreadable ones are skipped)."""
+def _keep_previous(path: Path, pid: int, hostname: str) -> None:
+    """Move the record at ``path`` to ``previous/`` when another process wrote it."""
     import json
 
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if (old.get("pid"), old.get("hostname")) == (pid, hostname):
+        return
+    previous = path.parent / OutputRoot.WORKERS_PREVIOUS
+    previous.mkdir(parents=True, exist_ok=True)
+    os.replace(path, previous / path.name)
+
+
+def read_registrations(run_dir: Path, *, previous: bool = False) -> list[dict[str, Any]]:
+    """The records of a run's workers (of the attempt before, with ``previous``), in rank
+    order (unreadable ones are skipped)."""
+    import json
+
+    folder = Path(run_dir) / OutputRoot.WORKERS
+    if previous:
+        folder = folder / OutputRoot.WORKERS_PREVIOUS
     out = []
-    for path in sorted((Path(run_dir) / WORKERS_DIR).glob("rank*.json")):
+    for path in sorted(folder.glob("rank*.json")):
         try:
             out.append(json.loads(path.read_text()))
         except (OSError, ValueError):

@@ -66,6 +66,11 @@ def start_cluster(
     context = ray.init(
         address=init_address(address),
         logging_level="WARNING",
+        # What the workers print stays in their log files (runs/<run>/workers/ says where; a
+        # failed run's and a restart's tails are saved in its folder): on the console, Ray's
+        # tracebacks of a restart or DCP's per-save lines buried the driver's own lines.
+        # RAY_LOG_TO_DRIVER=1 brings them back.
+        log_to_driver=os.environ.get("RAY_LOG_TO_DRIVER", "0") == "1",
         runtime_env=runtime_env(env_vars, ship_code=joined, modules=WORKER_PACKAGES),
         **kwargs,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from stage1_common.fileio import atomic_write_text
 from stage1_common.output_root import OutputRoot
+from trainables.faults import KILL_NOTE
 from trainables.worker_logs import read_registrations, tail_lines
 
 __all__ = [
@@ -23,7 +24,9 @@ __all__ = [
     "failure_reason",
     "format_tails",
     "remote_tail",
+    "restart_reason",
     "save_fail_tail",
+    "save_restart_tail",
     "stderr_tails",
     "worker_tails",
 ]
@@ -109,14 +112,15 @@ def exit_code(
     return EXIT_CODES.get(status)
 
 
-def worker_tails(run_dir: Path, lines: int) -> list[dict]:
-    """Per registered worker (trainables/worker_logs.py): its record plus ``tails``, holding for
-    ``stderr`` and ``stdout`` the last ``lines`` lines (a list) or why they cannot be read. A
-    rank on another node of the cluster has its files read there, by a task on that node."""
+def worker_tails(run_dir: Path, lines: int, *, previous: bool = False) -> list[dict]:
+    """Per registered worker (trainables/worker_logs.py; of the attempt before a restart, with
+    ``previous``): its record plus ``tails``, holding for ``stderr`` and ``stdout`` the last
+    ``lines`` lines (a list) or why they cannot be read. A rank on another node of the cluster
+    has its files read there, by a task on that node."""
     here = _driver_node_id()
     silent: dict[str, str] = {}  # node id -> why it did not answer (asked once, not per file)
     out = []
-    for w in read_registrations(run_dir):
+    for w in read_registrations(run_dir, previous=previous):
         tails: dict[str, list[str] | str] = {}
         remote = bool(here and w.get("node_id") and w["node_id"] != here)
         for stream in ("stderr", "stdout"):
@@ -256,13 +260,51 @@ def diagnose(root: OutputRoot, run: str, error: str | None, lines: int) -> RunFa
     return RunFailure("stalled", reason, exit_code("stalled"), workers)
 
 
-def save_fail_tail(root: OutputRoot, run: str, workers: list[dict], lines: int) -> str:
-    """Write the last ``lines`` lines of each worker's stderr and stdout (from ``workers``, as
-    worker_tails gives them) to ``runs/<run>/fail_tail.txt``; returns that text."""
-    cut = [
+def _cut(workers: list[dict], lines: int) -> list[dict]:
+    """``workers`` (worker_tails) with each tail cut to its last ``lines`` lines."""
+    return [
         {**w, "tails": {k: v[-lines:] if isinstance(v, list) else v for k, v in w["tails"].items()}}
         for w in workers
     ]
-    text = format_tails(root.run_dir(run), cut)
+
+
+def save_fail_tail(root: OutputRoot, run: str, workers: list[dict], lines: int) -> str:
+    """Write the last ``lines`` lines of each worker's stderr and stdout (from ``workers``, as
+    worker_tails gives them) to ``runs/<run>/fail_tail.txt``; returns that text."""
+    text = format_tails(root.run_dir(run), _cut(workers, lines))
     atomic_write_text(root.fail_tail(run), text)
     return text
+
+
+def restart_reason(tails: dict[int, list[str]]) -> str:
+    """Why a worker group ended before its restart, from its ranks' stderr tails (rank -> last
+    lines): a rank killed by inject_kill_at_step, else the first rank whose error is its own
+    (not a lost peer), else a process that died without a word."""
+    for rank, lines in sorted(tails.items()):
+        note = next((ln.strip() for ln in reversed(lines) if KILL_NOTE in ln), "")
+        if note:
+            return f"rank {rank}: {note}"[:300]
+    for rank, lines in sorted(tails.items()):
+        line = _exception_line(lines)
+        if line and not any(s in line for s in _PEER_LOST):
+            return f"rank {rank}: {line}"[:300]
+    return "a worker process died without an exception (SIGKILL, the OOM killer, a crash)"
+
+
+def save_restart_tail(root: OutputRoot, run: str, attempt: int, lines: int) -> tuple[str, str]:
+    """Attempt ``attempt`` (from 1) of ``run`` began after a restart: why the attempt before
+    ended (restart_reason) and where the last ``lines`` lines of its workers' logs were saved
+    (``runs/<run>/restart_tail-attempt<N>.txt``, relative to the root). ('', '') when no record
+    of that attempt's workers is found."""
+    run_dir = root.run_dir(run)
+    workers = worker_tails(run_dir, max(lines, 40), previous=True)
+    if not workers:
+        return "", ""
+    reason = restart_reason(stderr_tails(workers))
+    path = root.restart_tail(run, attempt)
+    atomic_write_text(
+        path,
+        f"why attempt {attempt - 1} ended: {reason}\n"
+        + format_tails(run_dir, _cut(workers, max(lines, 1))),
+    )
+    return reason, path.relative_to(root.path).as_posix()

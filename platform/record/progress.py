@@ -59,12 +59,16 @@ class Progress:
             "(max_missing_files_fraction allows it)",
         )
 
-    def restarted(self, run: str, attempt: int, resumed_from_step: int) -> None:
-        """A new worker group of a training run (``attempt`` counts from 0)."""
+    def restarted(
+        self, run: str, attempt: int, resumed_from_step: int, reason: str, saved_to: str
+    ) -> None:
+        """A new worker group of a training run (``attempt`` counts from 0), in one line: why
+        the one before ended, where its workers' log tails are, the step it resumed from."""
+        why = f" after {reason}" if reason else ""
+        where = f" (log tails: {saved_to})" if saved_to else ""
         self.say(
             run,
-            f"restarted (attempt {attempt + 1}): the worker group came back and resumed from "
-            f"step {resumed_from_step}",
+            f"restarted (attempt {attempt + 1}){why}; resumed from step {resumed_from_step}{where}",
         )
 
     def resumed(self, run: str, step: int) -> None:

@@ -21,7 +21,13 @@ from typing import Any
 
 from ray.tune import Callback
 
-from platform.record.failures import diagnose, error_text, exit_code, save_fail_tail
+from platform.record.failures import (
+    diagnose,
+    error_text,
+    exit_code,
+    save_fail_tail,
+    save_restart_tail,
+)
 from platform.record.loggers import make_loggers, scalars_of
 from platform.record.progress import Progress
 from platform.record.writer import BackgroundWriter
@@ -251,6 +257,7 @@ class SweepRecorder(Callback):
         """The attempt a window belongs to: a new worker group (a restart from a checkpoint, or
         --resume) starts a new one and says so."""
         start_ts = result.get("attempt_start_ts") or 0.0
+        restarted = False
         if run not in self.attempt:
             self.attempt[run] = self.attempts_before.get(run, -1) + 1
             self.attempt_ts[run] = start_ts
@@ -258,15 +265,29 @@ class SweepRecorder(Callback):
             self.attempt[run] += 1
             self.attempt_ts[run] = start_ts
             status["restarts"] = status.get("restarts", 0) + 1
-            self.progress.restarted(run, self.attempt[run], result.get("resumed_from_step") or 0)
+            resumed = result.get("resumed_from_step") or 0
+            # Its line, once the ended attempt's log tails are read and saved (off Tune's loop).
+            self.writer.submit(
+                functools.partial(self._say_restart, run, self.attempt[run], resumed)
+            )
+            restarted = True
         else:
             return self.attempt[run]
         if result.get("resumed_from_step"):
             status["resumed_from_step"] = result["resumed_from_step"]
-            self.progress.resumed(run, result["resumed_from_step"])
+            if not restarted:  # a restart's own line names the step
+                self.progress.resumed(run, result["resumed_from_step"])
         if result.get("resume_notes"):
             self.progress.say(run, result["resume_notes"])
         return self.attempt[run]
+
+    def _say_restart(self, run: str, attempt: int, resumed: int) -> None:
+        """The one console line of a restart: why the attempt before ended and where its
+        workers' log tails are saved (runs/<run>/restart_tail-attempt<N>.txt)."""
+        pull_run(self.root, run)  # a root on object storage: the records its workers uploaded
+        lines = self.runs[run].config.fail_tail_lines
+        reason, saved_to = save_restart_tail(self.root, run, attempt, lines)
+        self.progress.restarted(run, attempt, resumed, reason, saved_to)
 
     def _training_rows(self, run: str, result: dict[str, Any], keys, status) -> None:
         """A validation or a checkpoint at this window's step: its row and its line."""

@@ -101,8 +101,15 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     # The rank's record, uploaded from its scratch folder when it registered.
     pid = json.loads(remote.join("runs", RUN, "workers", "rank1.json").read_text())["pid"]
     os.kill(pid, signal.SIGKILL)
+    killed_at = len(driver.lines)
     at = driver.wait_for("restarted (attempt 2)", timeout_s=180)
-    assert "resumed from step 10" in driver.lines[at]
+    # One line: why, the step resumed from, where the ended attempt's log tails are; Ray's
+    # tracebacks (the controller's ActorDiedError, the workers') stay off the console.
+    saved = f"runs/{RUN}/restart_tail-attempt1.txt"
+    assert "after a worker process died without an exception" in driver.lines[at]
+    assert f"resumed from step 10 (log tails: {saved})" in driver.lines[at]
+    noise = [ln for ln in driver.lines[killed_at:at] if "Traceback" in ln or "pid=" in ln]
+    assert noise == [], noise
     # Then the driver itself, once the restarted group's checkpoint 20 is complete.
     driver.wait_for(f"{RUN}: checkpoint at step 20:", timeout_s=180, after=at)
     driver.crash()
@@ -121,6 +128,8 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert "resumed from the checkpoint at step 20" in out
     assert f"results in {bucket}" in out
     faulted = Location.of(bucket).download(tmp_path / "faulted-copy")
+    tails = (faulted / saved).read_text()  # the killed rank's and its peer's, from attempt 0
+    assert tails.startswith("why attempt 0 ended:") and f"--- rank 1 (pid {pid} " in tails
     # Ray Train's keep_checkpoints=2 in the bucket (the cut one it never registered stays),
     # and the model the workers exported from the best of them, uploaded beside.
     kept = sorted(p.name for p in (faulted / "runs" / RUN).glob("checkpoint_step*"))
