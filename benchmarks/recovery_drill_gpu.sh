@@ -6,7 +6,8 @@
 # with SIGKILL after step KILL_AT (default 250). Injected faults act in the run's first attempt
 # only, so the restarted worker group resumes from the newest complete checkpoint and the run
 # ends ok with one restart. $OUT/drill.log, $OUT/drill_manifest.tsv (status, restarts, resumed
-# step, checkpoints), the console lines Tune printed about slow callbacks (none expected).
+# step, checkpoints), the console lines Tune printed about slow callbacks (none expected), the
+# restart's one console line and the ended attempt's log tails (restart_tail-attempt1.txt).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -31,4 +32,9 @@ cols = ["run", "status", "exit_code", "last_step", "restarts", "resumed_from_ste
 print(m[cols].to_csv(sep="\t", index=False))
 PY
 echo "slow-callback lines: $(grep -c 'performance bottleneck' "$OUT/drill.log")"
+# The restart on the console: one line (why, the step resumed from, where the tails are), and
+# no worker or Ray traceback lines; the ended attempt's log tails beside the log.
+grep "restarted (attempt" "$OUT/drill.log"
+echo "traceback lines on the console: $(grep -c -e Traceback -e 'pid=' "$OUT/drill.log")"
+cp $R/runs/*/restart_tail-attempt*.txt "$OUT/" 2>/dev/null || true
 exit "$code"
