@@ -51,3 +51,29 @@ def test_a_runs_compile_caches_go_to_the_machine_folder_unless_the_user_set_thei
     # ... but not over the compile_cache_dir key, a folder asked for by name.
     compile_mod.use_compile_cache(tmp_path / "d", explicit=True)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "d" / "inductor")
+
+
+def test_a_graph_kept_out_of_the_aot_autograd_cache_is_counted_with_its_reason(
+    monkeypatch, tmp_path, capfd
+):
+    # On torch 2.11 with CUDA every graph of a compiled run bypassed AOTAutograd's cache and
+    # was traced again in each process; the manifest says how many and why.
+    import torch
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    from trainables.engine import compile as compile_mod
+
+    monkeypatch.setattr(
+        compile_mod, "_USER_CACHE_VARS", {k: "" for k in compile_mod._USER_CACHE_VARS}
+    )
+    compile_mod.use_compile_cache(tmp_path)
+    torch._dynamo.reset()
+    x = torch.randn(8, requires_grad=True)
+    with inductor_config.patch(fx_graph_cache=False):  # AOTAutograd then bypasses its cache
+        torch.compile(lambda t: (t * 2).sin())(x).sum().backward()
+    text = compile_mod.cache_counts()
+    assert "aot_autograd hit=0 miss=0 bypass=1 (FX graph cache is not enabled)" in text, text
+    assert "Bypassing" not in "".join(capfd.readouterr())  # kept, not printed
+    compile_mod.use_compile_cache(tmp_path)  # the next run counts from zero
+    assert compile_mod.cache_counts() == ""

@@ -273,7 +273,15 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     assert compile_s > 0 and engine.effective["fallbacks"] == ""
     # Where the seconds went: dynamo traced (a compile, not a cache load only), parts sum up.
     seconds = dict((k, float(v)) for k, v in (p.split("=") for p in parts.split()))
-    assert list(seconds) == ["trace", "guards", "backend", "dynamo_other", "passes"]
+    assert list(seconds) == [
+        "trace",
+        "guards",
+        "backend",
+        "dynamo_other",
+        "first_passes",
+        "cudagraph_passes",
+    ]
+    assert seconds["cudagraph_passes"] == 0  # one pass per shape off a GPU
     assert seconds["trace"] > 0 and seconds["backend"] > 0
     assert sum(seconds.values()) == pytest.approx(compile_s, abs=0.3)
     assert all(torch.equal(before[k], v) for k, v in engine.bare.state_dict().items())

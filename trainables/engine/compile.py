@@ -4,6 +4,7 @@ known shape before the first timed step. A compile error falls back to eager (en
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
@@ -51,12 +52,47 @@ def use_compile_cache(cache_dir: Path | None, *, explicit: bool = False) -> None
                 os.environ[var] = str(Path(cache_dir) / sub)
     for group in ("inductor", "aot_autograd"):
         counters[group].clear()
+    _BYPASS.install()
+    _BYPASS.reasons.clear()
+
+
+class _BypassReasons(logging.Filter):
+    """Why AOTAutograd's cache kept a graph out (its INFO line "Bypassing autograd cache due
+    to: ..."), for the manifest's ``compile_cache``. A filter of that logger, asked for its
+    INFO lines: it keeps the reasons and lets through only what the logger passed before, so
+    nothing new reaches the console."""
+
+    LOGGER = "torch._functorch._aot_autograd.autograd_cache"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: list[str] = []
+        self.level: int | None = None  # the logger's own, before install
+
+    def install(self) -> None:
+        if self.level is not None:
+            return
+        logger = logging.getLogger(self.LOGGER)
+        self.level = logger.getEffectiveLevel()
+        logger.setLevel(min(self.level, logging.INFO))
+        logger.addFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Bypassing autograd cache due to:"):
+            self.reasons.append(message.split(":", 1)[1].strip().splitlines()[0])
+        return record.levelno >= (self.level or 0)
+
+
+_BYPASS = _BypassReasons()
 
 
 def cache_counts() -> str:
     """What the compile caches saved since ``use_compile_cache``: graphs found in (hit) and
-    compiled anew for (miss) inductor's FX-graph cache and the AOTAutograd cache (the
-    manifest's ``compile_cache``); '' when nothing was compiled."""
+    compiled anew for (miss) inductor's FX-graph cache, and those found in, compiled anew for
+    and kept out of (bypass: a graph AOTAutograd cannot cache, traced again in every process;
+    the first reason in brackets) the AOTAutograd cache (the manifest's ``compile_cache``); ''
+    when nothing was compiled."""
     from torch._dynamo.utils import counters
 
     fx, aot = counters["inductor"], counters["aot_autograd"]
@@ -65,10 +101,14 @@ def cache_counts() -> str:
         fx["fxgraph_cache_miss"],
         aot["autograd_cache_hit"],
         aot["autograd_cache_miss"],
+        aot["autograd_cache_bypass"],
     )
     if not any(seen):
         return ""
-    return "fxgraph hit={} miss={} aot_autograd hit={} miss={}".format(*seen)
+    text = "fxgraph hit={} miss={} aot_autograd hit={} miss={} bypass={}".format(*seen)
+    if _BYPASS.reasons:  # the first reason; the others are most often the same
+        text += f" ({_BYPASS.reasons[0][:160]})"
+    return text
 
 
 def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:
@@ -220,18 +260,35 @@ def _phase_seconds() -> dict[str, float]:
     return {name: sum(compilation_time_metrics.get(key, ())) for name, key in _PHASES.items()}
 
 
-def compile_parts(before: dict[str, float], seconds: float) -> str:
+def compile_parts(before: dict[str, float], seconds: float, later: float) -> str:
     """Where ``seconds`` of a warm-up went since ``before`` (_phase_seconds): dynamo's tracing,
-    guards and backend, the rest of dynamo (dynamo_other), and ``passes``: running the passes
-    themselves, recording CUDA graphs, and backward graphs compiled at their first call.
-    'trace=6.0 guards=1.1 backend=4.9 dynamo_other=0.3 passes=8.2'; the parts sum to
-    ``seconds``."""
+    guards and backend (AOTAutograd and inductor, cache loads included), the rest of dynamo
+    (dynamo_other), the rest of each shape's first pass (``first_passes``: running it, and the
+    backward graphs compiled or loaded at their first call), and the ``later`` passes (with
+    reduce-overhead: CUDA graph warm-up and recording). The parts sum to ``seconds``:
+    'trace=3.0 guards=0.8 backend=12.9 dynamo_other=0.3 first_passes=20.2 cudagraph_passes=10.0'."""
     now = _phase_seconds()
     spent = {name: max(0.0, now[name] - before.get(name, 0.0)) for name in now}
     parts = {name: spent[name] for name in ("trace", "guards", "backend")}
     parts["dynamo_other"] = max(0.0, spent["dynamo"] - sum(parts.values()))
-    parts["passes"] = max(0.0, seconds - spent["dynamo"])
+    parts["first_passes"] = max(0.0, seconds - spent["dynamo"] - later)
+    parts["cudagraph_passes"] = later
     return " ".join(f"{name}={value:.1f}" for name, value in parts.items())
+
+
+def _one_pass(engine, cfg: TrialConfig, batch: dict[str, torch.Tensor]) -> None:
+    """A forward and backward pass of ``batch``, gradients cleared; a compile error falls back
+    to eager (engine.fall_back)."""
+    try:
+        speech, text, scale = engine(batch)
+        if engine.compiling:  # a forward that fell back to eager has nothing to warm up
+            loss = contrastive_loss(
+                speech.float(), text.float(), scale.float(), scope=cfg.contrastive_scope
+            )
+            engine.backward(loss)  # the backward graph compiles at its first call
+    except engine.compile_errors as exc:
+        engine.fall_back(exc)
+    engine.bare.zero_grad(set_to_none=True)
 
 
 def warm_up(engine, cfg: TrialConfig) -> CompileTime:
@@ -248,25 +305,19 @@ def warm_up(engine, cfg: TrialConfig) -> CompileTime:
     passes = 3 if engine.cudagraphs else 1  # cudagraph trees: warm-up runs, then recording
     before = _phase_seconds()
     t0 = time.perf_counter()
+    later = 0.0  # the passes after each shape's first
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         for audio_n, text_n in shapes:
-            for _ in range(passes):
-                batch = shape_batch(cfg.micro_batch, audio_n, text_n, device)
-                try:
-                    speech, text, scale = engine(batch)
-                    if not engine.compiling:  # fell back to eager: nothing to warm up
-                        break
-                    loss = contrastive_loss(
-                        speech.float(), text.float(), scale.float(), scope=cfg.contrastive_scope
-                    )
-                    engine.backward(loss)  # the backward graph compiles at its first call
-                except engine.compile_errors as exc:
-                    engine.fall_back(exc)
-                engine.bare.zero_grad(set_to_none=True)
+            for i in range(passes):
+                t_pass = time.perf_counter()
+                _one_pass(engine, cfg, shape_batch(cfg.micro_batch, audio_n, text_n, device))
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                later += (time.perf_counter() - t_pass) if i else 0.0
                 if not engine.compiling:
                     break
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+            if not engine.compiling:
+                break
     seconds = time.perf_counter() - t0
-    return CompileTime(seconds, compile_parts(before, seconds))
+    return CompileTime(seconds, compile_parts(before, seconds, later))
