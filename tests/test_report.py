@@ -188,3 +188,27 @@ def test_the_committed_h100_run_exported_every_dashboard_gauge_and_drew_its_gpus
     found = check_filled((folder / "report.html").read_text(), H100_PAGE_SECTIONS)
     assert found.images["gpu"] == 1 and "throttle_reasons" in found.text["gpu"]
     assert "no GPU samples" not in found.text["gpu"]
+
+
+def test_a_failed_runs_log_tails_and_a_restarts_are_on_the_page(tmp_path):
+    # The page looked for *tail*.log; the driver writes fail_tail.txt (and, after a restart,
+    # restart_tail-attempt<N>.txt): the README promises failed runs with their log tails.
+    import pandas as pd
+
+    from platform.analysis.report_sections import failed
+    from stage1_common.output_root import OutputRoot
+
+    root = OutputRoot.of(tmp_path)
+    root.run_dir("a").mkdir(parents=True)
+    rank0 = "".join(f"rank 0 line {i}\n" for i in range(80))
+    root.fail_tail("a").write_text(f"--- rank 0 stderr\n{rank0}--- rank 1 stderr\nValueError: x\n")
+    root.restart_tail("a", 1).write_text("why attempt 0 ended: rank 1: killed\n")
+    manifest = pd.DataFrame(
+        [
+            {"run": "a", "status": "failed", "failure_reason": "rank 1: ValueError: x"},
+            {"run": "b", "status": "ok", "failure_reason": ""},
+        ]
+    )
+    page = failed({"manifest": manifest, "root": root})
+    assert "fail_tail.txt" in page and "rank 0 line 0\n" in page and "ValueError: x" in page
+    assert "restart_tail-attempt1.txt" in page and "why attempt 0 ended" in page

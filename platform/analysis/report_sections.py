@@ -10,6 +10,7 @@ import html
 import json
 import math
 import numbers
+from pathlib import Path
 
 import pandas as pd
 
@@ -273,14 +274,24 @@ def failed(data: dict) -> str:
             f"<h3>{html.escape(str(row['run']))}: {html.escape(str(row['status']))}</h3>"
             + note(as_text(row.get("failure_reason")) or "no reason recorded")
         )
-        run_dir = data["root"].run_dir(str(row["run"]))
-        tails = sorted(run_dir.glob("*tail*.log")) + sorted(run_dir.glob("*stack*"))
-        for tail in tails[:4]:
-            text = tail.read_text(errors="replace").splitlines()[-60:]
-            out.append(
-                f"<p>{html.escape(tail.name)}</p><pre>{html.escape(chr(10).join(text))}</pre>"
-            )
+        out += [_tail_block(path) for path in _tail_files(data["root"], str(row["run"]))]
     return "".join(out)
+
+
+def _tail_files(root, run: str) -> list[Path]:
+    """What a run that did not finish left to read: its workers' log tails (fail_tail.txt),
+    a stalled run's stacks, the tails of the attempts a restart ended."""
+    found = [root.fail_tail(run)] + sorted(root.run_dir(run).glob(root.stacks(run).name))
+    found += sorted(root.run_dir(run).glob(root.RESTART_TAIL.format(attempt="*")))
+    return [path for path in found if path.is_file()][:6]
+
+
+def _tail_block(path: Path, most: int = 400) -> str:
+    """A file's text (its last ``most`` lines: every rank's tail of fail_tail.txt fits)."""
+    lines = path.read_text(errors="replace").splitlines()
+    cut = f" (its last {most} of {len(lines)} lines)" if len(lines) > most else ""
+    text = html.escape("\n".join(lines[-most:]))
+    return f"<p>{html.escape(path.name)}{cut}</p><pre>{text}</pre>"
 
 
 def environment(data: dict) -> str:
