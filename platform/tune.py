@@ -94,13 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="address the Ray dashboard of a local cluster listens on; 0.0.0.0 opens it to the "
         "network",
     )
-    p.add_argument("--dashboard-port", type=int, default=8265, help="Ray dashboard port")
+    p.add_argument(
+        "--dashboard-port",
+        type=_port,
+        help="Ray dashboard port of a local cluster (default: 8265, or a free port where 8265 "
+        "is taken)",
+    )
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         help="Prometheus endpoint port of a local cluster (default: Ray picks one)",
     )
     return p
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0-65535 (argparse: one line and exit 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +163,13 @@ def main(argv: list[str] | None = None) -> int:
                 "--resume of a search: optuna sweep is not supported yet; start it again in a new "
                 "--output-root (or use search: random)"
             )
+        from platform.execution.cluster import dashboard_port_problem
+        from stage1_common.cluster import joining
+
+        if not joining(args.address):  # a port of a local cluster, asked for by name
+            problem = dashboard_port_problem(args.dashboard_host, args.dashboard_port)
+            if problem:
+                raise UsageError(problem)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
             _print_listing(format_plan(space, runs))
             check_inputs_only(

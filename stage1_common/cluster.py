@@ -19,6 +19,7 @@ __all__ = [
     "first_line",
     "init_address",
     "joining",
+    "local_gpus",
     "node_label",
     "on_every_node",
     "pinned",
@@ -176,3 +177,23 @@ def first_line(exc: BaseException) -> str:
     """The last non-empty line of an exception's text (a remote traceback ends with it)."""
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return lines[-1].strip() if lines else type(exc).__name__
+
+
+def local_gpus() -> int:
+    """The GPUs a local Ray cluster started here gets, as Ray counts them: the entries of
+    CUDA_VISIBLE_DEVICES when it is set, else NVML's count, else 0 (no driver, no GPU)."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")])
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML library, no driver: no GPU Ray could use
+        return 0

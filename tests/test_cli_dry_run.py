@@ -136,3 +136,59 @@ def test_a_micro_batch_the_corpus_cannot_fill_is_refused_before_ray_naming_the_l
                 f"{after}; the largest that fits is {best}: --set micro_batch={best}"
             )
             assert "NO_RAY" in out.stdout and not root.exists()
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (
+            ("--set", "val_manifest_path=/nope.tsv"),
+            "val_manifest_path /nope.tsv does not exist; make it with python -m "
+            "data_prep.librispeech",
+        ),
+        (
+            ("--set", "tokenizer_path=/nope.json"),
+            "tokenizer_path /nope.json does not exist; leave it empty",
+        ),
+        (
+            ("--set", "use_gpu=true"),
+            "use_gpu true: run sweep_z0_mb4_nw0_pf2_r1 needs 2 GPU(s), this machine has 0; "
+            "set use_gpu=auto",
+        ),
+        (("--dashboard-port", "99999"), "argument --dashboard-port: '99999' is not a port"),
+    ],
+)
+def test_a_first_hours_mistake_is_one_line_and_exit_2_before_ray(tmp_path, monkeypatch, args, line):
+    """Issue 43 items 1-3: found by the driver, in the dry run and the real run alike, before
+    Ray starts and before the output root is made."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray would count here: no GPU
+    root = tmp_path / "out"
+    for dry in (["--dry-run"], []):
+        out = tune("--space", "smoke", "--output-root", root, *args, *dry, probe=True)
+        assert out.returncode == 2, out.stderr
+        assert line in out.stderr.strip().splitlines()[-1]
+        assert not root.exists()
+        assert out.stdout.strip().endswith("NO_RAY") or "error: argument" in out.stderr
+
+
+def test_a_dashboard_port_in_use_is_refused_naming_it(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = tune("--space", "smoke", "--dashboard-port", str(port), "--dry-run", probe=True)
+    assert out.returncode == 2
+    assert _error_line(out) == (
+        f"platform.tune: error: --dashboard-port {port} is in use on 127.0.0.1 (another Ray "
+        "cluster?); choose a free port, or leave --dashboard-port out (a free one is then taken)"
+    )
+
+
+def test_every_key_that_names_a_file_or_folder_is_checked_before_ray():
+    from platform.spaces.preflight import PATH_KEYS
+    from trainables.config import field_names
+
+    named = {k for k in field_names() if k.endswith(("_path", "_dir", "_file"))}
+    assert named == set(PATH_KEYS), "add the new key's check to preflight.PATH_KEYS"

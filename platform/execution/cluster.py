@@ -18,7 +18,9 @@ from stage1_common.machine_cache import CACHE_ENV
 WORKER_PACKAGES = (trainables, data_prep, stage1_common)
 
 __all__ = [
+    "DEFAULT_DASHBOARD_PORT",
     "ClusterInfo",
+    "dashboard_port_problem",
     "FORWARDED_ENV_PREFIXES",
     "LOOPBACK_HOSTS",
     "start_cluster",
@@ -26,6 +28,43 @@ __all__ = [
 ]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+DEFAULT_DASHBOARD_PORT = 8265  # Ray's
+
+
+def _port_free(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def dashboard_port_problem(host: str, port: int | None) -> str:
+    """Why a local cluster's dashboard cannot listen on ``port`` asked for by name ('' when it
+    can, or when no port was asked for: then a taken default moves, see _dashboard_port)."""
+    if port is None or port == 0 or _port_free(host, port):
+        return ""
+    return (
+        f"--dashboard-port {port} is in use on {host} (another Ray cluster?); choose a free "
+        "port, or leave --dashboard-port out (a free one is then taken)"
+    )
+
+
+def _dashboard_port(host: str, port: int | None) -> int:
+    """The port asked for, else Ray's default where it is free, else any free port: another
+    Ray cluster on a shared machine holds 8265 often, and Ray then ran without a dashboard."""
+    if port is not None:
+        return port
+    if _port_free(host, DEFAULT_DASHBOARD_PORT):
+        return DEFAULT_DASHBOARD_PORT
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -39,7 +78,7 @@ def start_cluster(
     *,
     address: str | None,
     dashboard_host: str,
-    dashboard_port: int,
+    dashboard_port: int | None,
     metrics_port: int | None,
     env_vars: dict[str, str],
 ) -> ClusterInfo:
@@ -60,7 +99,10 @@ def start_cluster(
             )
         # include_dashboard stays None: Ray starts the dashboard when its packages are there
         # (ray[default]) and goes on without it otherwise (minimal Ray on some GPU images).
-        kwargs.update(dashboard_host=dashboard_host, dashboard_port=dashboard_port)
+        kwargs.update(
+            dashboard_host=dashboard_host,
+            dashboard_port=_dashboard_port(dashboard_host, dashboard_port),
+        )
         if metrics_port:
             kwargs["_metrics_export_port"] = metrics_port
     context = ray.init(

@@ -167,12 +167,31 @@ def _check_runs_and_address(space: SearchSpace, runs: list[RunSpec], address: st
     from stage1_common.ray_address import address_problem
 
     check_inputs(space, runs)
+    _check_local_gpus(runs, address)
     problem = address_problem(address)
     if problem:
         raise UsageError(
             f"cannot reach Ray at --address {address}: {problem}; check the address "
             "or drop --address to start a local cluster"
         )
+
+
+def _check_local_gpus(runs: list[RunSpec], address: str | None) -> None:
+    """A local cluster has this machine's GPUs: a run with ``use_gpu: true`` that needs more is
+    refused here, naming the key, not after the cluster started."""
+    from stage1_common.cluster import joining, local_gpus
+
+    wanting = [r for r in runs if r.config.use_gpu is True]
+    if joining(address) or not wanting:
+        return
+    gpus = local_gpus()
+    for run in wanting:
+        if run.config.train_workers > gpus:
+            raise UsageError(
+                f"use_gpu true: run {run.name} needs {run.config.train_workers} GPU(s), this "
+                f"machine has {gpus}; set use_gpu=auto (GPUs where there are enough) or "
+                "use_gpu=false, or lower train_workers"
+            )
 
 
 def _resumed_root(

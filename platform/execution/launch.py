@@ -51,7 +51,7 @@ class LaunchRequest:
     address: str | None = None
     """The Ray cluster to join; None starts a local one."""
     dashboard_host: str = "127.0.0.1"
-    dashboard_port: int = 8265
+    dashboard_port: int | None = None  # None: Ray's 8265, or a free port where it is taken
     metrics_port: int | None = None
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     """With ``resume``: the runs of the earlier attempt that finished ok (not run again)."""
@@ -223,7 +223,14 @@ def _announce(cluster) -> None:
     if cluster.dashboard_url:
         print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
     elif not cluster.joined:
-        print("Ray dashboard: not running (its packages are missing: pip install 'ray[default]')")
+        from ray._private.utils import get_dashboard_dependency_error
+
+        why = (
+            "its packages are missing: pip install 'ray[default]'"
+            if get_dashboard_dependency_error()
+            else "it did not start; Ray's session folder holds logs/dashboard.log"
+        )
+        print(f"Ray dashboard: not running ({why})", flush=True)
     if cluster.metrics_url:
         print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
     if not cluster.joined:

@@ -32,6 +32,12 @@ def resolve_resources(
             )
         need_cpu = cfg.train_workers * cfg.cpus_per_train_worker
         need_gpu = cfg.train_workers if use_gpu else 0
+        if need_gpu > gpus and cfg.use_gpu is True:
+            raise UsageError(
+                f"use_gpu true: run {run.name} needs {need_gpu} GPU(s), the cluster has "
+                f"{gpus:g}; set use_gpu=auto (GPUs where there are enough) or use_gpu=false, or "
+                "lower train_workers"
+            )
         if need_cpu > cpus or need_gpu > gpus:
             raise UsageError(
                 f"run {run.name} needs {need_cpu} CPUs and {need_gpu} GPUs "

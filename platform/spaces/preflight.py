@@ -12,11 +12,13 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from trainables.crops import crop_options, full_batches, largest_micro_batch
 
-__all__ = ["check_inputs"]
+__all__ = ["PATH_KEYS", "check_inputs"]
 
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
-    """Files the runs read must exist and have the right columns before any trial starts."""
+    """Files the runs read must exist and have the right columns before any trial starts:
+    every key that names a file or folder (PATH_KEYS), the tools an optimizer needs, and a full
+    global batch from each run's corpus."""
     import shutil
 
     if (
@@ -28,37 +30,63 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
             "pip install ninja, or use optimizer=adamw_torch"
         )
     _check_checkpoints(runs)
-    seen: set[str] = set()
     for run in runs:
-        cfg = run.config
-        if cfg.dataset != "manifest":
-            continue
-        if not cfg.manifest_path:
-            if space.data is None:
-                raise UsageError(
-                    f"{space.source}: dataset manifest needs manifest_path (or a data: section); "
-                    "set manifest_path=PATH/manifest_16k_trim.tsv"
-                )
-            continue
-        if cfg.manifest_path in seen:
-            continue
-        seen.add(cfg.manifest_path)
-        path = Path(cfg.manifest_path)
-        if not path.is_file():
+        if run.config.dataset == "manifest" and not run.config.manifest_path and not space.data:
             raise UsageError(
-                f"manifest_path {path} does not exist; make it with python -m data_prep.librispeech"
+                f"{space.source}: dataset manifest needs manifest_path (or a data: section); "
+                "set manifest_path=PATH/manifest_16k_trim.tsv"
             )
-        from trainables.manifest_table import MANIFEST_REQUIRED
-
-        with path.open(encoding="utf-8") as fh:
-            header = fh.readline().rstrip("\n").split("\t")
-        missing = [c for c in MANIFEST_REQUIRED if c not in header]
-        if missing:
-            raise UsageError(
-                f"manifest_path {path} lacks column(s) {', '.join(missing)}; "
-                "make it with python -m data_prep.librispeech"
-            )
+    seen: set[tuple[str, str]] = set()
+    for run in runs:
+        for key, check in PATH_KEYS.items():
+            value = getattr(run.config, key)
+            if check is not None and value and (key, value) not in seen:
+                seen.add((key, value))
+                check(key, value, run.config)
     _check_full_batches(runs)
+
+
+def _manifest(key: str, value: str, cfg) -> None:
+    """A data_prep manifest: the file, with the columns the loader reads."""
+    if key == "manifest_path" and cfg.dataset != "manifest":
+        return
+    path = Path(value)
+    if not path.is_file():
+        raise UsageError(
+            f"{key} {path} does not exist; make it with python -m data_prep.librispeech"
+        )
+    from trainables.manifest_table import MANIFEST_REQUIRED
+
+    with path.open(encoding="utf-8") as fh:
+        header = fh.readline().rstrip("\n").split("\t")
+    missing = [c for c in MANIFEST_REQUIRED if c not in header]
+    if missing:
+        raise UsageError(
+            f"{key} {path} lacks column(s) {', '.join(missing)}; "
+            "make it with python -m data_prep.librispeech"
+        )
+
+
+def _tokenizer(key: str, value: str, cfg) -> None:
+    """A tokenizers JSON file (a bucket's copy is the driver's own, written before the runs)."""
+    if "://" not in value and not Path(value).is_file():
+        raise UsageError(
+            f"{key} {value} does not exist; leave it empty (the driver builds the manifest's "
+            "tokenizer) or name a tokenizers JSON file"
+        )
+
+
+# Every key of TrialConfig that names a file or a folder, and its check before anything starts
+# (None: nothing to check on the driver; why beside it). tests/test_cli_dry_run.py fails when a
+# new *_path or *_dir key is missing here.
+PATH_KEYS = {
+    "manifest_path": _manifest,
+    "val_manifest_path": _manifest,
+    "tokenizer_path": _tokenizer,
+    "speech_pretrained_path": None,  # _check_checkpoints: the folder, its config and weights
+    "text_pretrained_path": None,  # the same, and text_tokens against its positions
+    "compile_cache_dir": None,  # made on each node as needed; a relative path is refused
+}
 
 
 def _check_full_batches(runs: list[RunSpec]) -> None:
