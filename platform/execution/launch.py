@@ -272,9 +272,9 @@ def _fit_and_report(
         pool=pool,
     )
     stop = StopSignals()
-    manifest, interrupted = sweep.run(stop)
+    manifest, _ = sweep.run(stop)
     code = request.report(manifest, request.output_root, time.time() - started)
-    return _exit_code(request.space, manifest, interrupted, stop, code)
+    return _exit_code(request.space, manifest, stop, code)
 
 
 def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None:
@@ -292,10 +292,20 @@ def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None
     )
 
 
+def _interrupted_counts(manifest: list[dict[str, Any]]) -> str:
+    """'1 of 2 run(s) finished, 1 cut short, 0 not started; finish with ...': the three
+    counts add up to the sweep's runs."""
+    statuses = [r["status"] for r in manifest]
+    cut, waiting = statuses.count("interrupted"), statuses.count("pending")
+    return (
+        f"{len(statuses) - cut - waiting} of {len(statuses)} run(s) finished, {cut} cut short, "
+        f"{waiting} not started; finish with the same command plus --resume"
+    )
+
+
 def _exit_code(
     space: SearchSpace,
     manifest: list[dict[str, Any]],
-    interrupted: list[str],
     stop: StopSignals,
     code: int,
 ) -> int:
@@ -309,10 +319,6 @@ def _exit_code(
     if unfinished:
         # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
         stop.received = stop.received or "SIGINT"
-        print(
-            f"interrupted by {stop.received}: {len(interrupted)} run(s) cut short, "
-            f"{len(unfinished)} unfinished; finish with the same command plus --resume",
-            flush=True,
-        )
+        print(f"interrupted by {stop.received}: {_interrupted_counts(manifest)}", flush=True)
         return stop.exit_code
     return code

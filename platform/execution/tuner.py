@@ -9,6 +9,8 @@ reads at import is set.
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +135,7 @@ def build_sweep(
     sweep.pool = pool or start_pool(root, space, sweep.todo)
     tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
     sweep.write_manifest()
+    _quiet_tune()
     sweep.tuner = tune.Tuner(
         # The trial only waits on its TorchTrainer, whose workers reserve the CPUs and GPUs.
         # Tune refuses an empty request, so the trial holds a token 1 MiB of logical memory.
@@ -148,6 +151,26 @@ def build_sweep(
         ),
     )
     return sweep
+
+
+class _TunesResumeAdvice(logging.Filter):
+    """Drops Tune's "Resume experiment with: Tuner.restore(path=..., trainable=...)" after a
+    stop signal: the platform says how to finish (the same command plus --resume), and
+    Tuner.restore of a platform sweep would not write its files."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore(" not in record.getMessage()
+
+
+def _quiet_tune() -> None:
+    """Tune's own console output off: its table of the experiment at the start ("Number of
+    trials 9223372036854775807" for a searcher without an end) and its resume advice. The
+    old output engine at verbose 0 prints nothing; the new one prints that table whatever
+    the verbosity. A user's RAY_AIR_NEW_OUTPUT wins."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    tune_logger = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _TunesResumeAdvice) for f in tune_logger.filters):
+        tune_logger.addFilter(_TunesResumeAdvice())
 
 
 def _search_and_stop(

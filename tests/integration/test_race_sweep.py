@@ -4,6 +4,7 @@ full grid and the ``race`` sweep in one test run, the race interrupted by Ctrl-C
 with ``--resume``; then ``asha`` with the ``optuna`` searcher, run to the end."""
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -57,6 +58,12 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     sweep.wait_for("_r1: step 8/40", after=len(sweep.lines))  # the next run is going
     assert sweep.stop(signal.SIGINT) < 60
     assert sweep.proc.returncode == 130, sweep.out[-3000:]
+    # The platform's advice only, with counts that add up (issue 43 item 9).
+    assert "Tuner.restore(" not in sweep.out
+    stopped = [ln for ln in sweep.lines if ln.startswith("interrupted by SIGINT: ")]
+    assert len(stopped) == 1 and stopped[0].rstrip().endswith("plus --resume"), sweep.out[-2000:]
+    finished, total, cut, waiting = map(int, re.findall(r"\d+", stopped[0].split(":")[1])[:4])
+    assert finished + cut + waiting == total and cut >= 1, stopped[0]
     before = pd.read_parquet(root / "timing.parquet")
     first_manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t").set_index("run")
     kept = first_manifest.index[first_manifest["status"].isin(["ok", "stopped_early"])]

@@ -67,6 +67,9 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     # Ray Train's preemption watcher is off on a local cluster: no process for it, and none of
     # the ERROR lines it printed at each worker group's start (ray-project/ray#53727).
     assert "PreemptionWatcher" not in out.stdout + out.stderr
+    # A quiet console (issue 43 item 8): no Tune table of the experiment, no worker output.
+    for noise in ("Number of trials", "Configuration for experiment", "Traceback", "pid="):
+        assert noise not in out.stdout + out.stderr, noise
     for line in ("[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in", "groups ranked by tail samples/s"):
         assert line in log and line in out.stdout
     # The YAML it printed is the sweep it ran: the same runs from --space FILE.
