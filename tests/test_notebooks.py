@@ -152,7 +152,9 @@ def test_the_readme_command_reproduces_the_committed_outputs(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    drawn = {p.name for p in (tmp_path / result / "plots").iterdir()}
+    # The figures go outside the committed result (issue 43 item 11: it rewrote a committed PNG).
+    assert not (tmp_path / result / "plots").exists()
+    drawn = {p.name for p in (tmp_path / "outputs" / "notebooks" / "plots").iterdir()}
     assert drawn == {p.name for p in (ROOT / result / "plots").iterdir()}
     assert {"throughput_per_group.png", "iter_ms_over_steps.png"} <= drawn
     for name in NOTEBOOKS:
