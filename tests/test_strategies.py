@@ -174,6 +174,16 @@ def test_compiled_ddp_engine_steps_compiled(gloo_world_of_one):
     assert torch.isfinite(_one_step(engine)) and torch.isfinite(_one_step(engine, seed=1))
     assert engine.effective["compile_effective"] == "aot_eager/default"
     assert engine.effective["fallbacks"] == ""
+    import torch._dynamo.config as dynamo_config
+
+    # The whole DDP module: dynamo's DDPOptimizer splits its graph at the gradient buckets.
+    assert dynamo_config.optimize_ddp is True
+    # Regions: no split (it kept every region of an H100 run out of AOTAutograd's cache), and
+    # the next run of a resident worker gets it back for the whole model.
+    build_engine(_compiled_tiny(compile_scope="layers"), torch.device("cpu"))
+    assert dynamo_config.optimize_ddp is False
+    build_engine(_compiled_tiny(), torch.device("cpu"))
+    assert dynamo_config.optimize_ddp is True
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "deepspeed"])

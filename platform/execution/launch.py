@@ -272,9 +272,38 @@ def _fit_and_report(
         pool=pool,
     )
     stop = StopSignals()
+
+    def finish_without_ray() -> None:
+        """SIGTERM, and the sweep still waits on Ray (its processes got the signal too): the
+        rows, the manifest and the ranking, summary and report of what finished, then exit."""
+        manifest, _ = sweep.finish_files(stop)
+        code = request.report(manifest, request.output_root, time.time() - started)
+        code = _exit_code(request.space, manifest, stop, code)
+        mirror.sync()  # a root on object storage: its last files in the bucket
+        sys.stdout.flush()
+        os._exit(code)  # Ray's processes are gone or going: nothing left to shut down
+
+    stop.on_stuck, stop.ray_alive = finish_without_ray, _ray_alive
     manifest, _ = sweep.run(stop)
-    code = request.report(manifest, request.output_root, time.time() - started)
+    with stop.ending:  # the last files are written once, by this thread or finish_without_ray
+        stop.ended = True
+        code = request.report(manifest, request.output_root, time.time() - started)
     return _exit_code(request.space, manifest, stop, code)
+
+
+def _ray_alive() -> bool:
+    """Whether the cluster's GCS still takes connections (after a SIGTERM to the whole process
+    group, a local cluster's GCS is gone and every call to Ray waits a minute for it)."""
+    import socket
+
+    import ray
+
+    try:
+        host, port = ray.get_runtime_context().gcs_address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=0.5):
+            return True
+    except Exception:  # refused, unreachable, Ray not connected
+        return False
 
 
 def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None:

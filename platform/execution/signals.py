@@ -1,10 +1,16 @@
 """Stopping a sweep by signal: SIGTERM stops it the way Ctrl-C does, and the exit code says which
-signal ended it (130 for SIGINT, 143 for SIGTERM)."""
+signal ended it (130 for SIGINT, 143 for SIGTERM). A SIGTERM sent to the driver's whole process
+group (timeout, Slurm's scancel, a job's time limit) reaches Ray's own processes too, and Tune's
+graceful stop then waits a minute on the dead GCS: after ``grace_s`` the driver writes what
+finished without Ray (``on_stuck``) and exits."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["StopSignals"]
@@ -17,9 +23,22 @@ class StopSignals:
 
     EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        on_stuck: Callable[[], None] | None = None,
+        grace_s: float = 3.0,
+        patience_s: float = 60.0,
+        ray_alive: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.received: str | None = None
         self.previous: dict[int, Any] = {}
+        # After SIGTERM, on a thread of its own: when the sweep has not ended by grace_s and
+        # Ray is gone (its processes got the signal too), or by patience_s whatever Ray does.
+        self.on_stuck, self.grace_s, self.patience_s = on_stuck, grace_s, patience_s
+        self.ray_alive = ray_alive
+        self.ending = threading.Lock()  # held by whoever writes the sweep's last files
+        self.ended = False  # the driver's own end came first: on_stuck does nothing
+        self._timer: threading.Timer | None = None
 
     @property
     def exit_code(self) -> int:
@@ -36,7 +55,23 @@ class StopSignals:
 
     def _on_term(self, signum, frame) -> None:
         self.received = self.received or "SIGTERM"
+        if self.on_stuck is not None and self._timer is None:
+            self._timer = threading.Timer(self.grace_s, self._stuck)
+            self._timer.daemon = True
+            self._timer.start()
         signal.raise_signal(signal.SIGINT)  # Tune's graceful stop
+
+    def _stuck(self) -> None:
+        deadline = time.monotonic() + self.patience_s
+        while not self.ended and self.ray_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)  # Ray is there: Tune's graceful stop goes on
+        with self.ending:
+            if not self.ended:
+                self.on_stuck()  # writes what finished and exits
+        # The driver wrote its last files itself; if its exit still waits on Ray (the shutdown
+        # of a cluster whose processes died), it ends here.
+        time.sleep(self.grace_s)
+        os._exit(self.exit_code)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,10 @@ from stage1_common.output_root import OutputRoot
 from trainables.trial import group_cpus, group_key, run_trial
 
 __all__ = ["ResidentPool", "Sweep", "build_sweep", "start_pool"]
+
+# Held while a sweep's last rows and manifest are written (Sweep.finish_files), by the main
+# thread or the stop that found Ray gone. Not a field: Tune pickles what refers to the sweep.
+_FINISHING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Sweep:
     facts: dict[str, Any]
     tuner: tune.Tuner | None = None
     pool: ResidentPool | None = None  # the resident groups (None: every run is fresh)
+    _finished: tuple[list[dict[str, Any]], list[str]] | None = None  # finish_files's answer
 
     def write_manifest(
         self, status: dict[str, dict[str, Any]] | None = None
@@ -77,17 +83,25 @@ class Sweep:
                 with stop:
                     self.tuner.fit()
         finally:
-            # Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
-            # written and the manifest says where every run stands.
-            self.recorder.on_experiment_end(trials=[])
-            self.recorder.drain()  # every row and record handed to its writer is on disk
-            interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
-            self.recorder.mark_skipped()
-            manifest = self.write_manifest()
+            manifest, interrupted = self.finish_files(stop)
             # Interrupted: no waiting for runs to reach a window (Ray's shutdown ends them).
             self.close_groups(wait_s=0.0 if stop.received or interrupted else 60.0)
         self.recorder.close()
         return manifest, interrupted
+
+    def finish_files(self, stop) -> tuple[list[dict[str, Any]], list[str]]:
+        """Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
+        written and the manifest says where every run stands; the final manifest rows and the
+        runs a signal cut short. Once: a second call (the stop that found Ray gone, on its own
+        thread, while fit() still waits on Ray) returns the first one's answer."""
+        with _FINISHING:
+            if self._finished is None:
+                self.recorder.on_experiment_end(trials=[])
+                self.recorder.drain()  # every row and record handed to its writer is on disk
+                interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
+                self.recorder.mark_skipped()
+                self._finished = (self.write_manifest(), interrupted)
+            return self._finished
 
     def close_groups(self, wait_s: float) -> None:
         """Close the resident groups, waiting up to ``wait_s`` for their workers to leave;

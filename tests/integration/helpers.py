@@ -34,7 +34,9 @@ class LiveCli:
     """``python -m MODULE ARGS`` in a subprocess from the repo root, its output read as it
     comes (for tests that act on a line: kill a worker, stop the driver)."""
 
-    def __init__(self, module: str, *args: str):
+    def __init__(self, module: str, *args: str, own_group: bool = False):
+        """``own_group``: the command leads a process group of its own (with the local Ray
+        cluster it starts), as a batch job's command does, for a signal to the whole group."""
         from tests.cli import ROOT
 
         self.proc = subprocess.Popen(
@@ -43,6 +45,7 @@ class LiveCli:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=own_group,
         )
         self.lines: list[str] = []
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout))

@@ -204,6 +204,15 @@ def compile_ddp(
 ) -> torch.nn.Module:
     """The module a DDP engine calls: ``ddp`` compiled whole, or with its model's regions
     compiled in place, or as it is; ``compiled["_to_eager"]`` undoes the compilation."""
+    import torch._dynamo.config as dynamo_config
+
+    # Dynamo's DDPOptimizer splits a graph traced under DDP at its gradient buckets, so that
+    # all-reduce overlaps the backward of one graph: needed for the whole model, not for a
+    # region (one layer: DDP's hooks already fire region by region). It also keeps every graph
+    # it splits out of AOTAutograd's cache ("fakify_first_call"): on an H100, 24 of 24 regions,
+    # traced and partitioned again by every new process. Set per run: a resident worker serves
+    # runs of both scopes.
+    dynamo_config.optimize_ddp = not (cfg.torch_compile and cfg.compile_scope == "layers")
     if cfg.torch_compile and cfg.compile_scope == "layers":
         compiled["_to_eager"] = _compile_layers(model, kwargs, ddp)
     elif cfg.torch_compile:
