@@ -255,7 +255,7 @@ def prepare(
         progress.update()
     counts = write_outputs(manifest_path, output_root, found, results)
     print(
-        f"done in {time.monotonic() - start:.1f} s with {workers} workers: "
+        f"done in {time.monotonic() - start:.1f} s with {workers} worker{'s' if workers != 1 else ''}: "
         f"{counts['written']} written, {counts['skipped']} skipped as done, {counts['errors']} errors"
         + (f" (see {_errors_path(manifest_path)})" if counts["errors"] else "")
         + f"; manifest {manifest_path}",

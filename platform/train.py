@@ -210,8 +210,12 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
                     f"epochs: the manifest's {rows} training rows fill no global batch; "
                     "lower micro_batch or use a larger manifest"
                 )
+            given = cfg.max_steps
             cfg = dataclasses.replace(cfg, max_steps=cfg.epochs * per_epoch)
-            print(f"epochs {cfg.epochs} x {per_epoch} steps = max_steps {cfg.max_steps}")
+            print(
+                f"epochs {cfg.epochs} x {per_epoch} steps = max_steps {cfg.max_steps} "
+                f"(epochs wins over max_steps {given})"
+            )
         out.append(dataclasses.replace(run, config=cfg))
     return out
 
@@ -262,7 +266,7 @@ def _print_export(root: OutputRoot, run: str) -> None:
             return
         source = json.loads((export / "export.json").read_text())["source"]
         print(
-            f"model ({source}): {export}; load it with --set speech_pretrained_path="
+            f"model, {source}: {export}; load it with --set speech_pretrained_path="
             f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
         )
         return
@@ -272,7 +276,7 @@ def _print_export(root: OutputRoot, run: str) -> None:
     except (OSError, ValueError):
         return
     print(
-        f"model ({source}): {export}; copy it to every node (aws s3 sync) and load it with "
+        f"model, {source}: {export}; copy it to every node (aws s3 sync) and load it with "
         "--set speech_pretrained_path=<copy>/speech --set text_pretrained_path=<copy>/text"
     )
 

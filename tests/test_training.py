@@ -183,7 +183,7 @@ def test_the_learnable_corpus_spells_each_word_with_its_own_tones(tmp_path):
     assert power_near(own) > 5 * power_near(foreign)
 
 
-def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
+def test_epochs_become_max_steps_from_the_training_split(prepared_corpus, capsys):
     from platform.spaces.expand import expand_runs
     from platform.spaces.space import SearchSpace
     from platform.train import epochs_to_steps
@@ -202,6 +202,10 @@ def test_epochs_become_max_steps_from_the_training_split(prepared_corpus):
     )
     (run,) = epochs_to_steps(expand_runs(space, prefix="train"))
     assert run.config.max_steps == 3 * (12 // 2)
+    # Said on the console, with which of the two keys won.
+    assert "epochs 3 x 6 steps = max_steps 18 (epochs wins over max_steps 30)" in (
+        capsys.readouterr().out
+    )
     held_out = SearchSpace(name="t", fixed={**space.fixed, "val_speakers": 1})
     (run,) = epochs_to_steps(expand_runs(held_out, prefix="train"))
     assert run.config.max_steps == 3 * (6 // 2)  # one of the two speakers is validation's

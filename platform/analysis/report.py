@@ -129,8 +129,8 @@ def write_report(
     summary = data["summary"]
     head = (
         f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>"
-        f"<p>{summary.get('runs', len(data['manifest']))} runs in "
-        f"{summary.get('groups', len(data['ranked']))} groups; best group "
+        f"<p>{_count(summary.get('runs', len(data['manifest'])), 'run')} in "
+        f"{_count(summary.get('groups', len(data['ranked'])), 'group')}; best group "
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} by python -m platform.report "
         f"({html.escape(version_line())}) from <code>{html.escape(name)}</code>.</p>"
@@ -182,3 +182,8 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
         # Judged once: the ranking, the throughput plot and the stability part show the same.
         "phase_b": report_verdicts.phase_b(root),
     }
+
+
+def _count(n: int, word: str) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"

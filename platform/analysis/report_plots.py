@@ -67,8 +67,8 @@ def loss(data: dict) -> tuple[str, str]:
     title = "Training loss over steps: rank 0's mean per window, per run"
     if timing.empty:
         return "Training loss over steps", note(
-            "no timing rows here: the loss curves need timing.parquet (a folder of analysis "
-            "files only keeps none)"
+            "no timing rows here: the loss curves need timing.parquet (a committed analysis "
+            "folder keeps the tables, not the rows)"
         )
     timing = timing.dropna(subset=["loss"])
     if timing.empty:
