@@ -50,7 +50,7 @@ def test_help_shows_defaults_and_no_empty_ones(cli):
 
 def test_tune_and_stability_help_name_their_defaults():
     tune = " ".join(run_module("platform.tune", "--help").stdout.split())
-    assert "Ray dashboard port (default: 8265)" in tune
+    assert "Ray dashboard port of a local cluster (default: 8265, or a free port" in tune
     assert "with --from-ranked: how many groups (default: 2)" in tune
     assert "network (default: 127.0.0.1)" in tune
     stability = " ".join(run_module("platform.stability", "--help").stdout.split())

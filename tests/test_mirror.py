@@ -10,6 +10,7 @@ test_multinode.py)."""
 import json
 import os
 import time
+import uuid
 
 import pytest
 
@@ -92,7 +93,9 @@ def test_the_staging_folder_is_mirrored_to_the_bucket(s3, tmp_path):
 
 
 def test_a_workers_run_folder_reaches_the_bucket_and_the_driver(s3, tmp_path):
-    uri = f"s3://{BUCKET}/{tmp_path.name}/sweep"
+    # A root of its own: the node's scratch folder under /tmp outlives pytest's tmp_path, and
+    # a record left there by an earlier session is an earlier attempt's (workers/previous/).
+    uri = f"s3://{BUCKET}/{tmp_path.name}-{uuid.uuid4().hex[:8]}/sweep"
     root = stage_remote_root(uri, resume=False)
     run = {"name": "r1", "storage_path": f"{uri}/runs", "scratch": root.path.name}
     files = RunFiles(run)

@@ -164,7 +164,11 @@ def test_resources_resolve_auto_gpu_and_refuse_what_the_cluster_cannot_hold():
     with pytest.raises(UsageError, match=r"needs 6 CPUs and 0 GPUs .* the cluster has 2 CPUs"):
         resolve_resources(greedy, {"CPU": 2.0})
     forced = expand_runs(space.with_overrides(["use_gpu=true"]))
-    with pytest.raises(UsageError, match="needs 2 CPUs and 2 GPUs"):
+    with pytest.raises(
+        UsageError,
+        match=r"^use_gpu true: run sweep_z0_mb4_nw0_pf2_r1 needs 2 GPU\(s\), the cluster has 0; "
+        "set use_gpu=auto",
+    ):
         resolve_resources(forced, {"CPU": 8.0})
 
 
