@@ -8,9 +8,12 @@ against a bucket in tests/integration/ (test_interrupt_resume.py, test_train.py,
 test_multinode.py)."""
 
 import json
+import math
 import os
 import time
 import uuid
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -208,3 +211,43 @@ def test_a_checkpoint_is_registered_per_node_only_once_no_writer_holds_it(tmp_pa
     writer.wait()  # the next save's wait: nothing held, nothing written into the gone folder
     assert not folder.exists()
     assert writer.registrable_everywhere() is None  # nothing more to register
+
+
+@pytest.mark.parametrize("per_node", [False, True])
+def test_a_checkpoint_overtaken_before_registering_is_recorded_and_deleted(tmp_path, per_node):
+    """An asynchronous save that completes in the same window as the run's last save: the newer
+    one is registered with Ray Train, the older one is recorded (checkpoint_registered false,
+    its own step and times) and deleted, so keep_checkpoints holds on disk and on a node's
+    scratch (issue 43 item 6). An incomplete older one is neither recorded nor deleted here."""
+    import torch
+
+    from trainables.checkpoint import META, finish_part
+    from trainables.checkpoint_state import CheckpointWriter
+    from trainables.config import TrialConfig
+
+    engine = SimpleNamespace(kind="ddp", effective={})
+    cfg = TrialConfig(model_size="tiny", checkpoint_every=5, checkpoint_async=False)
+    writer = CheckpointWriter(
+        cfg, engine, rank=0, world_size=1, device=torch.device("cpu"), per_node=per_node
+    )
+
+    def saved(step: int, *, complete: bool = True) -> Path:
+        folder = tmp_path / f"checkpoint_step{step:07d}"
+        (folder / "dcp-1").mkdir(parents=True)
+        (folder / "dcp-1" / "__0_0.distcp").write_bytes(b"x" * step)
+        (folder / META).write_text(json.dumps({"step": step, "world_size": 1}))
+        if complete:
+            finish_part(folder, 0, save_s=0.1 * step, block_s=0.01 * step)
+        writer._unregistered.append(folder)
+        return folder
+
+    cut, older, newer = saved(10, complete=False), saved(15), saved(20)
+    registrable = writer.registrable_everywhere if per_node else writer.registrable
+    assert registrable() == newer
+    records = writer.superseded_records(-math.inf, local_rank=0)
+    assert [(r["checkpoint_step"], r["checkpoint_registered"]) for r in records] == [(15, False)]
+    assert records[0]["checkpoint_save_s"] == pytest.approx(1.5)
+    meta_bytes = len(json.dumps({"step": 15, "world_size": 1}))
+    assert records[0]["checkpoint_size_bytes"] == 15 + meta_bytes  # rank 0's files
+    assert not older.exists() and newer.exists() and cut.exists()
+    assert writer.superseded_records(-math.inf, local_rank=0) == []  # each once

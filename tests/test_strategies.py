@@ -279,8 +279,9 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     engine = build_engine(cfg, torch.device("cpu"))
     before = {k: v.clone() for k, v in engine.bare.state_dict().items()}
     rng = torch.get_rng_state()
-    compile_s, parts = engine.warm_up(cfg)
+    compile_s, parts, passes = engine.warm_up(cfg)
     assert compile_s > 0 and engine.effective["fallbacks"] == ""
+    assert len(passes) == 1 and passes[0] == pytest.approx(compile_s, rel=0.2)  # one per shape
     # Where the seconds went: dynamo traced (a compile, not a cache load only), parts sum up.
     seconds = dict((k, float(v)) for k, v in (p.split("=") for p in parts.split()))
     assert list(seconds) == [

@@ -257,8 +257,10 @@ def test_the_overhead_shares_are_held_seconds_over_seconds_in_steps():
     _overheads(status, {**window, "step": 40, "val_step": 40, "val_s": 0.5})
     registered = {"checkpoint_step": 40, "checkpoint_block_s": 0.04, "checkpoint_wait_s": 0.0}
     _overheads(status, {**window, "step": 60, **registered})
-    _overheads(status, {**window, "step": 80, "checkpoint_step": 80, "checkpoint_wait_s": 3.0})
-    assert status["ckpt_overhead_share"] == pytest.approx(0.04 / 8)
+    overtaken = [{"checkpoint_step": 60, "checkpoint_block_s": 0.02}]  # deleted, still held
+    last = {"checkpoint_step": 80, "checkpoint_wait_s": 3.0, "checkpoints_superseded": overtaken}
+    _overheads(status, {**window, "step": 80, **last})
+    assert status["ckpt_overhead_share"] == pytest.approx(0.06 / 8)
     assert status["val_overhead_share"] == pytest.approx(0.5 / 8)
     assert status["ckpt_end_wait_s"] == 3.0
 

@@ -32,7 +32,14 @@ from typing import Any
 import torch
 
 from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
-from trainables.checkpoint import DS_TAG, dcp_dir, finish_part, is_complete, part_records
+from trainables.checkpoint import (
+    DS_TAG,
+    dcp_dir,
+    finish_part,
+    is_complete,
+    part_records,
+    read_meta,
+)
 from trainables.distributed import gather_objects
 
 __all__ = ["CheckpointWriter", "load_state", "registered_fields"]
@@ -98,6 +105,8 @@ class CheckpointWriter:
         engine.effective["checkpoint_mode"] = note
         self._save: _Save | None = None  # the one in flight
         self._unregistered: list[Path] = []  # rank 0 (per_node: every rank): not yet registered
+        # Complete, but a newer one was registered first: (folder, per_node: its ranks' parts).
+        self._superseded: list[tuple[Path, list[dict[str, Any]] | None]] = []
         self.registered_parts: list[dict[str, Any]] | None = None  # per_node: the last one's
         self._group = None  # a gloo group for DCP (async_save needs a CPU backend)
         self._stager = None
@@ -279,11 +288,14 @@ class CheckpointWriter:
     # --- registering (rank 0) ---
     def registrable(self) -> Path | None:
         """Rank 0: the newest saved checkpoint that is now complete and not yet given to Ray
-        Train (older complete ones are left unregistered: they stay on disk)."""
+        Train. Older complete ones (an asynchronous save that finished in the same window as
+        the run's last save) are superseded: see ``superseded_records``."""
         self.poll()
         for i in range(len(self._unregistered) - 1, -1, -1):
             if is_complete(self._unregistered[i])[0]:
                 folder = self._unregistered[i]
+                older = self._unregistered[:i]
+                self._superseded += [(f, None) for f in older if is_complete(f)[0]]
                 del self._unregistered[: i + 1]
                 return folder
         return None
@@ -302,14 +314,36 @@ class CheckpointWriter:
         for i in range(len(agreed) - 1, -1, -1):
             if agreed[i]:
                 folder = self._unregistered[i]
+                older = [
+                    f for f, whole in zip(self._unregistered[:i], agreed, strict=False) if whole
+                ]
                 del self._unregistered[: i + 1]
-                # Every rank's done record (rank 0's node holds only its own ranks' files).
-                self.registered_parts = gather_objects(
-                    json.loads((folder / f"done-rank{self.rank}.json").read_text()),
-                    self.world_size,
-                )
+                self._superseded += [(f, self._gather_parts(f)) for f in older]
+                self.registered_parts = self._gather_parts(folder)
                 return folder
         return None
+
+    def _gather_parts(self, folder: Path) -> list[dict[str, Any]]:
+        """Every rank's done record of ``folder`` (a collective: rank 0's node holds only its
+        own ranks' files)."""
+        record = json.loads((folder / f"done-rank{self.rank}.json").read_text())
+        return gather_objects(record, self.world_size)
+
+    def superseded_records(self, worst: float, local_rank: int) -> list[dict[str, Any]]:
+        """The complete checkpoints a newer one overtook before Ray Train was given them: their
+        report fields (rank 0; ``checkpoint_registered`` false), and their folders deleted, by
+        rank 0 and, per_node, each node's first rank (Ray Train never saw them, so its
+        keep_checkpoints would leave them on disk or on a node's scratch for good). Every
+        rank calls it after ``registrable``/``registrable_everywhere``."""
+        records = []
+        for folder, parts in self._superseded:
+            if self.rank == 0:
+                fields = registered_fields(folder, read_meta(folder), worst, parts)
+                records.append(fields | {"checkpoint_registered": False})
+            if self.rank == 0 or (self.per_node and local_rank == 0):
+                shutil.rmtree(folder, ignore_errors=True)
+        self._superseded = []
+        return records
 
     def _part_written(self, folder: Path) -> bool:
         if self._save is not None and self._save.folder == folder:
@@ -353,6 +387,7 @@ def registered_fields(
         "checkpoint_wait_s": max(p.get("wait_s", 0.0) for p in parts),
         "checkpoint_size_bytes": sum(sum(p["files"].values()) for p in parts),
         "checkpoint_path": shown or str(folder),
+        "checkpoint_registered": True,
     }
 
 

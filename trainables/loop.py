@@ -117,7 +117,8 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         )
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
-        notes["compile_s"], notes["compile_parts"] = engine.warm_up(cfg)
+        compiled = engine.warm_up(cfg)
+        notes["compile_s"], notes["compile_parts"] = compiled.seconds, compiled.parts
         clock.lap("compile")
         if writer is not None and writer.prepare():  # its asynchronous saves' host buffers
             clock.lap("checkpoint_buffers")
@@ -293,13 +294,17 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
         registered = run.writer.registrable_everywhere()
     elif run.writer is not None and worker.rank == 0:
         registered = run.writer.registrable()
+    worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
     if registered is not None and worker.rank == 0:
-        worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
         remote = worker.files.remote if worker.files is not None else None
         parts = run.writer.registered_parts if run.writer.per_node else None
         shown = remote.join(registered.name).uri if remote is not None else ""
         meta = read_meta(registered)
         metrics.update(registered_fields(registered, meta, worst, parts, shown))
+    if run.writer is not None:
+        superseded = run.writer.superseded_records(worst, worker.local_rank)
+        if superseded:  # recorded, then deleted: Ray Train never takes them
+            metrics["checkpoints_superseded"] = superseded
     metrics.update(gathered_extras(cfg, metrics, run.telemetry, worker.rank, worker.world_size))
     # Under Ray Train V2 a report is a barrier across workers, and it blocks while the previous
     # report is still queued, until the controller polls (RAY_TRAIN_HEALTH_CHECK_INTERVAL_S);

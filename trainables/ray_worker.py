@@ -51,10 +51,12 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         ray.train.report(metrics, **_checkpoint_report(checkpoint, files, ctx, metrics, cfg))
 
     worker = ray_worker_context(run, report, entry_ts, resident=False, files=files)
+    finished = False
     try:
         run_training(cfg, worker)
-    finally:
-        files.publish_at_end(ctx.get_local_rank())  # a root on object storage
+        finished = True
+    finally:  # a root on object storage
+        files.publish_at_end(ctx.get_local_rank(), finished=finished)
 
 
 def _checkpoint_report(

@@ -48,6 +48,7 @@ class RunFiles:
             # must not share it: each node's copy holds only its own ranks' parts).
             base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"] / _node()
             self.folder = base / "runs" / run["name"]
+            self._scratch_top = base.parent  # the sweep's: <tmp>/stage1-scratch/<root>
             self.remote: Location | None = Location.of(run["storage_path"]).join(run["name"])
         else:
             self.folder = Path(run["storage_path"]) / run["name"]
@@ -65,15 +66,41 @@ class RunFiles:
         self.publish(workers / f"rank{rank}.json")
         return self.record
 
-    def publish_at_end(self, local_rank: int) -> None:
+    def publish_at_end(self, local_rank: int, *, finished: bool = False) -> None:
         """At the end of the run, also a failed one: this rank's log tails, and the node's
-        folder (by the node's first local rank: the ranks of a node share it)."""
+        folder (by the node's first local rank: the ranks of a node share it). ``finished``
+        (the run ended, not by an error): the node's copy is deleted once uploaded."""
         if self.remote is None:
             return
         try:
             self._publish_at_end(local_rank)
         except Exception as exc:  # the bucket is unreachable: said, never hiding the run's error
             print(f"run files: not uploaded to {self.remote} ({exc})", file=sys.stderr)
+            return
+        if finished and local_rank == 0:
+            self._drop_local()
+
+    def _drop_local(self) -> None:
+        """Delete the node's copy of the run's folder, uploaded now, but its checkpoints (Ray
+        Train uploads them, the last ones after this, and deletes each node's copy itself),
+        then the empty folders above it up to the sweep's scratch folder. A failed run's copy
+        stays for its restart."""
+        import shutil
+
+        for child in self.folder.iterdir() if self.folder.is_dir() else ():
+            if child.name.startswith("checkpoint_"):
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+        folder = self.folder
+        while folder != self._scratch_top.parent:
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                break
+            folder = folder.parent
 
     def _publish_at_end(self, local_rank: int) -> None:
         rank = self.record.get("rank")

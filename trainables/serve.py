@@ -117,14 +117,17 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
     worker: WorkerContext = ray_worker_context(
         run, report, entry_ts, resident=True, imports_s=job["imports_s"]
     )
+    finished = False
     try:
         run_training(cfg, worker)
+        finished = True
     except RunStopped:
+        finished = True
         return "stopped"
     finally:
         ray.get(sent)  # the last window reaches the pool before the run's end does
         if worker.files is not None:  # a root on object storage
-            worker.files.publish_at_end(worker.local_rank)
+            worker.files.publish_at_end(worker.local_rank, finished=finished)
     return "ok"
 
 

@@ -92,7 +92,12 @@ class Progress:
             run,
             f"checkpoint at step {step}: {size_mb:.1f} MB saved in "
             f"{result.get('checkpoint_save_s', math.nan):.2f} s, training held "
-            f"{result.get('checkpoint_block_s', math.nan):.2f} s",
+            f"{result.get('checkpoint_block_s', math.nan):.2f} s"
+            + (
+                "; a newer one was complete first, so it was deleted"
+                if result.get("checkpoint_registered") is False
+                else ""
+            ),
         )
 
     def finished(self, run: str, status: str, duration_s: float, reason: str) -> None:

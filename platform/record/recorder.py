@@ -297,17 +297,21 @@ class SweepRecorder(Callback):
             self._add(run, "validation", [row])
             status["val_mean_r1_last"] = result.get("val_mean_r1")
             self.progress.validation(run, step, result)
-        if result.get("checkpoint_step") is not None:  # saved earlier, complete by now
-            ckpt_step = int(result["checkpoint_step"])
-            row = {n: result.get(n) for n in results.CHECKPOINTS_SCHEMA.names} | keys
-            row["step"] = ckpt_step
+        # Complete checkpoints a newer one overtook before Ray Train took them (deleted on the
+        # workers), then the one it took: a row and a line each, oldest first.
+        superseded = result.get("checkpoints_superseded") or []
+        for ckpt in [*superseded, result] if result.get("checkpoint_step") is not None else []:
+            ckpt_step = int(ckpt["checkpoint_step"])
+            row = {n: ckpt.get(n) for n in results.CHECKPOINTS_SCHEMA.names} | keys
+            row["step"], row["window_end_ts"] = ckpt_step, result.get("window_end_ts")
             self._add(run, "checkpoints", [row])
             status["checkpoints"] = status.get("checkpoints", 0) + 1
+            self.progress.checkpoint(run, ckpt_step, ckpt)
+        if result.get("checkpoint_step") is not None:
             status["last_checkpoint"] = result.get("checkpoint_path") or ""
             score = result.get("checkpoint_score")
             if score is not None and math.isfinite(score):
                 status["best_checkpoint_metric"] = score
-            self.progress.checkpoint(run, ckpt_step, result)
         cfg = self.runs[run].config
         if cfg.checkpoint_every or cfg.val_every:
             _overheads(status, result)
@@ -374,6 +378,8 @@ def _overheads(status: dict[str, Any], result: dict[str, Any]) -> None:
         (result.get("steps_in_window") or 0) * (result.get("iter_ms_mean") or 0) / 1e3
     )
     if result.get("checkpoint_step") is not None:
+        for ckpt in result.get("checkpoints_superseded") or []:
+            sums["block_s"] += ckpt.get("checkpoint_block_s") or 0.0
         sums["block_s"] += result.get("checkpoint_block_s") or 0.0
         status["ckpt_end_wait_s"] = result.get("checkpoint_wait_s") or 0.0
     if result.get("val_step") == result.get("step") and result.get("step") is not None:

@@ -199,6 +199,9 @@ VALIDATION_SCHEMA = pa.schema(
 # where it was complete on every rank; the slowest rank's times: checkpoint_save_s from its start
 # to its files being whole, checkpoint_block_s training held by it (the call, the staging copy,
 # the next save waiting for it), checkpoint_wait_s the run's end waiting for it.
+# checkpoint_registered: given to Ray Train (kept under keep_checkpoints), or false: a newer one
+# was complete at the same window (an asynchronous save and the run's last), so this one was
+# recorded and deleted.
 CHECKPOINTS_SCHEMA = pa.schema(
     [
         *_RUN_KEYS,
@@ -210,6 +213,7 @@ CHECKPOINTS_SCHEMA = pa.schema(
         ("checkpoint_size_bytes", pa.int64()),
         ("checkpoint_score", pa.float64()),
         ("checkpoint_path", pa.string()),
+        ("checkpoint_registered", pa.bool_()),
         ("window_end_ts", pa.float64()),
     ]
 )

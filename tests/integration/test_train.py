@@ -11,11 +11,13 @@ run load them from there, and every check of that run reads the bucket."""
 import json
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from platform.storage.mirror import staging_folder
 from stage1_common.storage import Location
 from tests.cli import run_module
 from tests.conftest import prepare_serial
@@ -79,6 +81,7 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert sorted(val["step"]) == [10, 20, 30] and (val["val_items"] == 32).all()
     ckpt = pd.read_parquet(clean / "checkpoints.parquet")
     assert sorted(ckpt["step"]) == [10, 20, 30] and (ckpt["checkpoint_size_bytes"] > 0).all()
+    assert ckpt["checkpoint_registered"].all()  # none overtaken: one saved per report
     run_dir = clean / "runs" / RUN
     kept = sorted(p.name for p in run_dir.glob("checkpoint_step*"))
     assert len(kept) == 2 and "checkpoint_step0000030" in kept  # keep 2; the latest always
@@ -136,6 +139,10 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert "checkpoint_step0000030" in kept and len(kept) <= 3, kept
     model, info = load_exported(faulted / "runs" / RUN / "export")
     assert info["source"].startswith("best val_mean_r1")
+    # The finished run's node copy was deleted once uploaded (the export among it); the killed
+    # attempts' copies stay for a restart.
+    scratch = Path(tempfile.gettempdir()) / "stage1-scratch" / staging_folder(bucket).name
+    assert list(scratch.glob(f"*/runs/{RUN}/export")) == []
     timing = pd.read_parquet(faulted / "timing.parquet")
     rank0 = timing[timing["rank"] == 0]
     assert sorted(rank0["attempt"].unique()) == [0, 1, 2]  # first, restart, --resume

@@ -245,15 +245,21 @@ def compile_deepspeed(
 
 class CompileTime(NamedTuple):
     """The compile warm-up's seconds (the manifest's compile_s) and where they went
-    (compile_parts)."""
+    (compile_parts); ``passes``: the seconds of each pass, summed over the shapes (the first,
+    then with reduce-overhead the CUDA graph recording and the first replay)."""
 
     seconds: float
     parts: str
+    passes: tuple[float, ...] = ()
 
 
 # Phases of dynamo's compile (torch._dynamo.utils.compilation_time_metrics, seconds per call):
 # the whole compile of a frame, its Python tracing, its guards, and its backend (AOTAutograd
 # and inductor, loads from their caches included).
+# Passes of each shape in the warm-up with CUDA graphs (reduce-overhead): warm-up, recording,
+# the first replay.
+CUDAGRAPH_PASSES = 3
+
 _PHASES = {
     "dynamo": "_compile.compile_inner",
     "trace": "bytecode_tracing",
@@ -311,22 +317,24 @@ def warm_up(engine, cfg: TrialConfig) -> CompileTime:
     if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind != "deepspeed"):
         return CompileTime(0.0, "")
     device = next(engine.bare.parameters()).device
-    passes = 3 if engine.cudagraphs else 1  # cudagraph trees: warm-up runs, then recording
+    # cudagraph trees run a function eagerly once (warm-up), record it at its second call and
+    # replay it from the third.
+    passes = [0.0] * (CUDAGRAPH_PASSES if engine.cudagraphs else 1)
     before = _phase_seconds()
     t0 = time.perf_counter()
-    later = 0.0  # the passes after each shape's first
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         for audio_n, text_n in shapes:
-            for i in range(passes):
+            for i in range(len(passes)):
                 t_pass = time.perf_counter()
                 _one_pass(engine, cfg, shape_batch(cfg.micro_batch, audio_n, text_n, device))
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
-                later += (time.perf_counter() - t_pass) if i else 0.0
+                passes[i] += time.perf_counter() - t_pass
                 if not engine.compiling:
                     break
             if not engine.compiling:
                 break
     seconds = time.perf_counter() - t0
-    return CompileTime(seconds, compile_parts(before, seconds, later))
+    parts = compile_parts(before, seconds, sum(passes[1:]))
+    return CompileTime(seconds, parts, tuple(round(p, 3) for p in passes))
