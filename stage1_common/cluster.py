@@ -22,6 +22,7 @@ __all__ = [
     "local_gpus",
     "node_label",
     "on_every_node",
+    "pin_ray_address",
     "pinned",
     "probe_file",
     "read_token",
@@ -46,6 +47,22 @@ def init_address(address: str | None) -> str | None:
     return address if joining(address) else "local"
 
 
+# Run by every worker process of the platform's jobs before it takes any work.
+SETUP_HOOK = "stage1_common.cluster.pin_ray_address"
+
+
+def pin_ray_address() -> None:
+    """The workers' ``worker_process_setup_hook``: ``RAY_ADDRESS`` set to the worker's own
+    cluster. Ray's state API, which Ray Train's placement-group cleaner calls from its worker,
+    otherwise looks for "the" cluster of the machine: with another Ray cluster running there
+    (shared GPU hosts often have one) it fails with "Found multiple active Ray instances", and
+    the cleaner stops watching the controller; or it finds the other cluster's address."""
+    import ray
+
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+
+
 def runtime_env(
     env_vars: dict[str, str] | None = None, *, ship_code: bool, modules: tuple = ()
 ) -> dict:
@@ -55,7 +72,7 @@ def runtime_env(
     submitted as a Ray Job (``ray job submit --working-dir .``) already ships them with its
     working_dir; Ray merges the two runtime_envs and refuses overlapping keys, so those are
     left to the job's."""
-    env: dict = {"env_vars": dict(env_vars or {})}
+    env: dict = {"env_vars": dict(env_vars or {}), "worker_process_setup_hook": SETUP_HOOK}
     if ship_code:
         if not modules:
             raise ValueError("runtime_env(ship_code=True) needs the packages to ship")
@@ -64,6 +81,8 @@ def runtime_env(
     if set(job) & {"py_modules", "working_dir", "excludes"}:
         env.pop("py_modules", None)
         env.pop("excludes", None)
+    if "worker_process_setup_hook" in job:
+        env.pop("worker_process_setup_hook")
     for name in job.get("env_vars") or {}:
         env["env_vars"].pop(name, None)
     if not env["env_vars"]:

@@ -97,7 +97,8 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
     assert joining(None)
 
     local = runtime_env({"A": "1"}, ship_code=False)
-    assert local == {"env_vars": {"A": "1"}}
+    hook = "stage1_common.cluster.pin_ray_address"  # every worker knows its own cluster
+    assert local == {"env_vars": {"A": "1"}, "worker_process_setup_hook": hook}
     with pytest.raises(ValueError, match="needs the packages to ship"):
         runtime_env({"A": "1"}, ship_code=True)
     shipped = runtime_env({"A": "1"}, ship_code=True, modules=WORKER_PACKAGES)
@@ -108,7 +109,10 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
     job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip", "env_vars": {"A": "job"}}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
     in_job = runtime_env({"A": "1", "B": "2"}, ship_code=True, modules=WORKER_PACKAGES)
-    assert in_job == {"env_vars": {"B": "2"}}
+    assert in_job == {"env_vars": {"B": "2"}, "worker_process_setup_hook": hook}
+    job["runtime_env"]["worker_process_setup_hook"] = "their.hook"
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    assert "worker_process_setup_hook" not in runtime_env({}, ship_code=False)
 
 
 def test_node_check_probes(tmp_path, prepared_corpus):

@@ -14,6 +14,7 @@ import pytest
 
 from platform.spaces.runbook import VARIABLES
 from tests.cli import run_module
+from tests.integration.cluster import LocalCluster
 from tests.output_layout import check_layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,15 +44,17 @@ def sweep(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     env.update(RUNBOOK, OUTPUT_ROOT=str(root), DRIVER_LOG_PATH=str(root.parent / "driver.log"))
     env["PYTHON"] = sys.executable
-    out = subprocess.run(
-        [str(ROOT / "scripts" / "run_stage1_ab_bench.sh"), "--space", "smoke"]
-        + ["--logger", "tensorboard"],
-        cwd=ROOT.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # Another Ray cluster on the machine, as shared GPU hosts often have (issue 43 item 7).
+    with LocalCluster(tmp_path_factory.mktemp("other-cluster"), workers=0):
+        out = subprocess.run(
+            [str(ROOT / "scripts" / "run_stage1_ab_bench.sh"), "--space", "smoke"]
+            + ["--logger", "tensorboard"],
+            cwd=ROOT.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     (root.parent / "stdout.log").write_text(out.stdout + "\n--- stderr ---\n" + out.stderr)
     return root, out
 
@@ -70,6 +73,17 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     # A quiet console (issue 43 item 8): no Tune table of the experiment, no worker output.
     for noise in ("Number of trials", "Configuration for experiment", "Traceback", "pid="):
         assert noise not in out.stdout + out.stderr, noise
+    # With another cluster running, Ray Train's placement-group cleaner still found its own
+    # (every worker's RAY_ADDRESS: stage1_common.cluster.pin_ray_address); its worker logs,
+    # off the console, hold no "Found multiple active Ray instances".
+    record = json.loads(
+        (root / "runs" / "sweep_z0_mb4_nw0_pf2_r1" / "workers" / "rank0.json").read_text()
+    )
+    logs = Path(record["stderr"]).parent
+    errors = [
+        f.name for f in logs.glob("*.err") if "multiple active Ray" in f.read_text(errors="replace")
+    ]
+    assert list(logs.glob("worker-*.err")) and errors == [], errors
     for line in ("[2/2] sweep_z0_mb8_nw0_pf2_r1: ok in", "groups ranked by tail samples/s"):
         assert line in log and line in out.stdout
     # The YAML it printed is the sweep it ran: the same runs from --space FILE.
