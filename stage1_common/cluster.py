@@ -47,20 +47,27 @@ def init_address(address: str | None) -> str | None:
     return address if joining(address) else "local"
 
 
-# Run by every worker process of the platform's jobs before it takes any work.
-SETUP_HOOK = "stage1_common.cluster.pin_ray_address"
+def pin_ray_address() -> Callable[[], None]:
+    """The workers' ``worker_process_setup_hook``: sets ``RAY_ADDRESS`` to the worker's own
+    cluster before the worker takes any work. Ray's state API, which Ray Train's
+    placement-group cleaner calls from its worker, otherwise looks for "the" cluster of the
+    machine: with another Ray cluster running there (shared GPU hosts often have one) it fails
+    with "Found multiple active Ray instances", and the cleaner stops watching the controller;
+    or it finds the other cluster's address.
 
+    A function made here, so Ray ships its code with the job (pickled by value): the hook runs
+    before a worker has the driver's ``sys.path``, where a module path (this module's) may not
+    import (a GPU host with the project not installed)."""
 
-def pin_ray_address() -> None:
-    """The workers' ``worker_process_setup_hook``: ``RAY_ADDRESS`` set to the worker's own
-    cluster. Ray's state API, which Ray Train's placement-group cleaner calls from its worker,
-    otherwise looks for "the" cluster of the machine: with another Ray cluster running there
-    (shared GPU hosts often have one) it fails with "Found multiple active Ray instances", and
-    the cleaner stops watching the controller; or it finds the other cluster's address."""
-    import ray
+    def hook() -> None:
+        import os
 
-    if not os.environ.get("RAY_ADDRESS"):
-        os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+        import ray
+
+        if not os.environ.get("RAY_ADDRESS"):
+            os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+
+    return hook
 
 
 def runtime_env(
@@ -72,7 +79,7 @@ def runtime_env(
     submitted as a Ray Job (``ray job submit --working-dir .``) already ships them with its
     working_dir; Ray merges the two runtime_envs and refuses overlapping keys, so those are
     left to the job's."""
-    env: dict = {"env_vars": dict(env_vars or {}), "worker_process_setup_hook": SETUP_HOOK}
+    env: dict = {"env_vars": dict(env_vars or {}), "worker_process_setup_hook": pin_ray_address()}
     if ship_code:
         if not modules:
             raise ValueError("runtime_env(ship_code=True) needs the packages to ship")

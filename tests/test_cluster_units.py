@@ -3,6 +3,8 @@ nodes, the job's runtime_env (code shipping, Ray Job merging), the node check's 
 where each rank ran, and the tokenizer that travels through the output root."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,8 +99,18 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
     assert joining(None)
 
     local = runtime_env({"A": "1"}, ship_code=False)
-    hook = "stage1_common.cluster.pin_ray_address"  # every worker knows its own cluster
-    assert local == {"env_vars": {"A": "1"}, "worker_process_setup_hook": hook}
+    hook = local.pop("worker_process_setup_hook")  # every worker knows its own cluster
+    assert local == {"env_vars": {"A": "1"}}
+    # It runs before a worker has the driver's sys.path: shipped by value, it loads where this
+    # project cannot be imported (a GPU host where the project is not installed).
+    from ray import cloudpickle
+
+    blocked = "import sys, pickle; sys.modules['stage1_common'] = None; "
+    load = blocked + "f = pickle.loads(sys.stdin.buffer.read()); print(callable(f))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", load], input=cloudpickle.dumps(hook), capture_output=True
+    )
+    assert loaded.stdout.strip() == b"True", loaded.stderr.decode()[-2000:]
     with pytest.raises(ValueError, match="needs the packages to ship"):
         runtime_env({"A": "1"}, ship_code=True)
     shipped = runtime_env({"A": "1"}, ship_code=True, modules=WORKER_PACKAGES)
@@ -109,7 +121,8 @@ def test_runtime_env_ships_the_workload_when_joining_and_defers_to_a_ray_job(mon
     job = {"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip", "env_vars": {"A": "job"}}}
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
     in_job = runtime_env({"A": "1", "B": "2"}, ship_code=True, modules=WORKER_PACKAGES)
-    assert in_job == {"env_vars": {"B": "2"}, "worker_process_setup_hook": hook}
+    assert in_job.pop("worker_process_setup_hook") is not None
+    assert in_job == {"env_vars": {"B": "2"}}
     job["runtime_env"]["worker_process_setup_hook"] = "their.hook"
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
     assert "worker_process_setup_hook" not in runtime_env({}, ship_code=False)
