@@ -18,7 +18,9 @@ from platform.analysis.analyze import analyze
 from platform.analysis.report import report_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
+from platform.storage.results import read_json
 from platform.storage.working_copy import working_copy
+from stage1_common.output_root import OutputRoot
 from stage1_common.storage import Location, StorageError, check_writable, is_remote
 
 __all__ = ["build_parser", "main"]
@@ -49,20 +51,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.unstable_ratio <= 1:
             raise UsageError(f"--unstable-ratio must be > 1, got {args.unstable_ratio}")
         if is_remote(args.output_root):
-            text, line = _remote(Location.of(args.output_root), args.unstable_ratio)
+            text, line, train = _remote(Location.of(args.output_root), args.unstable_ratio)
         else:
             root = Path(args.output_root)
             text = analyze(root, unstable_ratio=args.unstable_ratio)["text"]
-            line = report_line(root)
+            line, train = report_line(root), _train_command(root)
     except (UsageError, StorageError) as exc:
         print(f"platform.analyze: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(text)
+    if train:
+        print(f"train with it: {train}")
     print(line)
     return 0
 
 
-def _remote(root: Location, unstable_ratio: float) -> tuple[str, str]:
+def _train_command(root: Path) -> str:
+    """The platform.train command of the sweep's winner (best_config.json), or ''."""
+    best = read_json(Path(root) / OutputRoot.BEST_CONFIG)
+    return str(best.get("command") or "")
+
+
+def _remote(root: Location, unstable_ratio: float) -> tuple[str, str, str]:
     """The analysis of a root on object storage, its files uploaded beside the sweep's."""
     check_writable(root)  # before any work: a bucket the files cannot go to is one line
     with working_copy(root) as local:
@@ -70,7 +80,7 @@ def _remote(root: Location, unstable_ratio: float) -> tuple[str, str]:
             summary = analyze(local, unstable_ratio=unstable_ratio, shown_as=root.uri)
         except UsageError as exc:  # it names the local copy: name the root instead
             raise UsageError(str(exc).replace(str(local), root.uri)) from None
-        return summary["text"], report_line(local, shown_as=root.uri)
+        return summary["text"], report_line(local, shown_as=root.uri), _train_command(local)
 
 
 if __name__ == "__main__":

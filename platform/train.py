@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a key (YAML value); repeatable; python -m platform.tune --keys lists them",
     )
     p.add_argument(
-        "--output-root", type=output_root_arg, help="default: outputs/train_<space>_<timestamp>"
+        "--output-root",
+        type=output_root_arg,
+        help="default: outputs/<space>_<timestamp>, with --config outputs/<sweep's space>_winner_"
+        "<timestamp>",
     )
     add_logger_argument(p, default="tensorboard")
     p.add_argument("--resume", action="store_true", help="continue the run in --output-root")
@@ -91,7 +94,9 @@ def space_from_config(path: str | Path) -> SearchSpace:
             "one platform.tune wrote in its output root"
         ) from None
     return SearchSpace(
-        name=f"train_{record.get('space', 'config')}",
+        # "<space>_winner": its default root (outputs/<space>_winner_<stamp>) is not taken for
+        # a space's own (train_smoke is a space)
+        name=f"{record.get('space', 'config')}_winner",
         description=f"training of {record.get('group', 'a configuration')} from {path}",
         fixed=config,
         source=str(path),
@@ -252,7 +257,8 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
         print(f"plot: {output_root.remote_join(OutputRoot.RUNS, run, plot.name) or plot}")
     _print_export(output_root, run)
     if output_root.tensorboard.is_dir():  # --logger tensorboard (the default)
-        print(f"TensorBoard: tensorboard --logdir {output_root.tensorboard}")
+        board = output_root.remote_join(OutputRoot.TENSORBOARD) or output_root.tensorboard
+        print(f"TensorBoard: tensorboard --logdir {board}")
     print(f"wall time {wall_s:.1f} s; results in {output_root.shown}")
     return 0 if row["status"] == "ok" else 1
 

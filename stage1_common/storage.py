@@ -63,8 +63,15 @@ class Location:
             return cls(pafs.LocalFileSystem(), path, path)
         try:
             fs, path = pafs.FileSystem.from_uri(text)
-        except Exception as exc:  # a malformed URI or an unsupported scheme
-            raise StorageError(f"{text}: {_first_line(exc)}") from None
+        except Exception as exc:  # a malformed URI, an unsupported scheme, no way to the store
+            why = _first_line(exc)
+            if "NETWORK_CONNECTION" in why or "curlCode" in why:  # resolving the bucket's region
+                bucket = text.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
+                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
+                    "AWS_ENDPOINT_URL"
+                )
+                why = _unreachable(bucket, endpoint)
+            raise StorageError(f"{text}: {why}") from None
         return cls(fs, path.rstrip("/"), text.rstrip("/"))
 
     @property
@@ -153,17 +160,41 @@ def check_writable(root: Location) -> None:
     """Write, read back and delete one small object under ``root``; raise :class:`StorageError`
     with one line naming the root, what is wrong and the fix."""
     probe = root.join(f".write-probe-{uuid.uuid4().hex[:12]}")
+    written = False
     try:
         if not root.remote:
             Path(root.path).mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"probe")
+        written = True
         if probe.read_bytes() != b"probe":
+            # A store that takes anonymous writes and hands back something else to read
+            if root.remote and not _may_have_credentials():
+                raise StorageError(f"{root}: {_NO_CREDENTIALS}")
             raise StorageError(f"{root}: an object written here read back differently")
-        root.fs.delete_file(probe.path)
     except StorageError:
         raise
     except Exception as exc:
         raise StorageError(f"{root}: {explain(root, exc)}") from None
+    finally:
+        if written:  # never left behind, whatever the check found
+            try:
+                root.fs.delete_file(probe.path)
+            except Exception:
+                pass
+
+
+_NO_CREDENTIALS = (
+    "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+)
+
+
+def _unreachable(bucket: str, endpoint: str | None) -> str:
+    if endpoint:
+        return f"cannot reach {endpoint} (check AWS_ENDPOINT_URL and the network)"
+    return (
+        f"cannot reach AWS S3 for bucket {bucket!r} (for another S3-compatible store set "
+        "AWS_ENDPOINT_URL to its address; for AWS check the network)"
+    )
 
 
 def explain(root: Location, exc: BaseException) -> str:
@@ -179,17 +210,14 @@ def explain(root: Location, exc: BaseException) -> str:
             "or the profile in AWS_PROFILE)"
         )
     if ("ACCESS_DENIED" in text or "INTERNAL_FAILURE" in text) and not _may_have_credentials():
-        return (
-            "no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
-        )
+        return _NO_CREDENTIALS
     if "ACCESS_DENIED" in text:
         return (
             f"no permission to write to bucket {bucket!r} (grant s3:PutObject, s3:GetObject "
             "and s3:DeleteObject on the prefix, or use credentials that have them)"
         )
     if "NETWORK_CONNECTION" in text or "Couldn't connect" in text or "curlCode" in text:
-        where = endpoint or "the store's endpoint"
-        return f"cannot reach {where} (check AWS_ENDPOINT_URL and the network)"
+        return _unreachable(bucket, endpoint)
     if isinstance(exc, PermissionError):
         return "no permission to write here (choose a folder you can write to)"
     return text

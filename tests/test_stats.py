@@ -227,8 +227,12 @@ def test_the_cli_refuses_a_folder_without_a_sweep(tmp_path):
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("platform.analyze: error: ") and "holds no sweep" in line
     assert list(tmp_path.iterdir()) == []  # nothing written
-    ok = run_module("platform.analyze", make_root(tmp_path))
+    root = make_root(tmp_path)
+    ok = run_module("platform.analyze", root)
     assert ok.returncode == 0 and "Best: **fast**" in ok.stdout
+    # The README's promise: the winner's training command, before the report's line.
+    train = f"train with it: python -m platform.train --config {root / 'best_config.json'}"
+    assert ok.stdout.rstrip().splitlines()[-2:][0] == train
 
 
 @pytest.mark.parametrize(

@@ -102,6 +102,52 @@ def test_bad_storage_input_is_one_line_that_names_the_fix(s3):
     assert "\n" not in str(e.value)
 
 
+def test_no_credentials_on_a_store_that_takes_anonymous_writes_leaves_no_probe(s3, monkeypatch):
+    """moto takes an unsigned write and reads back something else: the line says what is
+    missing, and the probe object is deleted, whatever the check found (issue 43 item 10)."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(key, "/nonexistent/aws")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(StorageError) as e:
+        check_writable(Location.of(f"s3://{BUCKET}/anonymous"))
+    assert (
+        str(e.value)
+        == f"s3://{BUCKET}/anonymous: no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+    )
+    monkeypatch.undo()
+    assert Location.of(f"s3://{BUCKET}/anonymous").files() == {}  # the probe is gone
+
+
+def test_a_store_out_of_reach_while_resolving_the_bucket_names_aws_endpoint_url(monkeypatch):
+    """No endpoint set: pyarrow asks AWS for the bucket's region first; without a network the
+    line names AWS_ENDPOINT_URL instead of the SDK's resolver text (its text as recorded on
+    this machine, raised where pyarrow raises it)."""
+    from types import SimpleNamespace
+
+    import stage1_common.storage
+
+    recorded = (
+        "When resolving region for bucket 'nobucket': AWS Error NETWORK_CONNECTION during "
+        "HeadBucket operation: curlCode: 6, Could not resolve hostname"
+    )
+
+    def offline(uri):
+        raise OSError(recorded)
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    fake = SimpleNamespace(FileSystem=SimpleNamespace(from_uri=offline), LocalFileSystem=None)
+    monkeypatch.setattr(stage1_common.storage, "pafs", fake)
+    with pytest.raises(StorageError) as e:
+        Location.of("s3://nobucket/x")
+    assert str(e.value) == (
+        "s3://nobucket/x: cannot reach AWS S3 for bucket 'nobucket' (for another S3-compatible "
+        "store set AWS_ENDPOINT_URL to its address; for AWS check the network)"
+    )
+
+
 def iam_user(iam, name: str, actions: list[str]) -> tuple[str, str]:
     iam.create_user(UserName=name)
     policy = {
@@ -213,6 +259,7 @@ def test_a_sweep_in_a_bucket_is_analyzed_there_and_its_winner_trains_from_it(s3,
     assert out.returncode == 0, out.stderr
     assert "Best: **fast**" in out.stdout
     assert out.stdout.rstrip().endswith(f"report: {uri}/report.html")
+    assert f"train with it: python -m platform.train --config {uri}/best_config.json" in out.stdout
     written = set(root.files()) - swept
     assert written == {
         "per_run_metrics.csv",

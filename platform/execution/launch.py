@@ -91,11 +91,17 @@ def launch(request: LaunchRequest) -> int:
             runs = _fit_to_cluster(request, multi_node)
             runs, pool = _prepare_runs(request, runs, multi_node)
             _announce(cluster)
-            code = _run_to_the_end(request, runs, started, pool)
+            code, mirrored = _run_to_the_end(request, runs, started, pool)
         finally:
             ray.shutdown()
     except _Refused as refused:
-        code = refused.code
+        code, mirrored = refused.code, False
+    if mirrored and code == 0:
+        # A root on object storage, all of it in the bucket: the driver's staging copy goes
+        # (--resume and platform.analyze start from the bucket).
+        import shutil
+
+        shutil.rmtree(root.path, ignore_errors=True)
     return code
 
 
@@ -242,16 +248,19 @@ def _announce(cluster) -> None:
 
 
 # --- steps 3 and 4: build the Tuner, run it to the end ---
-def _run_to_the_end(request: LaunchRequest, runs: list[RunSpec], started: float, pool) -> int:
+def _run_to_the_end(
+    request: LaunchRequest, runs: list[RunSpec], started: float, pool
+) -> tuple[int, bool]:
     """Clear what the runs to redo left behind, build the Tuner, fit it, report; the exit
-    code. A root on object storage is mirrored to its bucket all the while."""
+    code, and whether a root on object storage (mirrored to its bucket all the while) is
+    whole in the bucket."""
     from platform.storage.mirror import RootMirror
 
     with RootMirror(request.output_root) as mirror:
         code = _fit_and_report(request, runs, started, mirror, pool)
     if mirror.error:
         print(f"warning: the bucket missed an upload ({mirror.error})", flush=True)
-    return code
+    return code, request.output_root.remote and not mirror.error
 
 
 def _fit_and_report(

@@ -148,6 +148,10 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
     assert sweep.proc.returncode == 0, sweep.out[-4000:]
     assert "resuming: 1 runs finished ok are kept, 1 run again" in sweep.out
     assert f"report: {bucket}/report.html" in sweep.out
+    # Whole in the bucket and exit 0: the driver's staging copy is gone (issue 43 item 10).
+    from platform.storage.mirror import staging_folder
+
+    assert not staging_folder(bucket).exists()
     root = remote.copy()
     m = manifest(root)
     assert list(m["status"]) == ["ok", "ok"] and list(m["exit_code"]) == [0, 0]

@@ -130,6 +130,7 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert "skipped checkpoint_step0000029 in the bucket: incomplete (rank 1's part is" in out
     assert "resumed from the checkpoint at step 20" in out
     assert f"results in {bucket}" in out
+    assert not staging_folder(bucket).exists()  # whole in the bucket: the staging copy went
     faulted = Location.of(bucket).download(tmp_path / "faulted-copy")
     tails = (faulted / saved).read_text()  # the killed rank's and its peer's, from attempt 0
     assert tails.startswith("why attempt 0 ended:") and f"--- rank 1 (pid {pid} " in tails
