@@ -32,6 +32,7 @@ from stage1_common.cluster import (
     first_line,
     init_address,
     joining,
+    local_auth_mode,
     node_label,
     on_every_node,
     probe_file,
@@ -138,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    local_auth_mode(args.address)  # before Ray is imported
     import ray
 
     joined = joining(args.address)

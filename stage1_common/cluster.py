@@ -19,6 +19,7 @@ __all__ = [
     "first_line",
     "init_address",
     "joining",
+    "local_auth_mode",
     "local_gpus",
     "node_label",
     "on_every_node",
@@ -68,6 +69,19 @@ def pin_ray_address() -> Callable[[], None]:
             os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
 
     return hook
+
+
+def local_auth_mode(address: str | None) -> None:
+    """Before ``ray.init`` of a new local cluster: token authentication, what Ray picks for one
+    by default (it makes a token when there is none), named explicitly, so that Ray does not
+    warn "Token authentication is enabled for this Ray cluster" at every start. A user's own
+    ``RAY_AUTH_MODE`` wins; joining a cluster leaves it to that cluster. Only before Ray is
+    imported: it reads the mode once, and a driver that disagreed with its cluster's GCS on it
+    could not connect."""
+    import sys
+
+    if not joining(address) and "ray" not in sys.modules:
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
 
 
 def runtime_env(

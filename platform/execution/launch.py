@@ -75,6 +75,9 @@ class _Refused(Exception):
 
 def launch(request: LaunchRequest) -> int:
     """Run the request's runs (one Tune trial each) and record them; returns the exit code."""
+    from stage1_common.cluster import local_auth_mode
+
+    local_auth_mode(request.address)  # before Ray is imported
     _set_ray_environment()
     import ray
 
