@@ -102,6 +102,9 @@ def test_bad_files_are_reported_and_the_rest_is_processed(corpus, first_run):
     assert list(manifest["utt_id"]) == sorted(manifest["utt_id"])
     assert f"{len(made) + 1} written, 0 skipped as done, 4 errors" in result.stderr
     assert "/" in result.stderr.splitlines()[-2] and "files/s" in result.stderr  # progress lines
+    # A quiet console (issue 43 item 8): none of Ray's own lines about its actors or auth.
+    for noise in ("MapWorker", "max_restarts", "Token authentication", "DeprecationWarning"):
+        assert noise not in result.stdout + result.stderr, noise
 
 
 def test_trimmed_durations_match_the_speech_spans(corpus, first_run):

@@ -72,7 +72,7 @@ def test_the_runbook_command_ran_the_smoke_sweep_and_kept_its_console(sweep):
     assert "PreemptionWatcher" not in out.stdout + out.stderr
     # A quiet console (issue 43 item 8): no Tune table of the experiment, no worker output.
     quoted = ("Number of trials", "Configuration for experiment", "Traceback", "pid=")
-    for noise in (*quoted, "Token authentication is enabled"):
+    for noise in (*quoted, "Token authentication is enabled", "MapWorker", "max_restarts"):
         assert noise not in out.stdout + out.stderr, noise
     # With another cluster running, Ray Train's placement-group cleaner still found its own
     # (every worker's RAY_ADDRESS: stage1_common.cluster.pin_ray_address); its worker logs,
