@@ -81,20 +81,15 @@ class RunFiles:
             self._drop_local()
 
     def _drop_local(self) -> None:
-        """Delete the node's copy of the run's folder, uploaded now, but its checkpoints (Ray
-        Train uploads them, the last ones after this, and deletes each node's copy itself),
-        then the empty folders above it up to the sweep's scratch folder. A failed run's copy
-        stays for its restart."""
+        """Delete the node's copy of the run's folder, uploaded now, then the empty folders
+        above it up to the sweep's scratch folder. Its checkpoint folders too: Ray Train has
+        uploaded every registered one by the run's last report (SYNC, and reports register in
+        order), and what else is there are copies downloaded for a resume or an export. A
+        failed run's copy stays for its restart."""
         import shutil
 
-        for child in self.folder.iterdir() if self.folder.is_dir() else ():
-            if child.name.startswith("checkpoint_"):
-                continue
-            if child.is_dir():
-                shutil.rmtree(child, ignore_errors=True)
-            else:
-                child.unlink(missing_ok=True)
-        folder = self.folder
+        shutil.rmtree(self.folder, ignore_errors=True)
+        folder = self.folder.parent
         while folder != self._scratch_top.parent:
             try:
                 folder.rmdir()  # only when empty
