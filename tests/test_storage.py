@@ -116,8 +116,21 @@ def test_no_credentials_on_a_store_that_takes_anonymous_writes_leaves_no_probe(s
         str(e.value)
         == f"s3://{BUCKET}/anonymous: no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
     )
+    # The same from the CLI, before Ray starts: one line, exit 2.
+    from tests.cli import run_module
+
+    root = f"s3://{BUCKET}/anonymous-sweep"
+    out = run_module(
+        "platform.tune", "--space", "smoke", "--output-root", root, env=dict(os.environ)
+    )
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (
+        out.stderr.strip()
+        == f"platform.tune: error: {root}: no credentials found (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+    )
     monkeypatch.undo()
-    assert Location.of(f"s3://{BUCKET}/anonymous").files() == {}  # the probe is gone
+    for prefix in ("anonymous", "anonymous-sweep"):  # the probes are gone
+        assert Location.of(f"s3://{BUCKET}/{prefix}").files() == {}
 
 
 def test_a_store_out_of_reach_while_resolving_the_bucket_names_aws_endpoint_url(monkeypatch):
