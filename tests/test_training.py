@@ -308,7 +308,8 @@ def test_the_writer_makes_the_buffers_before_the_first_step_and_the_steps_are_un
     import copy
     from types import SimpleNamespace
 
-    from trainables.checkpoint_state import CheckpointWriter, dcp_state
+    from trainables.checkpoint import dcp_state
+    from trainables.checkpoint_state import CheckpointWriter
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

@@ -14,6 +14,9 @@ A checkpoint folder (``checkpoint_step0000200``) holds:
 - every rank, written last, once its files are whole: ``done-rank<r>.json``, the files that
   rank wrote and their sizes, and the save's times (``save_s``, ``block_s``, ``wait_s``).
 
+The model and optimizer state as DCP sees it (``dcp_state``) and its loading (``load_state``)
+are here too; the writing is trainables/checkpoint_state.py's.
+
 Every rank writes its part straight into the checkpoint's folder in the run's storage (no
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
 checkpoint to Ray Train at the first report after it is complete. For an output root on object
@@ -45,10 +48,12 @@ __all__ = [
     "checkpoint_step",
     "complete_by",
     "dcp_dir",
+    "dcp_state",
     "find_resume_checkpoint",
     "finish_part",
     "is_complete",
     "load_schedule",
+    "load_state",
     "part_records",
     "prepare_folder",
     "read_meta",
@@ -280,3 +285,42 @@ def _schedule_state(engine) -> dict[str, Any]:
 def restore_rng(folder: Path, *, rank: int, device) -> None:
     state = torch.load(Path(folder) / f"rng-rank{rank}.pt", map_location="cpu", weights_only=False)
     _set_rng_state(state, device)
+
+
+def dcp_state(engine) -> dict[str, Any]:
+    """The model and optimizer state as DCP saves and loads it: keyed by parameter names, this
+    rank's shards (DTensors) under FSDP2, whole tensors under DDP."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model, optimizer = get_state_dict(engine.bare, engine.optimizer)
+    return {"model": model, "optimizer": optimizer}
+
+
+def load_state(engine, folder: Path) -> None:
+    """Load the checkpoint's model and optimizer state into ``engine`` (every rank calls it)."""
+    folder = Path(folder)
+    if engine.kind == "deepspeed":
+        path, _ = engine.model.load_checkpoint(
+            str(folder), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+        )
+        if path is None:
+            raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
+        return
+    path = dcp_dir(folder)
+    if path is None:  # a DDP checkpoint from before DCP: whole, in state.pt
+        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+        engine.bare.load_state_dict(state["model"])
+        engine.optimizer.load_state_dict(state["optimizer"])
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    # Loaded into this run's shards, whatever world size saved them (DCP reshards).
+    state = dcp_state(engine)
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(
+        engine.bare,
+        engine.optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+    )

@@ -34,7 +34,7 @@ import torch
 from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
 from trainables.checkpoint import (
     DS_TAG,
-    dcp_dir,
+    dcp_state,
     finish_part,
     is_complete,
     part_records,
@@ -42,7 +42,7 @@ from trainables.checkpoint import (
 )
 from trainables.distributed import gather_objects
 
-__all__ = ["CheckpointWriter", "load_state", "registered_fields"]
+__all__ = ["CheckpointWriter", "registered_fields"]
 
 
 @dataclass
@@ -389,42 +389,3 @@ def registered_fields(
         "checkpoint_path": shown or str(folder),
         "checkpoint_registered": True,
     }
-
-
-def dcp_state(engine) -> dict[str, Any]:
-    """The model and optimizer state as DCP saves and loads it: keyed by parameter names, this
-    rank's shards (DTensors) under FSDP2, whole tensors under DDP."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    model, optimizer = get_state_dict(engine.bare, engine.optimizer)
-    return {"model": model, "optimizer": optimizer}
-
-
-def load_state(engine, folder: Path) -> None:
-    """Load the checkpoint's model and optimizer state into ``engine`` (every rank calls it)."""
-    folder = Path(folder)
-    if engine.kind == "deepspeed":
-        path, _ = engine.model.load_checkpoint(
-            str(folder), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
-        )
-        if path is None:
-            raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
-        return
-    path = dcp_dir(folder)
-    if path is None:  # a DDP checkpoint from before DCP: whole, in state.pt
-        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
-        engine.bare.load_state_dict(state["model"])
-        engine.optimizer.load_state_dict(state["optimizer"])
-        return
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-
-    # Loaded into this run's shards, whatever world size saved them (DCP reshards).
-    state = dcp_state(engine)
-    dcp.load(state, checkpoint_id=path)
-    set_state_dict(
-        engine.bare,
-        engine.optimizer,
-        model_state_dict=state["model"],
-        optim_state_dict=state["optimizer"],
-    )

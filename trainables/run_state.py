@@ -14,12 +14,13 @@ from trainables.checkpoint import (
     checkpoint_name,
     find_resume_checkpoint,
     load_schedule,
+    load_state,
     prepare_folder,
     read_meta,
     restore_rng,
     write_small_parts,
 )
-from trainables.checkpoint_state import CheckpointWriter, load_state
+from trainables.checkpoint_state import CheckpointWriter
 from trainables.config import TrialConfig
 
 __all__ = ["RunState", "resume", "resume_position", "save"]
