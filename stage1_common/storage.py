@@ -66,11 +66,7 @@ class Location:
         except Exception as exc:  # a malformed URI, an unsupported scheme, no way to the store
             why = _first_line(exc)
             if "NETWORK_CONNECTION" in why or "curlCode" in why:  # resolving the bucket's region
-                bucket = text.partition("://")[2].split("/", 1)[0].split("?", 1)[0]
-                endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get(
-                    "AWS_ENDPOINT_URL"
-                )
-                why = _unreachable(bucket, endpoint)
+                why = _unreachable(text.partition("://")[2].split("/", 1)[0].split("?", 1)[0])
             raise StorageError(f"{text}: {why}") from None
         return cls(fs, path.rstrip("/"), text.rstrip("/"))
 
@@ -171,12 +167,14 @@ def check_writable(root: Location) -> None:
             if root.remote and not _may_have_credentials():
                 raise StorageError(f"{root}: {_NO_CREDENTIALS}")
             raise StorageError(f"{root}: an object written here read back differently")
+        root.fs.delete_file(probe.path)  # the mirror deletes too: a refusal here is the answer
+        written = False
     except StorageError:
         raise
     except Exception as exc:
         raise StorageError(f"{root}: {explain(root, exc)}") from None
     finally:
-        if written:  # never left behind, whatever the check found
+        if written:  # a check that failed after the write: the probe is not left behind
             try:
                 root.fs.delete_file(probe.path)
             except Exception:
@@ -188,7 +186,13 @@ _NO_CREDENTIALS = (
 )
 
 
-def _unreachable(bucket: str, endpoint: str | None) -> str:
+def _endpoint() -> str | None:
+    """The S3-compatible store's address the AWS SDK uses, if one is set."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+
+
+def _unreachable(bucket: str) -> str:
+    endpoint = _endpoint()
     if endpoint:
         return f"cannot reach {endpoint} (check AWS_ENDPOINT_URL and the network)"
     return (
@@ -201,7 +205,6 @@ def explain(root: Location, exc: BaseException) -> str:
     """The store's error as what the user can do about it."""
     text = _first_line(exc)
     bucket = root.path.split("/", 1)[0]
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if "NO_SUCH_BUCKET" in text or ("not found" in text and "Bucket" in text):
         return f"bucket {bucket!r} does not exist (create it, or fix the name)"
     if "INVALID_ACCESS_KEY_ID" in text or "SIGNATURE_DOES_NOT_MATCH" in text:
@@ -217,7 +220,7 @@ def explain(root: Location, exc: BaseException) -> str:
             "and s3:DeleteObject on the prefix, or use credentials that have them)"
         )
     if "NETWORK_CONNECTION" in text or "Couldn't connect" in text or "curlCode" in text:
-        return _unreachable(bucket, endpoint)
+        return _unreachable(bucket)
     if isinstance(exc, PermissionError):
         return "no permission to write here (choose a folder you can write to)"
     return text

@@ -263,7 +263,7 @@ def _run_to_the_end(
         code = _fit_and_report(request, runs, started, mirror, pool)
     if mirror.error:
         print(f"warning: the bucket missed an upload ({mirror.error})", flush=True)
-    return code, request.output_root.remote and not mirror.error
+    return code, bool(request.output_root.remote and not mirror.error)
 
 
 def _fit_and_report(
