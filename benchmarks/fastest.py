@@ -9,8 +9,8 @@
    breakdown, compile_s, and the loss at the first and last window (the same trend?).
 3. ``--torchrun``: the winner's configuration under plain torchrun, same loop
    (benchmarks.ray_vs_torchrun): platform over torchrun.
-4. ``--scaling``: the winner on one GPU (train_workers=1, same command) against its sweep run
-   on the space's train_workers: scaling efficiency = samples/s(N) / (N x samples/s(1)).
+4. ``--scaling``: the winner again on 1, 2, 4, ... GPUs below the space's train_workers (one
+   sweep of one run each, same command): efficiency = samples/s(N) / (N x samples/s(1)).
 
 Timings compare only within one command on one machine; quote the ratios.
 """
@@ -107,13 +107,52 @@ def _markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def scaling_sizes(workers: int) -> list[int]:
+    """The smaller worker counts a winner on ``workers`` GPUs is run at: every power of two."""
+    return [n for n in (2**i for i in range(workers.bit_length())) if n < workers]
+
+
+def _scaling(args: argparse.Namespace, best: dict) -> dict:
+    """The winner again at each smaller power of two of GPUs, one sweep each, and the ratios."""
+    workers = int(best["config"]["train_workers"])
+    per_size = {workers: float(best["tail_samples_per_sec_robust"])}
+    for n in scaling_sizes(workers):
+        root = args.output_root.with_name(f"{args.output_root.name}_{n}gpu")
+        sets = [s for s in args.set if not s.startswith("repeats=")]
+        sets += [f"{k}={json.dumps(v)}" for k, v in best["swept"].items()]
+        sets += [f"train_workers={n}", "repeats=1"]
+        cmd = [sys.executable, "-m", "platform.tune", "--space", args.space]
+        cmd += ["--output-root", str(root)] + [x for s in sets for x in ("--set", s)]
+        print("running:", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=False)
+        ranked = root / "ranked_groups.csv"
+        if ranked.is_file():
+            per_size[n] = float(pd.read_csv(ranked)["tail_samples_per_sec_robust"].iloc[0])
+            print(f"scaling: {n} GPU {per_size[n]:.0f} samples/s", flush=True)
+    sizes = sorted(per_size)
+    base = per_size.get(1)
+    result = {"group": best["group"], "samples_per_s": {str(n): per_size[n] for n in sizes}}
+    if base:
+        result["efficiency"] = {str(n): per_size[n] / (n * base) for n in sizes}
+    print(
+        f"scaling {best['group']}: "
+        + ", ".join(
+            f"{n} GPU {per_size[n]:.0f} samples/s"
+            + (f" (efficiency {per_size[n] / (n * base):.3f})" if base else "")
+            for n in sizes
+        ),
+        flush=True,
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--space", default="h200_fastest")
     p.add_argument("--output-root", type=Path, required=True)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--torchrun", action="store_true", help="the winner under plain torchrun")
-    p.add_argument("--scaling", action="store_true", help="the winner on one GPU as well")
+    p.add_argument("--scaling", action="store_true", help="the winner on 1, 2, ... GPUs as well")
     p.add_argument("--json", type=Path, help="write the results here too")
     args = p.parse_args(argv)
     cmd, code, ok = run_variants(PROG, args.space, args.output_root, args.set)
@@ -131,32 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 (args.output_root / "ray_vs_torchrun.json").read_text()
             )
     if args.scaling and best_path.is_file():
-        best = json.loads(best_path.read_text())
-        workers = int(best["config"]["train_workers"])
-        one = args.output_root.with_name(args.output_root.name + "_1gpu")
-        sets = [s for s in args.set if not s.startswith("repeats=")]
-        sets += [f"{k}={json.dumps(v)}" for k, v in best["swept"].items()]
-        sets += ["train_workers=1", "repeats=1"]
-        scmd = [sys.executable, "-m", "platform.tune", "--space", args.space]
-        scmd += ["--output-root", str(one)] + [x for s in sets for x in ("--set", s)]
-        print("running:", " ".join(scmd), flush=True)
-        subprocess.run(scmd, check=False)
-        ranked = one / "ranked_groups.csv"
-        if ranked.is_file():
-            single = float(pd.read_csv(ranked)["tail_samples_per_sec_robust"].iloc[0])
-            many = float(best["tail_samples_per_sec_robust"])
-            out["scaling"] = {
-                "group": best["group"],
-                "workers": workers,
-                "samples_per_s_1": single,
-                f"samples_per_s_{workers}": many,
-                "efficiency": many / (workers * single),
-            }
-            print(
-                f"scaling {best['group']}: 1 GPU {single:.0f} samples/s, {workers} GPUs "
-                f"{many:.0f} samples/s, efficiency {many / (workers * single):.3f}",
-                flush=True,
-            )
+        out["scaling"] = _scaling(args, json.loads(best_path.read_text()))
     if args.json:
         write_json(args.json, json.loads(json.dumps(out, default=str)))
         (args.json.with_suffix(".md")).write_text(_markdown(table))

@@ -2,8 +2,8 @@
 # Issue 14 on a GPU machine, through the device tool, in one command:
 #   source .gpu/setup.sh && bash benchmarks/fastest_gpu.sh [--set KEY=VALUE ...]
 # The space (default h200_fastest, FASTEST_SPACE=...) runs on every GPU of the machine
-# (train_workers = GPUs) with the winner under torchrun, and with 2 or more GPUs the winner on
-# one GPU (scaling). Corpus: 1,600 utterances of 2-8 s (1,600 / global batch = a few steps per
+# (train_workers = GPUs) with the winner under torchrun (FASTEST_TORCHRUN=0: not), and with 2 or
+# more GPUs the winner on 1, 2, ... GPUs below that (scaling). Corpus: 1,600 utterances of 2-8 s (1,600 / global batch = a few steps per
 # epoch, so a run crosses many epoch boundaries), made once per machine under /tmp.
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
@@ -15,7 +15,7 @@ SCALING=""
 TORCHRUN=--torchrun
 [ "${FASTEST_TORCHRUN:-1}" = 0 ] && TORCHRUN=""
 [ "$GPUS" -ge 2 ] && SCALING=--scaling
-rm -rf $R ${R}_1gpu
+rm -rf $R ${R}_*gpu
 mkdir -p "$OUT/$SPACE"
 # FASTEST_LIMIT=S: stop the benchmark after S seconds (what it recorded so far is kept).
 timeout "${FASTEST_LIMIT:-0}" python -m benchmarks.fastest --space "$SPACE" --output-root $R \
