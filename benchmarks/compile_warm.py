@@ -39,6 +39,13 @@ VARIANTS: dict[str, tuple[str, dict, dict, int, bool]] = {
     ),
     "layers_ro_profiled": ("layers_ro", {}, {}, 3, True),
     "layers_ro_split": ("layers_ro_split", {}, {"dynamo.optimize_ddp": True}, 3, False),
+    "layers_ro_notrees": (  # CUDA graphs without cudagraph trees: one pool per graph
+        "layers_ro_notrees",
+        {},
+        {"inductor.triton.cudagraph_trees": False},
+        3,
+        False,
+    ),
     "layers_default": ("layers_default", {"compile_mode": "default"}, {}, 3, False),
     "model_ro": ("model_ro", {"compile_scope": "model"}, {}, 3, False),
     "model_default": (
@@ -170,6 +177,7 @@ def child(variant: str, cache: str, profile: bool) -> dict:
         "compile_cache": compiling.cache_counts(),
         "fallbacks": engine.effective.get("fallbacks", ""),
         "first_steps_s": steps,
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2) if on_gpu else 0,
         "profile": _profile_top(profiler) if profiler is not None else [],
     }
 
@@ -205,7 +213,7 @@ def _row(r: dict) -> str:
     return (
         f"| {r['variant']} | {r['run']} | {r['compile_s']:.1f} | {r['compile_parts']} | "
         f"{' / '.join(f'{p:.1f}' for p in r['pass_s'])} | {max(steps):.2f} | "
-        f"{r['compile_cache']} | {r['wall_s']:.0f} |"
+        f"{r['compile_cache']} | {r.get('peak_reserved_gib', 0):.1f} | {r['wall_s']:.0f} |"
     )
 
 
@@ -230,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     root = args.cache_root or Path(tempfile.mkdtemp(prefix="compile_warm-"))
     records, cold = [], set()
     print(
-        "| variant | run | compile_s | compile_parts | pass s | slowest first step s | cache | wall s |"
+        "| variant | run | compile_s | compile_parts | pass s | slowest first step s | cache | "
+        "peak reserved GiB | wall s |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in names:
         family = VARIANTS[name][0]
         runs = ["warm"] if family in cold else ["cold", "warm"]
