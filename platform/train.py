@@ -30,13 +30,11 @@ from platform.spaces.keys import format_grouped
 from platform.spaces.load import load_space
 from platform.spaces.space import SearchSpace
 from platform.storage import results
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, is_remote
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
-
-PLOT = "curves.png"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -267,23 +265,25 @@ def _print_export(root: OutputRoot, run: str) -> None:
     """Where the exported model is, and how to load it (in the bucket for a root on object
     storage: the workers uploaded it; copy it to the nodes to load it from local paths)."""
     if root.remote is None:
-        export = root.export_dir(run)
-        if not (export / "export.json").is_file():
+        export = root.run_folder(run).export
+        if not (export / RunFolder.EXPORT_RECORD).is_file():
             return
-        source = json.loads((export / "export.json").read_text())["source"]
+        source = json.loads((export / RunFolder.EXPORT_RECORD).read_text())["source"]
+        speech, text = export / RunFolder.EXPORT_SPEECH, export / RunFolder.EXPORT_TEXT
         print(
             f"model, {source}: {export}; load it with --set speech_pretrained_path="
-            f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
+            f"{speech} --set text_pretrained_path={text}"
         )
         return
-    export = Location.of(root.remote_join(OutputRoot.RUNS, run, OutputRoot.EXPORT))
+    export = Location.of(root.remote_join(OutputRoot.RUNS, run, RunFolder.EXPORT))
     try:
-        source = json.loads(export.join("export.json").read_text())["source"]
+        source = json.loads(export.join(RunFolder.EXPORT_RECORD).read_text())["source"]
     except (OSError, ValueError):
         return
     print(
         f"model, {source}: {export}; copy it to every node (aws s3 sync) and load it with "
-        "--set speech_pretrained_path=<copy>/speech --set text_pretrained_path=<copy>/text"
+        f"--set speech_pretrained_path=<copy>/{RunFolder.EXPORT_SPEECH} "
+        f"--set text_pretrained_path=<copy>/{RunFolder.EXPORT_TEXT}"
     )
 
 
@@ -324,8 +324,8 @@ def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
     ax_val.set_ylabel("validation recall")
     fig.suptitle(run)
     fig.tight_layout()
-    path = output_root.run_dir(run) / PLOT
-    tmp = path.with_name(f".{PLOT}.tmp.png")
+    path = output_root.run_folder(run).curves
+    tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(path)

@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from stage1_common.output_root import CheckpointFolder
 from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
 from trainables.checkpoint import (
-    DS_TAG,
     dcp_state,
     finish_part,
     is_complete,
@@ -166,8 +166,9 @@ class CheckpointWriter:
         if self.rank == 0 or self.per_node:
             self._unregistered.append(save.folder)
         if self.engine.kind == "deepspeed":
-            (save.folder / DS_TAG).mkdir(parents=True, exist_ok=True)
-            self.engine.model.save_checkpoint(str(save.folder), tag=DS_TAG, save_latest=False)
+            CheckpointFolder(save.folder).deepspeed.mkdir(parents=True, exist_ok=True)
+            tag = CheckpointFolder.DEEPSPEED
+            self.engine.model.save_checkpoint(str(save.folder), tag=tag, save_latest=False)
         elif self.mode != "sync":
             try:
                 self._start_async(save, path)
@@ -326,7 +327,7 @@ class CheckpointWriter:
     def _gather_parts(self, folder: Path) -> list[dict[str, Any]]:
         """Every rank's done record of ``folder`` (a collective: rank 0's node holds only its
         own ranks' files)."""
-        record = json.loads((folder / f"done-rank{self.rank}.json").read_text())
+        record = json.loads(CheckpointFolder(folder).done(self.rank).read_text())
         return gather_objects(record, self.world_size)
 
     def superseded_records(self, worst: float, local_rank: int) -> list[dict[str, Any]]:
@@ -348,7 +349,7 @@ class CheckpointWriter:
     def _part_written(self, folder: Path) -> bool:
         if self._save is not None and self._save.folder == folder:
             return False
-        return (Path(folder) / f"done-rank{self.rank}.json").is_file()
+        return CheckpointFolder(folder).done(self.rank).is_file()
 
     def close(self) -> None:
         """The end of the run (or its failure): nothing may stay in flight; the stager's host

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from stage1_common.machine_cache import machine_cache
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import RunFolder
 from trainables.checkpoint import best_checkpoint, read_meta
 from trainables.checkpoint_state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
@@ -345,4 +345,4 @@ def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) ->
         if folder is not None:
             meta = load_checkpoint(engine, Path(folder))
             source = f"best {cfg.best_metric} {score:.4f} (step {meta['step']})"
-    export_model(engine, cfg, worker.run_dir / OutputRoot.EXPORT, rank=worker.rank, source=source)
+    export_model(engine, cfg, RunFolder(worker.run_dir).export, rank=worker.rank, source=source)

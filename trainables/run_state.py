@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stage1_common.output_root import RunFolder
 from trainables.checkpoint import (
     check_shape,
-    checkpoint_name,
     find_resume_checkpoint,
     load_schedule,
     load_state,
@@ -112,7 +112,7 @@ def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: Run
     ``worker``: the loop's WorkerContext (rank, world_size, device, run_dir)."""
     t0 = time.perf_counter()
     writer.wait()
-    folder = worker.run_dir / checkpoint_name(state.step)
+    folder = RunFolder(worker.run_dir).checkpoint(state.step)
     per_node = worker.files is not None and worker.files.remote_root
     clears = worker.local_rank == 0 if per_node else None  # each node's own folder
     dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size, clears=clears)
