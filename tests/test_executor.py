@@ -118,7 +118,7 @@ def test_runs_of_one_group_shape_run_next_to_each_other_and_repeats_stay_outside
 
 def test_release_frees_the_planted_leak_and_keeps_the_process_usable():
     from trainables import faults
-    from trainables.serve import memory_now, release
+    from trainables.resident.serve import memory_now, release
 
     leak = faults.build_faults(TrialConfig(inject_leak_mb_per_step=1.0), rank=0)
     leak.after_step(1)

@@ -1,6 +1,6 @@
 """The Tune trial function: one run of the sweep, trained in a Ray Train ``TorchTrainer`` of its
 own (``executor: fresh``) or in the sweep's resident group of its shape (``resident``: the trial
-submits the run to the group pool, trainables/groups.py, and relays its windows to Tune)."""
+submits the run to the group pool, trainables/resident/pool.py, and relays its windows to Tune)."""
 
 from __future__ import annotations
 
@@ -119,12 +119,12 @@ def group_cpus(configs: Iterable[TrialConfig]) -> dict[tuple, int]:
 def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
     """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
     sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
-    runs until the pool closes the group (trainables/serve.py). No restarts: a failed worker
-    ends the group (the pool fails its run and builds a new group for the next)."""
+    runs until the pool closes the group (trainables/resident/serve.py). No restarts: a failed
+    worker ends the group (the pool fails its run and builds a new group for the next)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from trainables.serve import serve_loop_per_worker
+    from trainables.resident.serve import serve_loop_per_worker
 
     cfg = TrialConfig.from_dict(first["config"])
     return TorchTrainer(

@@ -39,7 +39,7 @@ _FINISHING = threading.Lock()
 
 @dataclass(frozen=True)
 class ResidentPool:
-    """The sweep's GroupPool actor (trainables/groups.py) and the CPUs per worker its groups
+    """The sweep's GroupPool actor (trainables/resident/pool.py) and the CPUs per worker its groups
     reserve, per group key: the most any planned run of the key needs (trainables/trial.py:
     group_cpus), so that loader workers and prefetch never force a new group."""
 
@@ -242,7 +242,7 @@ def _search_and_stop(
 
 
 def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> ResidentPool | None:
-    """The sweep's GroupPool actor (trainables/groups.py), on the driver's node: at most
+    """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node: at most
     max_concurrent_trials resident groups, their Ray Train state under tune/groups/. The group
     of the first resident run to run starts at once (its workers start while Tune starts the
     run's trial). None when no run of ``todo`` is resident."""
@@ -251,7 +251,7 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from trainables.groups import GroupPool
+    from trainables.resident.pool import GroupPool
 
     resident = [r for r in todo if r.config.executor == "resident"]
     if not resident:

@@ -1,6 +1,6 @@
 """A resident worker group's train function: the Ray Train workers of one resource shape stay
 alive across a sweep's runs and train each run the group pool hands them
-(trainables/groups.py), one after the other.
+(trainables/resident/pool.py), one after the other.
 
 Per run, every rank asks the pool for it (no collective while the group is idle, so an idle
 group never meets the process group's timeout), trains it with the same ``run_training`` a fresh

@@ -5,8 +5,8 @@ shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout; t
 most any planned run of the sweep with the same workers, GPUs and placement needs, the run's
 ``group_cpus``, so runs that differ in loader workers or prefetch share a group), at most
 ``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function serves runs
-(trainables/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A Tune trial
-submits its run and relays the windows (trainables/trial.py: ``relay``).
+(trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A
+Tune trial submits its run and relays the windows (trainables/trial.py: ``relay``).
 
 - A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
   are alive; else an idle group of another shape is closed to make room (the run's group starts
@@ -76,10 +76,10 @@ class GroupHost:
     def __init__(self) -> None:
         # What building the group's TorchTrainer needs (torch among it: ~2.5 CPU-s), imported
         # as the actor starts: the host the pool starts with the sweep has it done before the
-        # first run is submitted (trainables/groups.py: GroupPool).
+        # first run is submitted (trainables/resident/pool.py: GroupPool).
         import ray.train.torch  # noqa: F401
 
-        import trainables.serve  # noqa: F401
+        import trainables.resident.serve  # noqa: F401
 
     def run(self, first: dict[str, Any], pool: str, group: str, storage_path: str) -> str:
         from trainables.trial import build_group_trainer
