@@ -5,21 +5,13 @@ submits the run to the group pool, trainables/resident/pool.py, and relays its w
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from trainables.config import TrialConfig
+from trainables.resident.shape import scaling_config
 from trainables.watchdog import pg_timeout_for
 
-__all__ = [
-    "build_group_trainer",
-    "build_trainer",
-    "group_cpus",
-    "group_key",
-    "group_shape",
-    "relay",
-    "run_trial",
-]
+__all__ = ["build_trainer", "relay", "run_trial"]
 
 RELAY_POLL_S = 0.5
 
@@ -44,7 +36,7 @@ def build_trainer(run: dict[str, Any]):
             "config": cfg.to_dict(),
             "run": {k: v for k, v in run.items() if k != "config"},
         },
-        scaling_config=_scaling(cfg),
+        scaling_config=scaling_config(cfg),
         torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(
             name=run["name"],
@@ -62,80 +54,6 @@ def build_trainer(run: dict[str, Any]):
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             # Ray Train logs every report of every rank at INFO; the driver prints progress
             # itself. The full logs stay in Ray's session log folder.
-            logging_config=LoggingConfig(log_level="WARNING"),
-        ),
-    )
-
-
-def _scaling(cfg: TrialConfig, cpus: int | None = None):
-    """The worker group of a run: one worker per GPU (or CPU worker), its CPUs (``cpus``, or the
-    run's own), its placement."""
-    from ray.train import ScalingConfig
-
-    if cfg.use_gpu == "auto":
-        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
-    resources = {"CPU": int(cpus or cfg.cpus_per_train_worker)}
-    if cfg.use_gpu:
-        resources["GPU"] = 1
-    return ScalingConfig(
-        num_workers=cfg.train_workers,
-        use_gpu=cfg.use_gpu,
-        resources_per_worker=resources,
-        placement_strategy=cfg.placement_strategy,
-    )
-
-
-def group_key(cfg: TrialConfig) -> tuple:
-    """What a resident group is made for, but for its CPUs: workers, GPUs, placement, nodes and
-    the process group's timeout. Runs of one key share a group; CPU-side keys (loader workers,
-    prefetch, pinned memory) are not part of it."""
-    return (
-        cfg.train_workers,
-        bool(cfg.use_gpu),
-        cfg.placement_strategy,
-        cfg.nodes,
-        pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s),
-    )
-
-
-def group_shape(cfg: TrialConfig, cpus: int | None = None) -> tuple:
-    """A resident group's shape (groups.SHAPE_KEYS): its key and the CPUs each worker reserves,
-    ``cpus`` (the sweep's ``group_cpus`` for the key) or else the run's own."""
-    workers, gpu, *rest = group_key(cfg)
-    return (workers, gpu, int(cpus or cfg.cpus_per_train_worker), *rest)
-
-
-def group_cpus(configs: Iterable[TrialConfig]) -> dict[tuple, int]:
-    """The CPUs per worker a resident group of each key reserves: the most any planned run of
-    that key needs (its loader workers + 1, or cpus_per_worker), so that runs that differ only
-    in CPU-side keys train in one group instead of one group each."""
-    most: dict[tuple, int] = {}
-    for cfg in configs:
-        key = group_key(cfg)
-        most[key] = max(most.get(key, 0), cfg.cpus_per_train_worker)
-    return most
-
-
-def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
-    """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
-    sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
-    runs until the pool closes the group (trainables/resident/serve.py). No restarts: a failed
-    worker ends the group (the pool fails its run and builds a new group for the next)."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    from trainables.resident.serve import serve_loop_per_worker
-
-    cfg = TrialConfig.from_dict(first["config"])
-    return TorchTrainer(
-        serve_loop_per_worker,
-        train_loop_config={"pool": pool, "group": group, "group_cpus": first.get("group_cpus")},
-        scaling_config=_scaling(cfg, first.get("group_cpus")),
-        torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
-        run_config=RunConfig(
-            name=group,
-            storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=0),
             logging_config=LoggingConfig(log_level="WARNING"),
         ),
     )

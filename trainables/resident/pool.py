@@ -1,12 +1,13 @@
 """Resident worker groups: a sweep's runs trained in Ray Train workers kept alive across runs.
 
 ``GroupPool`` (one Ray actor per sweep, on the driver's node) keeps one group per resource
-shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout; the CPUs are the
-most any planned run of the sweep with the same workers, GPUs and placement needs, the run's
-``group_cpus``, so runs that differ in loader workers or prefetch share a group), at most
-``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function serves runs
-(trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A
-Tune trial submits its run and relays the windows (trainables/trial.py: ``relay``).
+shape (``GroupShape``, trainables/resident/shape.py: workers, GPUs, CPUs, placement, nodes,
+process-group timeout; the CPUs are the most any planned run of the sweep with the same key
+needs, the run's ``group_cpus``, so runs that differ in loader workers or prefetch share a
+group), at most ``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function
+serves runs (trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its
+``fit()``. A Tune trial submits its run and relays the windows (trainables/trial.py:
+``relay``).
 
 - A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
   are alive; else an idle group of another shape is closed to make room (the run's group starts
@@ -33,6 +34,8 @@ from typing import Any
 
 import ray
 
+from trainables.resident.shape import GroupShape
+
 __all__ = ["GroupHost", "GroupPool", "LEASE_S"]
 
 LEASE_S = 10.0  # a run whose trial has not polled for this long is cancelled
@@ -43,7 +46,7 @@ MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
 class _Job:
     id: str
     run: dict[str, Any]
-    shape: tuple
+    shape: GroupShape
     submitted: float
     state: str = "queued"  # queued, running, done, failed, stopped
     group: str = ""
@@ -58,7 +61,7 @@ class _Job:
 @dataclass
 class _Group:
     id: str
-    shape: tuple
+    shape: GroupShape
     host: Any
     started: float
     state: str = "starting"  # starting, ready, closing, dead
@@ -82,7 +85,7 @@ class GroupHost:
         import trainables.resident.serve  # noqa: F401
 
     def run(self, first: dict[str, Any], pool: str, group: str, storage_path: str) -> str:
-        from trainables.trial import build_group_trainer
+        from trainables.resident.serve import build_group_trainer
 
         build_group_trainer(first, pool, group, storage_path).fit()
         return "closed"
@@ -117,7 +120,7 @@ class GroupPool:
         # No other host starts ahead, so that no import competes with a run being timed.
         self.idle_hosts: list[Any] = [self._new_host()]
         if first is not None:
-            self._start_group(_shape_of(first), first)
+            self._start_group(GroupShape.of_run(first), first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
 
     # --- the trials' side ---
@@ -126,7 +129,7 @@ class GroupPool:
             job = _Job(
                 id=f"{run['name']}#{next(self.ids)}",
                 run=run,
-                shape=_shape_of(run),
+                shape=GroupShape.of_run(run),
                 submitted=time.time(),
                 last_poll=time.monotonic(),
             )
@@ -220,7 +223,7 @@ class GroupPool:
             return [
                 {
                     "group": g.id,
-                    "shape": dict(zip(SHAPE_KEYS, g.shape, strict=True)),
+                    "shape": g.shape.to_dict(),
                     "host": g.host._actor_id.hex(),  # the GroupHost actor (reused: the same)
                     "started_ts": g.started,
                     "runs": list(g.runs),
@@ -271,7 +274,7 @@ class GroupPool:
             job.label = f"{group.id} run {len(group.runs) + 1}"
         self.cond.notify_all()
 
-    def _start_group(self, shape: tuple, run: dict[str, Any]) -> _Group:
+    def _start_group(self, shape: GroupShape, run: dict[str, Any]) -> _Group:
         """A new group of ``shape``, its TorchTrainer built from ``run``'s config."""
         gid = f"g{len(self.groups) + 1}"
         host = self.idle_hosts.pop() if self.idle_hosts else self._new_host()
@@ -345,24 +348,6 @@ class GroupPool:
                             group.ended = f"killed: {job.run['name']} did not stop when cancelled"
                             ray.kill(group.host)
                         job.deadline = float("inf")
-
-
-SHAPE_KEYS = (
-    "train_workers",
-    "use_gpu",
-    "cpus_per_worker",
-    "placement_strategy",
-    "nodes",
-    "pg_timeout_s",
-)
-
-
-def _shape_of(run: dict[str, Any]) -> tuple:
-    """The shape of the group ``run`` trains in (its config and the sweep's ``group_cpus``)."""
-    from trainables.config import TrialConfig
-    from trainables.trial import group_shape
-
-    return group_shape(TrialConfig.from_dict(run["config"]), run.get("group_cpus"))
 
 
 def _error_text(exc: BaseException) -> str:

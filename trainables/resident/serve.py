@@ -1,6 +1,6 @@
-"""A resident worker group's train function: the Ray Train workers of one resource shape stay
-alive across a sweep's runs and train each run the group pool hands them
-(trainables/resident/pool.py), one after the other.
+"""A resident worker group's ``TorchTrainer`` (``build_group_trainer``) and its train function:
+the Ray Train workers of one resource shape stay alive across a sweep's runs and train each run
+the group pool hands them (trainables/resident/pool.py), one after the other.
 
 Per run, every rank asks the pool for it (no collective while the group is idle, so an idle
 group never meets the process group's timeout), trains it with the same ``run_training`` a fresh
@@ -27,15 +27,40 @@ from trainables.config import TrialConfig
 from trainables.distributed import broadcast_from_rank0
 from trainables.loop import WorkerContext, run_training
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
+from trainables.resident.shape import GroupShape, scaling_config
 from trainables.startup import import_model_code
 
-__all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
+__all__ = ["RunStopped", "build_group_trainer", "memory_now", "release", "serve_loop_per_worker"]
 
 POLL_S = 2.0  # how long one ask for the next run waits in the pool
 
 
 class RunStopped(Exception):
     """The run's trial was stopped from outside (the pool said so at a window)."""
+
+
+def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
+    """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
+    sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
+    runs until the pool closes the group. No restarts: a failed worker ends the group (the pool
+    fails its run and builds a new group for the next)."""
+    from ray.train import FailureConfig, LoggingConfig, RunConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    cfg = TrialConfig.from_dict(first["config"])
+    cpus = first.get("group_cpus")
+    return TorchTrainer(
+        serve_loop_per_worker,
+        train_loop_config={"pool": pool, "group": group, "group_cpus": cpus},
+        scaling_config=scaling_config(cfg, cpus),
+        torch_config=TorchConfig(timeout_s=GroupShape.of(cfg, cpus).pg_timeout_s),
+        run_config=RunConfig(
+            name=group,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=0),
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
+    )
 
 
 def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -133,7 +158,7 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
 
 class _ThreadsPerRun:
     """A resident group reserves the CPUs of the sweep's most demanding run
-    (trainables/trial.py: group_cpus), and Ray gives its workers that many intra-op threads
+    (trainables/resident/shape.py: group_cpus), and Ray gives its workers that many intra-op threads
     (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it would
     have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
 
