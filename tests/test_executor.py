@@ -3,6 +3,7 @@ may not run refused with one line, the resource shape that decides which runs sh
 what a resident worker frees between runs, and the stall watchdog ending a stuck resident
 worker's process (a real child process)."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -173,3 +174,13 @@ def test_a_fresh_worker_only_writes_its_stacks(tmp_path):
     done = subprocess.run([sys.executable, "-c", child], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert (tmp_path / "stacks-rank0.txt").is_file()
+
+
+def test_the_resident_states_are_the_strings_groups_json_held():
+    from trainables.resident.messages import GroupState, JobState, Outcome
+
+    assert [s.value for s in GroupState] == ["starting", "ready", "closing", "dead"]
+    assert [s for s in GroupState if s.alive] == [GroupState.STARTING, GroupState.READY]
+    assert [s.value for s in JobState if not s.ended] == ["queued", "running"]
+    assert {o.value for o in Outcome} == {"ok", "stopped", "failed"}
+    assert json.dumps([GroupState.DEAD, Outcome.OK]) == '["dead", "ok"]'

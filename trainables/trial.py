@@ -1,6 +1,6 @@
 """The Tune trial function: one run of the sweep, trained in a Ray Train ``TorchTrainer`` of its
 own (``executor: fresh``) or in the sweep's resident group of its shape (``resident``: the trial
-submits the run to the group pool, trainables/resident/pool.py, and relays its windows to Tune)."""
+submits the run to the group pool and relays its windows to Tune, trainables/resident/relay.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import time
 from typing import Any
 
 from trainables.config import TrialConfig
+from trainables.resident.relay import make_room, relay
 from trainables.resident.shape import scaling_config
 from trainables.watchdog import pg_timeout_for
 
-__all__ = ["build_trainer", "relay", "run_trial"]
-
-RELAY_POLL_S = 0.5
+__all__ = ["build_trainer", "run_trial"]
 
 
 def build_trainer(run: dict[str, Any]):
@@ -59,45 +58,6 @@ def build_trainer(run: dict[str, Any]):
     )
 
 
-class ResidentRunError(RuntimeError):
-    """A run that failed in its resident group; the message is the group's error text."""
-
-
-def relay(run: dict[str, Any], pool_name: str) -> None:
-    """Submit ``run`` to the sweep's group pool and pass its windows to Tune until it ends. A
-    trial stopped by Tune stops polling (its actor ends), which the pool takes as a cancel."""
-    import ray
-    from ray import tune
-
-    pool = ray.get_actor(pool_name)
-    job = ray.get(pool.submit.remote(run))
-    ended = False
-    try:
-        while not ended and not _stopping():
-            for kind, payload in ray.get(pool.poll.remote(job, RELAY_POLL_S)):
-                if kind == "window":
-                    tune.report(payload)
-                elif kind == "error":
-                    raise ResidentRunError(payload)
-                else:
-                    ended = True
-    finally:
-        if not ended:
-            pool.cancel.remote(job)
-
-
-def _stopping() -> bool:
-    """Whether Tune asked this trial to stop (its session's stop event; Tune sets it when it
-    stops or reuses the trial's actor)."""
-    try:
-        from ray.train._internal.session import get_session
-
-        session = get_session()
-        return bool(session is not None and session.stop_event.is_set())
-    except Exception:  # noqa: BLE001 - moved in another Ray: the pool's lease still cancels
-        return False
-
-
 def run_trial(config: dict[str, Any]) -> None:
     """Tune entry point; ``config["run"]`` is one run of the sweep (for a resident run, with the
     name of the sweep's group pool, ``pool``)."""
@@ -106,7 +66,5 @@ def run_trial(config: dict[str, Any]) -> None:
         relay(run, run["pool"])
         return
     if run.get("pool"):  # resident groups of this sweep may hold the resources it needs
-        import ray
-
-        ray.get(ray.get_actor(run["pool"]).close_idle.remote(60.0))
+        make_room(run["pool"])
     build_trainer(run).fit()
