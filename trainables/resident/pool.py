@@ -92,7 +92,7 @@ class GroupHost:
     def __init__(self) -> None:
         # What building the group's TorchTrainer needs (torch among it: ~2.5 CPU-s), imported
         # as the actor starts: the host the pool starts with the sweep has it done before the
-        # first run is submitted (trainables/resident/pool.py: GroupPool).
+        # first run is submitted (GroupPool.__init__).
         import ray.train.torch  # noqa: F401
 
         import trainables.resident.serve  # noqa: F401
