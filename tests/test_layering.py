@@ -8,6 +8,10 @@ Layers, top to bottom (a module imports only from its own layer or below):
     trainables, data_prep (never each other)
     stage1_common
 
+Within a layer, some packages must not import some modules (``FORBIDDEN``): the resident
+package (trainables/resident/) owns the protocol between the group pool and the trials, and the
+trial function (trainables/trial.py) uses it, never the reverse.
+
 Code that runs in Ray workers (trainables, data_prep, stage1_common) must never import the
 driver package ``platform.*``: workers import the standard library's ``platform`` first, so our
 submodules do not exist there. Function-local imports count: one that hides a circle is still
@@ -49,6 +53,8 @@ LAYERS = {
     "stage1_common": 0,
 }
 CLI_LAYER = 9
+# Package -> the modules none of its modules may import (function-local imports included).
+FORBIDDEN = {"trainables.resident": ("trainables.trial",)}
 MAX_LINES = 400
 # At most one module may be longer, with its reason (none is now: TrialConfig's fields are
 # split between trainables/config_workload.py and trainables/config.py).
@@ -161,6 +167,23 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports ``FORBIDDEN`` rules out."""
+
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    out = []
+    for source, targets in sorted(graph.items()):
+        for package, banned in FORBIDDEN.items():
+            if not within(source, package):
+                continue
+            for target in sorted(targets):
+                if any(within(target, b) for b in banned):
+                    out.append(f"{source} imports {target}: {package} imports none of {banned}")
+    return out
+
+
 def test_detector_catches_each_form():
     assert driver_imports("import platform.tune") == ["platform.tune"]
     assert driver_imports("from platform.spaces import load_space") == ["platform.spaces"]
@@ -209,6 +232,30 @@ def test_a_planted_circle_and_an_upward_import_are_found(tmp_path):
     assert circles(graph) == [["platform.record.a", "platform.record.b"]]
     assert layering_violations(graph) == [
         "platform.record.b imports platform.execution.c, a layer above it"
+    ]
+
+
+def test_the_resident_package_imports_nothing_of_the_trial_function():
+    modules = module_files()
+    assert {"trainables.resident", "trainables.resident.pool", "trainables.trial"} <= set(modules)
+    assert forbidden_imports(import_graph(modules)) == []
+
+
+def test_a_planted_import_of_the_trial_function_from_the_resident_package_is_found(tmp_path):
+    """The check above can fail: the pool building its trainer from trial.py, inside a function,
+    is reported; trial.py importing the pool is not."""
+    resident = tmp_path / "trainables" / "resident"
+    resident.mkdir(parents=True)
+    for init in (tmp_path / "trainables", resident):
+        (init / "__init__.py").write_text("")
+    (tmp_path / "trainables" / "trial.py").write_text("from trainables.resident import pool\n")
+    (resident / "pool.py").write_text(
+        "def run():\n    from trainables import trial\n    trial.build_group_trainer()\n"
+    )
+    graph = import_graph(module_files(tmp_path, ("trainables",)))
+    assert forbidden_imports(graph) == [
+        "trainables.resident.pool imports trainables.trial: trainables.resident imports none of "
+        "('trainables.trial',)"
     ]
 
 

@@ -57,7 +57,7 @@ class WorkerContext:
     entry_ts: float = 0.0  # when this worker entered the loop function (0: at run_training)
     # When this worker's process started (0: it served earlier runs, a resident group's).
     process_ts: float = field(default_factory=process_start)
-    resident: bool = False  # a resident group's worker (trainables/serve.py)
+    resident: bool = False  # a resident group's worker (trainables/resident/serve.py)
     # Seconds this worker spent importing the model code before the run (a resident group's
     # first run: the group imports it when it starts), counted as the run's "imports" part.
     imports_s: float = 0.0

@@ -1,7 +1,8 @@
 """A Ray Train worker around the training loop (trainables/loop.py): the entry point of a fresh
 run's ``TorchTrainer`` (``train_loop_per_worker``), the worker's context (its rank, device, the
-run's folder: ``ray_worker_context``, shared with the resident groups' trainables/serve.py), the
-reports it makes (a window, a checkpoint) and its Ray metrics."""
+run's folder: ``ray_worker_context``, shared with the resident groups'
+trainables/resident/serve.py), the reports it makes (a window, a checkpoint) and its Ray
+metrics."""
 
 from __future__ import annotations
 
