@@ -299,7 +299,7 @@ class RunFolder:
 @dataclass(frozen=True)
 class CheckpointFolder:
     """One checkpoint's folder (``runs/<run>/checkpoint_step<N>/``) and the names of its parts
-    (trainables/checkpoint.py says what each holds)."""
+    (trainables/checkpoint/files.py says what each holds)."""
 
     path: Path
 

@@ -181,8 +181,8 @@ def test_a_checkpoint_is_registered_per_node_only_once_no_writer_holds_it(tmp_pa
 
     import torch
 
-    from trainables.checkpoint import finish_part
-    from trainables.checkpoint_state import CheckpointWriter, _Save
+    from trainables.checkpoint.files import finish_part
+    from trainables.checkpoint.state import CheckpointWriter, _Save
     from trainables.config import TrialConfig
 
     engine = SimpleNamespace(kind="ddp", effective={})
@@ -221,8 +221,8 @@ def test_a_checkpoint_overtaken_before_registering_is_recorded_and_deleted(tmp_p
     scratch (issue 43 item 6). An incomplete older one is neither recorded nor deleted here."""
     import torch
 
-    from trainables.checkpoint import finish_part
-    from trainables.checkpoint_state import CheckpointWriter
+    from trainables.checkpoint.files import finish_part
+    from trainables.checkpoint.state import CheckpointWriter
     from trainables.config import TrialConfig
 
     engine = SimpleNamespace(kind="ddp", effective={})

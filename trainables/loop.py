@@ -16,8 +16,8 @@ import torch
 
 from stage1_common.machine_cache import machine_cache
 from stage1_common.output_root import RunFolder
-from trainables.checkpoint import best_checkpoint, read_meta
-from trainables.checkpoint_state import CheckpointWriter, registered_fields
+from trainables.checkpoint.files import best_checkpoint, read_meta
+from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
 from trainables.data import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
@@ -327,7 +327,7 @@ def _best(cfg: TrialConfig, worker: WorkerContext) -> list:
         if worker.rank == 0:
             best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
         return broadcast_from_rank0(best, worker.world_size)
-    from trainables.remote_checkpoints import best_in_bucket, choose, local_copy
+    from trainables.checkpoint.remote import best_in_bucket, choose, local_copy
 
     order = cfg.checkpoint_score_order
     name, score = choose(lambda: best_in_bucket(remote, order), worker.world_size, worker.rank)

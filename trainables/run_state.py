@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from stage1_common.output_root import RunFolder
-from trainables.checkpoint import (
+from trainables.checkpoint.files import (
     check_shape,
     find_resume_checkpoint,
     load_schedule,
@@ -20,7 +20,7 @@ from trainables.checkpoint import (
     restore_rng,
     write_small_parts,
 )
-from trainables.checkpoint_state import CheckpointWriter
+from trainables.checkpoint.state import CheckpointWriter
 from trainables.config import TrialConfig
 
 __all__ = ["RunState", "resume", "resume_position", "save"]
@@ -60,7 +60,7 @@ def resume_position(
     folder, skipped = (None, [])
     remote = worker.files.remote if worker.files is not None else None
     if cfg.checkpoint_every and remote is not None:
-        from trainables.remote_checkpoints import choose, local_copy, newest_in_bucket
+        from trainables.checkpoint.remote import choose, local_copy, newest_in_bucket
 
         name, skipped = choose(lambda: newest_in_bucket(remote), worker.world_size, worker.rank)
         if name is not None:

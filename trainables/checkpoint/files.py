@@ -6,7 +6,7 @@ RunFolder and CheckpointFolder) holds:
 
 - DDP and FSDP2: ``dcp-<token>/`` (named in meta.json, new for every save), torch.distributed.checkpoint's save of the model and optimizer
   (every rank writes its part, ``__<rank>_<n>.distcp``; rank 0 the ``.metadata``), written
-  asynchronously by default (trainables/checkpoint_state.py), and ``state.pt`` from rank 0 with
+  asynchronously by default (trainables/checkpoint/state.py), and ``state.pt`` from rank 0 with
   the lr schedule and loss scaler;
 - DeepSpeed: ``ds/``, written by ``engine.save_checkpoint`` from every rank (its own optimizer
   shards; with ZeRO-3 its own parameter shards too);
@@ -16,13 +16,13 @@ RunFolder and CheckpointFolder) holds:
   rank wrote and their sizes, and the save's times (``save_s``, ``block_s``, ``wait_s``).
 
 The model and optimizer state as DCP sees it (``dcp_state``) and its loading (``load_state``)
-are here too; the writing is trainables/checkpoint_state.py's.
+are here too; the writing is trainables/checkpoint/state.py's.
 
 Every rank writes its part straight into the checkpoint's folder in the run's storage (no
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
 checkpoint to Ray Train at the first report after it is complete. For an output root on object
 storage the folder is on each node, and Ray Train uploads it to the bucket
-(trainables/ray_worker.py; resuming from there: trainables/remote_checkpoints.py). A checkpoint counts as
+(trainables/ray_worker.py; resuming from there: trainables/checkpoint/remote.py). A checkpoint counts as
 complete only when every rank's done file is there and every file it lists has its size: a save
 cut off half-way (a kill while an asynchronous write was in flight) is never resumed from,
 whatever cut it (the resume scan skips it and says so).
@@ -132,7 +132,7 @@ def dcp_dir(folder: Path) -> Path | None:
 
 
 def write_small_parts(engine, folder: Path, meta: dict[str, Any], *, rank: int, device) -> None:
-    """What a save writes besides the model and optimizer state (trainables/checkpoint_state.py),
+    """What a save writes besides the model and optimizer state (trainables/checkpoint/state.py),
     synchronously: this rank's RNG states; rank 0 the lr schedule and loss scaler (DDP, FSDP2:
     DeepSpeed saves its own) and ``meta.json``."""
     parts = CheckpointFolder(folder)
@@ -178,7 +178,7 @@ def is_complete(folder: Path) -> tuple[bool, str]:
 def complete_by(read_text, size) -> tuple[bool, str]:
     """``is_complete`` over any store: ``read_text(name)`` and ``size(name)`` (None when the file
     is not there) of the files in one checkpoint's folder (a local folder, or a bucket's
-    listing: trainables/remote_checkpoints.py)."""
+    listing: trainables/checkpoint/remote.py)."""
     try:
         meta = json.loads(read_text(CheckpointFolder.META))
     except (OSError, ValueError):

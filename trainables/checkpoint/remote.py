@@ -5,7 +5,7 @@ bucket's listing, and a complete copy of it on every node before any rank loads 
 Ray Train uploads the checkpoints (each node's first local rank reports its node's folder,
 trainables/ray_worker.py) and deletes the node's copy once uploaded; a checkpoint counts as
 complete in the bucket as it does on a disk: every rank's done file there, every file it lists
-with its size (trainables/checkpoint.py: ``complete_by``). A node's copy is made by its first
+with its size (trainables/checkpoint/files.py: ``complete_by``). A node's copy is made by its first
 local rank while the others wait at a barrier; every rank then loads the same folder.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stage1_common.output_root import CheckpointFolder, RunFolder
 from stage1_common.storage import Location
-from trainables.checkpoint import complete_by, is_complete, read_meta
+from trainables.checkpoint.files import complete_by, is_complete, read_meta
 from trainables.distributed import broadcast_from_rank0
 
 __all__ = ["best_in_bucket", "choose", "local_copy", "newest_in_bucket"]

@@ -5,7 +5,7 @@ one save that may be in flight.
   its part (FSDP2: its shards; DDP: its share of the replicated state, which DCP
   deduplicates), rank 0 the metadata; a checkpoint loads into any world size (DCP reshards).
   With ``checkpoint_async`` (the default) the save is ``dcp.async_save``: the step is held only
-  while the state is copied into the run's host buffers (trainables/async_checkpoint.py:
+  while the state is copied into the run's host buffers (trainables/checkpoint/asynchronous.py:
   CachedStager, pinned on a GPU), and a writer process per rank (a thread where the installed
   torch has no process-based writer) writes the files while training goes on.
 - DeepSpeed: ``engine.save_checkpoint`` under ``ds/``, synchronous; ``checkpoint_mode`` in the
@@ -13,7 +13,7 @@ one save that may be in flight.
 
 At most one save is in flight: the next save waits for it, and so does the run's last one. A
 rank's part counts only once its done file is written, after its files are whole
-(trainables/checkpoint.py): a save cut off by a kill is never resumed from. Rank 0 hands a
+(trainables/checkpoint/files.py): a save cut off by a kill is never resumed from. Rank 0 hands a
 checkpoint to Ray Train only once every rank's part is complete (:meth:`registrable`).
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from stage1_common.output_root import CheckpointFolder
-from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
-from trainables.checkpoint import (
+from trainables.checkpoint.asynchronous import checkpoint_mode, kept_open, make_stager
+from trainables.checkpoint.files import (
     dcp_state,
     finish_part,
     is_complete,
@@ -196,7 +196,7 @@ class CheckpointWriter:
         kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else None
         writer = {}
         if self._delay_s:
-            from trainables.delayed_writer import DelayedWriter
+            from trainables.checkpoint.delayed_writer import DelayedWriter
 
             writer["storage_writer"] = DelayedWriter(path, self._delay_s)
         response = dcp.async_save(
@@ -233,7 +233,7 @@ class CheckpointWriter:
 
     def _run_stager(self):
         """One stager per run, its host buffers reused by every save (trainables/
-        async_checkpoint.py: make_stager)."""
+        asynchronous.py: make_stager)."""
         if self._stager is None:
             shared = self.mode == "process"
             self._stager = make_stager(self.device, pinned=self._pinned, shared=shared)
