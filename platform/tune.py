@@ -160,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                 "FILE.yaml):\n---\n" + space.to_yaml() + "---",
                 flush=True,
             )
-        if args.resume and space.search.name == "optuna":
+        if args.resume and space.search.plans_late:
             raise UsageError(
-                "--resume of a search: optuna sweep is not supported yet; start it again in a new "
-                "--output-root (or use search: random)"
+                f"--resume of a search: {space.search.name} sweep is not supported yet; start it "
+                "again in a new --output-root (or use search: random)"
             )
         from platform.execution.cluster import dashboard_port_problem
         from stage1_common.cluster import joining

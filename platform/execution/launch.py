@@ -223,8 +223,8 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
             _refuse(request, exc)
     runs = prepare_tokenizers(runs, root)
     for run in runs:
-        if space.search.name == "optuna" and run.name not in request.done:
-            continue  # written when optuna picks its group
+        if space.search.plans_late and run.name not in request.done:
+            continue  # written when the search picks its group
         write_run_record(root, run, space.ref)
     return runs, pool
 
