@@ -36,10 +36,12 @@ from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
 
+PROG = "platform.train"  # the name its error lines start with
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = cli_parser(
-        "python -m platform.train",
+        f"python -m {PROG}",
         "Train one stage-1 configuration with checkpoints, recovery and validation.",
     )
     src = p.add_mutually_exclusive_group()
@@ -146,52 +148,42 @@ def plan(args) -> tuple[SearchSpace, list[RunSpec]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What the dry run checks and the real run prepares: the same inputs, the same refusals.
+    inputs = dict(
+        address=args.address, resume=args.resume, output_root=args.output_root, what="run"
+    )
     try:
         space, runs = plan(args)
         loggers = check_loggers(args.logger, default=("tensorboard",))
         if args.dry_run:
             # The run's name, then its keys by family (fault injection only when set).
             print(f"{runs[0].name}:\n{format_grouped(runs[0].config.to_dict())}", flush=True)
-            check_inputs_only(
-                space,
-                runs,
-                address=args.address,
-                resume=args.resume,
-                output_root=args.output_root,
-                what="run",
-            )
+            check_inputs_only(space, runs, **inputs)
             return 0
-        output_root, done = prepare_inputs(
-            space,
-            runs,
-            address=args.address,
-            resume=args.resume,
-            output_root=args.output_root,
-            what="run",
-        )
+        output_root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
-        print(f"platform.train: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if done:
         print(f"{output_root.shown}: the run finished already; nothing to resume")
         return 0
+    request = LaunchRequest(
+        prog=PROG,
+        space=space,
+        runs=runs,
+        output_root=output_root,
+        report=report,
+        address=args.address,
+        done=done,
+        resume=args.resume,
+        training=True,
+        before_trials=epochs_to_steps,
+        loggers=loggers,
+    )
     try:
-        return launch(
-            LaunchRequest(
-                space=space,
-                runs=runs,
-                output_root=output_root,
-                report=report,
-                address=args.address,
-                done=done,
-                resume=args.resume,
-                training=True,
-                before_trials=epochs_to_steps,
-                loggers=loggers,
-            )
-        )
+        return launch(request)
     except KeyboardInterrupt:
-        print("platform.train: interrupted before the run started", file=sys.stderr)
+        print(f"{PROG}: interrupted before the run started", file=sys.stderr)
         return 130
 
 

@@ -142,9 +142,9 @@ def build_sweep(
         root=root,
         recorder=recorder,
         todo=[r for r in runs if r.name not in done],
-        # search: optuna plans a group's runs when it picks the group; every other search
-        # plans all of them now (the manifest lists the planned runs).
-        planned=[r for r in runs if space.search.name != "optuna" or r.name in done],
+        # A search that plans late (optuna) plans a group's runs when it picks the group;
+        # every other search plans all of them now (the manifest lists the planned runs).
+        planned=[r for r in runs if not space.search.plans_late or r.name in done],
         facts=facts,
     )
     recorder.on_change = sweep.write_manifest
@@ -217,7 +217,7 @@ def _search_and_stop(
         race = Race(runs, space, schedule, echo=recorder.echo)
         if resume:
             race.restore(results.read_dataset(root.timing, results.TIMING_SCHEMA), done)
-    if space.search.name == "optuna":
+    if space.search.plans_late:  # OptunaPlanner, the one search that plans late
 
         def on_plan(run: RunSpec) -> None:
             if run not in sweep.planned:

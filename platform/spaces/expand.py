@@ -100,12 +100,12 @@ def _searched(
             f"{space.source}: search {search.name} num_samples {search.num_samples} exceeds the "
             f"space's {len(groups)} groups; lower num_samples or use search: grid"
         )
-    if space.scheduler.name == "race" and search.name == "optuna":
+    if space.scheduler.name == "race" and search.plans_late:
         raise UsageError(
             f"{space.source}: scheduler race needs every group planned ahead; use it with "
-            "search grid or random, or scheduler asha with optuna"
+            f"search grid or random, or scheduler asha with {search.name}"
         )
-    if search.name == "optuna":
+    if search.plans_late:  # it picks among every group as the sweep goes
         return groups
     import random
 
