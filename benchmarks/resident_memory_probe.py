@@ -12,7 +12,7 @@ import torch.distributed as dist
 from benchmarks.resident_speed_probe import gpu_worker, init_process_group
 from trainables.config import TrialConfig
 from trainables.loop import run_training
-from trainables.serve import leftover_tensors, release
+from trainables.resident.serve import leftover_tensors, release
 
 
 def main() -> None:

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(train_once(cfg, Gpu(), args.profile_window, spy)), flush=True)
         return 0
 
-    from trainables.serve import release
+    from trainables.resident.serve import release
 
     host = {**host_facts(), **memory_host_facts()}
     print(json.dumps({"host": host}), flush=True)
@@ -327,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.pause_s)
             if step == "numa":
                 pin_to_gpu_node(host)
-            if step == "freeze":  # what the resident group does before a run (trainables/serve)
+            # What the resident group does before a run (trainables/resident/serve.py).
+            if step == "freeze":
                 gc.collect()
                 gc.freeze()
             if step == "mallopt":

@@ -30,18 +30,18 @@ from platform.spaces.keys import format_grouped
 from platform.spaces.load import load_space
 from platform.spaces.space import SearchSpace
 from platform.storage import results
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, is_remote
 from trainables.config import ConfigError, TrialConfig
 
 __all__ = ["main", "training_defaults"]
 
-PLOT = "curves.png"
+PROG = "platform.train"  # the name its error lines start with
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = cli_parser(
-        "python -m platform.train",
+        f"python -m {PROG}",
         "Train one stage-1 configuration with checkpoints, recovery and validation.",
     )
     src = p.add_mutually_exclusive_group()
@@ -148,52 +148,42 @@ def plan(args) -> tuple[SearchSpace, list[RunSpec]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # What the dry run checks and the real run prepares: the same inputs, the same refusals.
+    inputs = dict(
+        address=args.address, resume=args.resume, output_root=args.output_root, what="run"
+    )
     try:
         space, runs = plan(args)
         loggers = check_loggers(args.logger, default=("tensorboard",))
         if args.dry_run:
             # The run's name, then its keys by family (fault injection only when set).
             print(f"{runs[0].name}:\n{format_grouped(runs[0].config.to_dict())}", flush=True)
-            check_inputs_only(
-                space,
-                runs,
-                address=args.address,
-                resume=args.resume,
-                output_root=args.output_root,
-                what="run",
-            )
+            check_inputs_only(space, runs, **inputs)
             return 0
-        output_root, done = prepare_inputs(
-            space,
-            runs,
-            address=args.address,
-            resume=args.resume,
-            output_root=args.output_root,
-            what="run",
-        )
+        output_root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
-        print(f"platform.train: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if done:
         print(f"{output_root.shown}: the run finished already; nothing to resume")
         return 0
+    request = LaunchRequest(
+        prog=PROG,
+        space=space,
+        runs=runs,
+        output_root=output_root,
+        report=report,
+        address=args.address,
+        done=done,
+        resume=args.resume,
+        training=True,
+        before_trials=epochs_to_steps,
+        loggers=loggers,
+    )
     try:
-        return launch(
-            LaunchRequest(
-                space=space,
-                runs=runs,
-                output_root=output_root,
-                report=report,
-                address=args.address,
-                done=done,
-                resume=args.resume,
-                training=True,
-                before_trials=epochs_to_steps,
-                loggers=loggers,
-            )
-        )
+        return launch(request)
     except KeyboardInterrupt:
-        print("platform.train: interrupted before the run started", file=sys.stderr)
+        print(f"{PROG}: interrupted before the run started", file=sys.stderr)
         return 130
 
 
@@ -267,23 +257,25 @@ def _print_export(root: OutputRoot, run: str) -> None:
     """Where the exported model is, and how to load it (in the bucket for a root on object
     storage: the workers uploaded it; copy it to the nodes to load it from local paths)."""
     if root.remote is None:
-        export = root.export_dir(run)
-        if not (export / "export.json").is_file():
+        export = root.run_folder(run).export
+        if not (export / RunFolder.EXPORT_RECORD).is_file():
             return
-        source = json.loads((export / "export.json").read_text())["source"]
+        source = json.loads((export / RunFolder.EXPORT_RECORD).read_text())["source"]
+        speech, text = export / RunFolder.EXPORT_SPEECH, export / RunFolder.EXPORT_TEXT
         print(
             f"model, {source}: {export}; load it with --set speech_pretrained_path="
-            f"{export / 'speech'} --set text_pretrained_path={export / 'text'}"
+            f"{speech} --set text_pretrained_path={text}"
         )
         return
-    export = Location.of(root.remote_join(OutputRoot.RUNS, run, OutputRoot.EXPORT))
+    export = Location.of(root.remote_join(OutputRoot.RUNS, run, RunFolder.EXPORT))
     try:
-        source = json.loads(export.join("export.json").read_text())["source"]
+        source = json.loads(export.join(RunFolder.EXPORT_RECORD).read_text())["source"]
     except (OSError, ValueError):
         return
     print(
         f"model, {source}: {export}; copy it to every node (aws s3 sync) and load it with "
-        "--set speech_pretrained_path=<copy>/speech --set text_pretrained_path=<copy>/text"
+        f"--set speech_pretrained_path=<copy>/{RunFolder.EXPORT_SPEECH} "
+        f"--set text_pretrained_path=<copy>/{RunFolder.EXPORT_TEXT}"
     )
 
 
@@ -324,8 +316,8 @@ def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
     ax_val.set_ylabel("validation recall")
     fig.suptitle(run)
     fig.tight_layout()
-    path = output_root.run_dir(run) / PLOT
-    tmp = path.with_name(f".{PLOT}.tmp.png")
+    path = output_root.run_folder(run).curves
+    tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(path)

@@ -31,10 +31,12 @@ from trainables.config import ConfigError
 
 __all__ = ["main"]
 
+PROG = "platform.tune"  # the name its error lines start with
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = cli_parser(
-        "python -m platform.tune",
+        f"python -m {PROG}",
         "Run a named sweep of stage-1 training configurations on Ray Tune + Ray Train.",
     )
     p.add_argument(
@@ -158,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                 "FILE.yaml):\n---\n" + space.to_yaml() + "---",
                 flush=True,
             )
-        if args.resume and space.search.name == "optuna":
+        if args.resume and space.search.plans_late:
             raise UsageError(
-                "--resume of a search: optuna sweep is not supported yet; start it again in a new "
-                "--output-root (or use search: random)"
+                f"--resume of a search: {space.search.name} sweep is not supported yet; start it "
+                "again in a new --output-root (or use search: random)"
             )
         from platform.execution.cluster import dashboard_port_problem
         from stage1_common.cluster import joining
@@ -170,38 +172,36 @@ def main(argv: list[str] | None = None) -> int:
             problem = dashboard_port_problem(args.dashboard_host, args.dashboard_port)
             if problem:
                 raise UsageError(problem)
+        # What the dry run checks and the real run prepares: the same inputs, the same refusals.
+        inputs = dict(address=args.address, resume=args.resume, output_root=args.output_root)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
             _print_listing(format_plan(space, runs))
-            check_inputs_only(
-                space, runs, address=args.address, resume=args.resume, output_root=args.output_root
-            )
+            check_inputs_only(space, runs, **inputs)
             return 0
         for note in baseline_notes(space, runs):  # as the dry run's plan says it
             print(note, flush=True)
-        output_root, done = prepare_inputs(
-            space, runs, address=args.address, resume=args.resume, output_root=args.output_root
-        )
+        output_root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
-        print(f"platform.tune: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    request = LaunchRequest(
+        prog=PROG,
+        space=space,
+        runs=runs,
+        output_root=output_root,
+        report=report,
+        address=args.address,
+        dashboard_host=args.dashboard_host,
+        dashboard_port=args.dashboard_port,
+        metrics_port=args.metrics_port,
+        done=done,
+        resume=args.resume,
+        loggers=loggers,
+    )
     try:
-        return launch(
-            LaunchRequest(
-                space=space,
-                runs=runs,
-                output_root=output_root,
-                report=report,
-                address=args.address,
-                dashboard_host=args.dashboard_host,
-                dashboard_port=args.dashboard_port,
-                metrics_port=args.metrics_port,
-                done=done,
-                resume=args.resume,
-                loggers=loggers,
-            )
-        )
+        return launch(request)
     except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
-        print("platform.tune: interrupted before any run started", file=sys.stderr)
+        print(f"{PROG}: interrupted before any run started", file=sys.stderr)
         return 130
 
 
@@ -229,7 +229,7 @@ def _apply_env(args: argparse.Namespace):
     if plan.driver_log is not None and not (plan.dry_run or args.dry_run):
         _tee_console(plan.driver_log)  # a dry run creates nothing, this copy neither
     for warning in plan.warnings:
-        print(f"platform.tune: warning: {warning}", file=sys.stderr, flush=True)
+        print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
     args.space = args.space or "runbook"
     args.output_root = args.output_root or plan.output_root
     args.resume = args.resume or plan.resume

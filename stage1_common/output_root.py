@@ -2,8 +2,12 @@
 
 Every module that reads or writes an output root asks this object for the path instead of
 joining its own file names onto a folder, so each name has one home (the layout is the one in
-the README's "What a sweep writes"). The driver hands the object to each step; the workers,
-which receive the root as a plain string in their config, rebuild it with ``OutputRoot.of``.
+the README's "What a sweep writes"): the root's own files here, those of a run's folder
+(``runs/<run>/``) in :class:`RunFolder`, those of one of its checkpoints in
+:class:`CheckpointFolder` (tests/test_layering.py fails when another module spells a run
+folder's name itself). The driver hands the object to each step; the workers, which receive
+the root as a plain string in their config, rebuild it with ``OutputRoot.of`` (or a run's
+folder with ``RunFolder(path)``).
 
 An output root on object storage (``--output-root s3://bucket/prefix``) is staged: ``path`` is a
 local folder the driver writes as it would write any root, ``remote`` the bucket's address that
@@ -14,15 +18,17 @@ their own node and upload them (trainables/run_files.py).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OutputRoot"]
+__all__ = ["CheckpointFolder", "OutputRoot", "RunFolder"]
 
 
 @dataclass(frozen=True)
 class OutputRoot:
-    """An output root folder and the names of everything in it."""
+    """An output root folder and the names of everything at its top (a run's folder:
+    :meth:`run_folder`)."""
 
     path: Path
     remote: str | None = None  # s3://bucket/prefix when ``path`` stages a root on object storage
@@ -57,20 +63,6 @@ class OutputRoot:
     PLOTS = "plots"
     STABILITY_LOG = "stability.log"
     LEAK_LOG = "leak.log"
-    # Files in a run's folder (runs/<run>/).
-    RUN_CONFIG = "config.json"
-    RUN_ENV = "env.json"
-    FAIL_TAIL = "fail_tail.txt"
-    # A rank of the run's first attempt armed its inject_* faults (one file per rank: ranks of
-    # one attempt start at different times); later attempts (a restart, a resumed training)
-    # train without them (trainables/faults.py). Formatted with the rank, or "*".
-    FAULTS_ARMED = "faults_armed-rank{rank}.json"
-    WORKERS = "workers"
-    # workers/previous/: the records of the attempt before this one (a restarted worker group
-    # moves them there), whose log tails the driver saves in restart_tail-attempt<N>.txt.
-    WORKERS_PREVIOUS = "previous"
-    RESTART_TAIL = "restart_tail-attempt{attempt}.txt"
-    EXPORT = "export"
     # Folders in data/: the synthetic corpus and its prepared form.
     SYNTH = "synth"
     PREPARED = "prepared"
@@ -177,31 +169,172 @@ class OutputRoot:
         return self.manifest.is_file()
 
     # --- a run's folder ---
-    def run_dir(self, run: str) -> Path:
+    def run_folder(self, run: str) -> RunFolder:
         """``runs/<run>/``: the run's config, environment, logs, stack dumps and checkpoints."""
-        return self.runs / run
+        return RunFolder(self.runs / run)
 
-    def run_config(self, run: str) -> Path:
-        return self.run_dir(run) / self.RUN_CONFIG
+    def run_dir(self, run: str) -> Path:
+        """The path of :meth:`run_folder`."""
+        return self.run_folder(run).path
 
-    def run_env(self, run: str) -> Path:
-        return self.run_dir(run) / self.RUN_ENV
 
-    def fail_tail(self, run: str) -> Path:
-        return self.run_dir(run) / self.FAIL_TAIL
+@dataclass(frozen=True)
+class RunFolder:
+    """A run's folder (``runs/<run>/``) and the names of everything in it: what the driver writes
+    (config, environment, log tails, the curves of platform.train) and what the workers write
+    (their records, stack dumps, armed faults, checkpoints, the export). The workers build it
+    from the folder's path (a node's own copy for a root on object storage:
+    trainables/run_files.py)."""
 
-    def workers_dir(self, run: str) -> Path:
-        """``runs/<run>/workers/``: one ``rank<r>.json`` per rank (pid, node, log files)."""
-        return self.run_dir(run) / self.WORKERS
+    path: Path
 
-    def restart_tail(self, run: str, attempt: int) -> Path:
-        """The log tails of the attempt that ended before attempt ``attempt`` (from 1) began."""
-        return self.run_dir(run) / self.RESTART_TAIL.format(attempt=attempt)
+    CONFIG = "config.json"  # the planned run (platform/record/manifest.py)
+    ENV = "env.json"  # its resolved config, environment and the driver's git facts
+    FAIL_TAIL = "fail_tail.txt"
+    # The log tails of the attempt that ended before attempt <attempt> (from 1) began.
+    RESTART_TAIL = "restart_tail-attempt{attempt}.txt"
+    STACKS = "stacks-rank{rank}.txt"  # a stalled rank's thread stacks (trainables/watchdog.py)
+    # A rank of the run's first attempt armed its inject_* faults (one file per rank: ranks of
+    # one attempt start at different times); later attempts (a restart, a resumed training)
+    # train without them (trainables/faults.py).
+    FAULTS_ARMED = "faults_armed-rank{rank}.json"
+    CURVES = "curves.png"  # platform.train's plot
+    # workers/: one record per rank (pid, node, log files: trainables/worker_logs.py) and, for a
+    # root on object storage, its log tails; workers/previous/: the records of the attempt
+    # before this one (a restarted worker group moves them there).
+    WORKERS = "workers"
+    WORKERS_PREVIOUS = "previous"
+    WORKER = "rank{rank}.json"
+    WORKER_LOG = "rank{rank}.{stream}.log"  # stream: stdout or stderr
+    # export/: the model platform.train exported (trainables/export.py): where it came from,
+    # the projection heads, and a save_pretrained folder per encoder.
+    EXPORT = "export"
+    EXPORT_RECORD = "export.json"
+    EXPORT_HEADS = "heads.pt"
+    EXPORT_SPEECH = "speech"
+    EXPORT_TEXT = "text"
+    CHECKPOINT = "checkpoint_step{step:07d}"  # a checkpoint's folder (CheckpointFolder)
+    # What starts so is Ray Train's to upload, never the mirror's or a run's upload: the
+    # checkpoint folders and Ray Train's own checkpoint_manager_snapshot.json.
+    CHECKPOINT_PREFIX = "checkpoint_"
+    NAMES = (
+        CONFIG, ENV, FAIL_TAIL, RESTART_TAIL, STACKS, FAULTS_ARMED, CURVES, WORKERS,
+        WORKERS_PREVIOUS, WORKER, WORKER_LOG, EXPORT, EXPORT_RECORD, EXPORT_HEADS, EXPORT_SPEECH,
+        EXPORT_TEXT, CHECKPOINT, CHECKPOINT_PREFIX,
+    )  # fmt: skip
 
-    def export_dir(self, run: str) -> Path:
-        """``runs/<run>/export/``: the model platform.train exported (export.json, speech/, text/)."""
-        return self.run_dir(run) / self.EXPORT
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
 
-    def stacks(self, run: str, rank: int | str = "*") -> Path:
-        """A stalled rank's thread stacks (``rank="*"`` gives the glob of all of them)."""
-        return self.run_dir(run) / f"stacks-rank{rank}.txt"
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def env(self) -> Path:
+        return self.path / self.ENV
+
+    @property
+    def fail_tail(self) -> Path:
+        return self.path / self.FAIL_TAIL
+
+    @property
+    def curves(self) -> Path:
+        return self.path / self.CURVES
+
+    @property
+    def export(self) -> Path:
+        return self.path / self.EXPORT
+
+    # Formatted with a rank or an attempt, or "*" for the glob of all of them.
+    def restart_tail(self, attempt: int | str = "*") -> Path:
+        return self.path / self.RESTART_TAIL.format(attempt=attempt)
+
+    def stacks(self, rank: int | str = "*") -> Path:
+        return self.path / self.STACKS.format(rank=rank)
+
+    def faults_armed(self, rank: int | str = "*") -> Path:
+        return self.path / self.FAULTS_ARMED.format(rank=rank)
+
+    def workers(self, *, previous: bool = False) -> Path:
+        """``workers/`` (``workers/previous/`` with ``previous``)."""
+        folder = self.path / self.WORKERS
+        return folder / self.WORKERS_PREVIOUS if previous else folder
+
+    def worker(self, rank: int | str = "*", *, previous: bool = False) -> Path:
+        """A rank's record in :meth:`workers`."""
+        return self.workers(previous=previous) / self.WORKER.format(rank=rank)
+
+    def worker_log(self, rank: int, stream: str) -> Path:
+        """The tail of a rank's ``stdout`` or ``stderr`` uploaded at the run's end."""
+        return self.workers() / self.WORKER_LOG.format(rank=rank, stream=stream)
+
+    # --- its checkpoints ---
+    @classmethod
+    def checkpoint_name(cls, step: int) -> str:
+        return cls.CHECKPOINT.format(step=step)
+
+    @classmethod
+    def checkpoint_step(cls, name: str) -> int | None:
+        """The step of a checkpoint folder's name (None for any other name)."""
+        m = re.fullmatch(re.escape(cls.CHECKPOINT.partition("{")[0]) + r"(\d+)", name)
+        return int(m.group(1)) if m else None
+
+    @classmethod
+    def uploaded_by_ray_train(cls, name: str) -> bool:
+        """Whether a file or folder of the run's folder named ``name`` is Ray Train's to upload
+        (see CHECKPOINT_PREFIX)."""
+        return name.startswith(cls.CHECKPOINT_PREFIX)
+
+    def checkpoint(self, step: int) -> Path:
+        """A checkpoint's folder (its parts: :class:`CheckpointFolder`)."""
+        return self.path / self.checkpoint_name(step)
+
+    def checkpoints(self) -> list[Path]:
+        """The checkpoint folders here, oldest first (complete or not)."""
+        found = [(self.checkpoint_step(p.name), p) for p in self.path.glob("*") if p.is_dir()]
+        return [p for _, p in sorted((step, p) for step, p in found if step is not None)]
+
+
+@dataclass(frozen=True)
+class CheckpointFolder:
+    """One checkpoint's folder (``runs/<run>/checkpoint_step<N>/``) and the names of its parts
+    (trainables/checkpoint/files.py says what each holds)."""
+
+    path: Path
+
+    META = "meta.json"  # rank 0's: step, data position, the run's shape, its validation score
+    STATE = "state.pt"  # rank 0's: lr schedule and loss scaler (DDP, FSDP2)
+    RNG = "rng-rank{rank}.pt"
+    DONE = "done-rank{rank}.json"  # written last: the files the rank wrote and their sizes
+    # DCP's folder (DDP, FSDP2): dcp-<token>, a new one for every save, named in the meta;
+    # plain dcp in checkpoints from before the token.
+    DCP = "dcp"
+    DEEPSPEED = "ds"  # DeepSpeed's folder (its checkpoint tag)
+    NAMES = (META, STATE, RNG, DONE, DCP, DEEPSPEED)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def meta(self) -> Path:
+        return self.path / self.META
+
+    @property
+    def state(self) -> Path:
+        return self.path / self.STATE
+
+    @property
+    def deepspeed(self) -> Path:
+        return self.path / self.DEEPSPEED
+
+    def rng(self, rank: int) -> Path:
+        return self.path / self.RNG.format(rank=rank)
+
+    def done(self, rank: int) -> Path:
+        return self.path / self.DONE.format(rank=rank)
+
+    @classmethod
+    def dcp_name(cls, token: str) -> str:
+        """The name of a save's DCP folder."""
+        return f"{cls.DCP}-{token}"

@@ -3,6 +3,7 @@ may not run refused with one line, the resource shape that decides which runs sh
 what a resident worker frees between runs, and the stall watchdog ending a stuck resident
 worker's process (a real child process)."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ from platform.errors import UsageError
 from platform.execution.resources import resolve_executors
 from platform.spaces.expand import RunSpec, expand_runs
 from trainables.config import ConfigError, TrialConfig
-from trainables.trial import group_cpus, group_key, group_shape
+from trainables.resident.shape import GroupKey, GroupShape, group_cpus
 
 
 def spec(name: str = "r", **values) -> RunSpec:
@@ -67,8 +68,8 @@ def test_resident_where_it_cannot_work_is_one_line_naming_the_key_and_the_fix():
 
 
 def test_runs_share_a_group_only_when_their_workers_would_be_the_same():
-    base = TrialConfig(use_gpu=False)
-    assert group_shape(base) == group_shape(TrialConfig(use_gpu=False, micro_batch=64, lr=1e-3))
+    base = GroupShape.of(TrialConfig(use_gpu=False))
+    assert base == GroupShape.of(TrialConfig(use_gpu=False, micro_batch=64, lr=1e-3))
     for other in (
         dict(train_workers=4),
         dict(use_gpu=True),
@@ -76,7 +77,7 @@ def test_runs_share_a_group_only_when_their_workers_would_be_the_same():
         dict(placement_strategy="SPREAD"),
         dict(stall_timeout_s=30.0),  # the process group's timeout follows it
     ):
-        assert group_shape(TrialConfig(**{"use_gpu": False, **other})) != group_shape(base), other
+        assert GroupShape.of(TrialConfig(**{"use_gpu": False, **other})) != base, other
 
 
 def test_loader_keys_share_a_group_sized_for_the_sweeps_most_demanding_run():
@@ -87,14 +88,30 @@ def test_loader_keys_share_a_group_sized_for_the_sweeps_most_demanding_run():
     wider = TrialConfig(use_gpu=False, train_workers=4, num_workers=1)
     cpus = group_cpus([*loaders, wider])
     # One key for the three loader settings, sized for 8 loader workers + the trainer.
-    assert cpus == {group_key(loaders[0]): 9, group_key(wider): 2}
-    shapes = {group_shape(c, cpus[group_key(c)]) for c in loaders}
-    assert len(shapes) == 1 and next(iter(shapes))[2] == 9
-    assert group_shape(wider, cpus[group_key(wider)]) not in shapes
+    assert cpus == {GroupKey.of(loaders[0]): 9, GroupKey.of(wider): 2}
+    shapes = {GroupShape.of(c, cpus[GroupKey.of(c)]) for c in loaders}
+    assert len(shapes) == 1 and next(iter(shapes)).cpus_per_worker == 9
+    assert GroupShape.of(wider, cpus[GroupKey.of(wider)]) not in shapes
     # An explicit cpus_per_worker is a run's need too.
     assert group_cpus([TrialConfig(use_gpu=False, cpus_per_worker=12), loaders[0]]) == {
-        group_key(loaders[0]): 12
+        GroupKey.of(loaders[0]): 12
     }
+
+
+def test_a_group_shape_is_its_key_and_its_cpus_and_groups_json_keeps_its_keys_and_order():
+    cfg = TrialConfig(use_gpu=False, train_workers=2, num_workers=1, stall_timeout_s=30.0)
+    shape = GroupShape.of_run({"config": cfg.to_dict(), "group_cpus": 5})
+    assert shape.key == GroupKey.of(cfg) and shape.cpus_per_worker == 5
+    assert GroupShape.of(cfg).cpus_per_worker == 2  # the run's own: 1 loader worker + 1
+    # groups.json's "shape", as the pool wrote it before the shape was a type.
+    assert list(shape.to_dict().items()) == [
+        ("train_workers", 2),
+        ("use_gpu", False),
+        ("cpus_per_worker", 5),
+        ("placement_strategy", cfg.placement_strategy),
+        ("nodes", cfg.nodes),
+        ("pg_timeout_s", 35),
+    ]
 
 
 def test_runs_of_one_group_shape_run_next_to_each_other_and_repeats_stay_outside():
@@ -118,7 +135,7 @@ def test_runs_of_one_group_shape_run_next_to_each_other_and_repeats_stay_outside
 
 def test_release_frees_the_planted_leak_and_keeps_the_process_usable():
     from trainables import faults
-    from trainables.serve import memory_now, release
+    from trainables.resident.serve import memory_now, release
 
     leak = faults.build_faults(TrialConfig(inject_leak_mb_per_step=1.0), rank=0)
     leak.after_step(1)
@@ -157,3 +174,13 @@ def test_a_fresh_worker_only_writes_its_stacks(tmp_path):
     done = subprocess.run([sys.executable, "-c", child], timeout=30, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert (tmp_path / "stacks-rank0.txt").is_file()
+
+
+def test_the_resident_states_are_the_strings_groups_json_held():
+    from trainables.resident.messages import GroupState, JobState, Outcome
+
+    assert [s.value for s in GroupState] == ["starting", "ready", "closing", "dead"]
+    assert [s for s in GroupState if s.alive] == [GroupState.STARTING, GroupState.READY]
+    assert [s.value for s in JobState if not s.ended] == ["queued", "running"]
+    assert {o.value for o in Outcome} == {"ok", "stopped", "failed"}
+    assert json.dumps([GroupState.DEAD, Outcome.OK]) == '["dead", "ok"]'

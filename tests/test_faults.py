@@ -81,7 +81,7 @@ def test_a_sweeps_rerun_arms_its_faults_again_and_a_resumed_training_does_not(tm
     from stage1_common.output_root import OutputRoot
 
     root = OutputRoot.of(tmp_path)
-    mark = root.runs / "r1" / OutputRoot.FAULTS_ARMED.format(rank=1)
+    mark = root.run_folder("r1").faults_armed(1)
     mark.parent.mkdir(parents=True)
     mark.write_text("{}")
     drop_rows(root, ["r1"], keep_parts=True)  # platform.train --resume: from its checkpoint

@@ -8,18 +8,28 @@ Layers, top to bottom (a module imports only from its own layer or below):
     trainables, data_prep (never each other)
     stage1_common
 
+Within a layer, some packages must not import some modules (``FORBIDDEN``): the resident
+package (trainables/resident/) owns the protocol between the group pool and the trials, and the
+trial function (trainables/trial.py) uses it, never the reverse.
+
 Code that runs in Ray workers (trainables, data_prep, stage1_common) must never import the
 driver package ``platform.*``: workers import the standard library's ``platform`` first, so our
 submodules do not exist there. Function-local imports count: one that hides a circle is still
 a circle.
+
+A run folder's file names are spelled in stage1_common/output_root.py alone (RunFolder,
+CheckpointFolder); every other module asks those classes.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+
+from stage1_common.output_root import CheckpointFolder, OutputRoot, RunFolder
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("platform", "trainables", "data_prep", "stage1_common")
@@ -43,6 +53,8 @@ LAYERS = {
     "stage1_common": 0,
 }
 CLI_LAYER = 9
+# Package -> the modules none of its modules may import (function-local imports included).
+FORBIDDEN = {"trainables.resident": ("trainables.trial",)}
 MAX_LINES = 400
 # At most one module may be longer, with its reason (none is now: TrialConfig's fields are
 # split between trainables/config_workload.py and trainables/config.py).
@@ -155,6 +167,23 @@ def layering_violations(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports ``FORBIDDEN`` rules out."""
+
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    out = []
+    for source, targets in sorted(graph.items()):
+        for package, banned in FORBIDDEN.items():
+            if not within(source, package):
+                continue
+            for target in sorted(targets):
+                if any(within(target, b) for b in banned):
+                    out.append(f"{source} imports {target}: {package} imports none of {banned}")
+    return out
+
+
 def test_detector_catches_each_form():
     assert driver_imports("import platform.tune") == ["platform.tune"]
     assert driver_imports("from platform.spaces import load_space") == ["platform.spaces"]
@@ -203,6 +232,30 @@ def test_a_planted_circle_and_an_upward_import_are_found(tmp_path):
     assert circles(graph) == [["platform.record.a", "platform.record.b"]]
     assert layering_violations(graph) == [
         "platform.record.b imports platform.execution.c, a layer above it"
+    ]
+
+
+def test_the_resident_package_imports_nothing_of_the_trial_function():
+    modules = module_files()
+    assert {"trainables.resident", "trainables.resident.pool", "trainables.trial"} <= set(modules)
+    assert forbidden_imports(import_graph(modules)) == []
+
+
+def test_a_planted_import_of_the_trial_function_from_the_resident_package_is_found(tmp_path):
+    """The check above can fail: the pool building its trainer from trial.py, inside a function,
+    is reported; trial.py importing the pool is not."""
+    resident = tmp_path / "trainables" / "resident"
+    resident.mkdir(parents=True)
+    for init in (tmp_path / "trainables", resident):
+        (init / "__init__.py").write_text("")
+    (tmp_path / "trainables" / "trial.py").write_text("from trainables.resident import pool\n")
+    (resident / "pool.py").write_text(
+        "def run():\n    from trainables import trial\n    trial.build_group_trainer()\n"
+    )
+    graph = import_graph(module_files(tmp_path, ("trainables",)))
+    assert forbidden_imports(graph) == [
+        "trainables.resident.pool imports trainables.trial: trainables.resident imports none of "
+        "('trainables.trial',)"
     ]
 
 
@@ -255,3 +308,162 @@ print(run.config.tokenizer_path, "torch" in sys.modules)
     path, torch_imported = out.stdout.split()
     assert Path(path).is_file() and path.startswith(str(tmp_path / "out"))
     assert torch_imported == "False"
+
+
+# --- a run folder's names are spelled in stage1_common/output_root.py only -------------------
+
+NAMES_HOME = "stage1_common/output_root.py"
+# How each name is looked for; "prefix" for any name not listed. ``prefix``: a constant starting
+# with the name (a pattern's text before its first "{"); ``longer``: the same, but longer than
+# that; ``exact``: equal to it; ``path``: a word too common to look for anywhere, so only as a
+# part of a path (see ``spelled_names``).
+MATCH = {
+    RunFolder.CHECKPOINT: "longer",  # "checkpoint_step" alone is a result field, not a folder
+    RunFolder.CHECKPOINT_PREFIX: "exact",  # many result fields start with "checkpoint_"
+    RunFolder.WORKERS: "path",
+    RunFolder.WORKERS_PREVIOUS: "path",
+    RunFolder.WORKER: "path",  # "rank..." starts many keys and messages
+    RunFolder.WORKER_LOG: "path",
+    RunFolder.EXPORT: "path",  # export_model, export_s...
+    RunFolder.EXPORT_SPEECH: "path",
+    RunFolder.EXPORT_TEXT: "path",
+    CheckpointFolder.DCP: "path",  # also the prefix of a temporary folder outside any run
+    CheckpointFolder.DEEPSPEED: "path",
+    OutputRoot.RUNS: "path",  # a key of summaries and groups
+}
+CHECKED = (*RunFolder.NAMES, *CheckpointFolder.NAMES, OutputRoot.RUNS)
+# The same spelling meaning another file: (module, constant) -> why it may stay.
+ALLOWED = {
+    ("trainables/pretrained.py", "config.json"): "save_pretrained's own file, not the run's",
+}
+_PATH_CALLS = {"join", "joinpath", "remote_join", "with_name", "glob", "rglob"}
+_PATH_TYPES = {"Path", "PurePath", "PurePosixPath"}
+
+
+def _rendered(node: ast.AST) -> str:
+    """A str constant's value, or an f-string's text with each replacement field as ``{}``."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+
+
+def _pattern(name: str) -> re.Pattern:
+    """``name`` as a regex over rendered text: each replacement field is ``{}`` or ``*``."""
+    pieces = re.split(r"\{[^}]*\}", name)
+    return re.compile(r"(?:\{\}|\*)".join(re.escape(p) for p in pieces))
+
+
+def _spells(text: str, name: str, in_path: bool) -> bool:
+    mode = MATCH.get(name, "prefix")
+    stem = name.partition("{")[0]
+    if mode == "prefix":
+        return text.startswith(stem)
+    if mode == "longer":
+        return text.startswith(stem) and len(text) > len(stem)
+    if mode == "exact":
+        return text == name
+    if "{" not in name:  # a plain word: a part of a path handed to a path operation
+        return in_path and name in text.split("/")
+    # A pattern ("rank{rank}.json"): the whole text, or a part of a path; a text with a "/"
+    # and no whitespace is a relative path (not prose).
+    pathlike = in_path or ("/" in text and not any(c.isspace() for c in text))
+    parts = text.split("/") if pathlike else [text]
+    return any(_pattern(name).fullmatch(part) for part in parts)
+
+
+def spelled_names(source: str, names: tuple[str, ...] = CHECKED) -> list[tuple[int, str, str]]:
+    """(line, constant, name) for each string constant of ``source`` that spells one of
+    ``names``: a str constant, or an f-string's text with its replacement fields as ``{}``.
+    Documentation is left out: a string statement (a docstring) is no code. A ``path`` word
+    counts only as a part of a path (the text split at its ``/``) that is an operand of ``/``
+    or an argument of ``Path(...)``, ``.join``, ``.joinpath``, ``.remote_join``,
+    ``.with_name``, ``.glob`` or ``.rglob``; a ``path`` pattern anywhere as a whole text or,
+    in a text with a ``/`` and no whitespace (a relative path, not prose), as a part of it."""
+    tree = ast.parse(source)
+    skip: set[int] = set()
+    in_path: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skip.add(id(node.value))
+        elif isinstance(node, ast.JoinedStr):
+            skip |= {id(v) for v in node.values}  # checked as the f-string's text
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            in_path |= {id(node.left), id(node.right)}
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if (isinstance(func, ast.Attribute) and func.attr in _PATH_CALLS) or (
+                isinstance(func, ast.Name) and func.id in _PATH_TYPES
+            ):
+                in_path |= {id(a) for a in node.args}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        is_str = isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if is_str or isinstance(node, ast.JoinedStr):
+            text = _rendered(node)
+            found += [
+                (node.lineno, text, n) for n in names if _spells(text, n, id(node) in in_path)
+            ]
+    return found
+
+
+def test_a_run_folders_names_are_spelled_only_where_they_are_defined():
+    """Every name of a run's folder (``runs/<run>/``: RunFolder's, its checkpoints':
+    CheckpointFolder's, and ``runs`` itself) has one home, stage1_common/output_root.py: no
+    other module of the packages spells one in a string constant or an f-string (comments and
+    docstrings may, to describe the layout).
+
+    The names come from the classes (``NAMES``); how each is looked for is decided per name
+    (MATCH) so that a look-alike meaning something else is not taken for it. A specific name
+    (``state.pt``, ``meta.json``, ``stacks-rank{rank}.txt``...) counts wherever a constant
+    starts with it (a pattern: with its text before "{"). ``checkpoint_step`` counts only with
+    more after it (alone it is a result field); ``checkpoint_`` only alone (many result fields
+    start so). Common words (``runs``, ``workers``, ``previous``, ``export``, ``speech``,
+    ``text``, ``ds``, ``dcp``) count only as a part of a path handed to a path operation, and
+    ``rank{rank}.json`` / ``rank{rank}.{stream}.log`` only as a whole text or a part of a path.
+    ALLOWED lists the constants that spell a name but mean another file."""
+    offenders = []
+    for path in module_files().values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == NAMES_HOME:
+            continue
+        for line, text, name in spelled_names(path.read_text()):
+            if (rel, text) not in ALLOWED:
+                offenders.append(f"{rel}:{line}: {text!r} spells {name!r}")
+    assert offenders == []
+
+
+def test_a_spelled_name_is_found_in_each_form():
+    """The check above can fail: each form of spelling a name is found, and the look-alikes
+    that mean something else are not."""
+    spelled = [
+        'p = folder / "state.pt"',
+        'rel.startswith("stacks-rank")',
+        'p = folder / f"done-rank{rank}.json"',
+        'sorted(run_dir.glob("checkpoint_step*"))',
+        'name = f"checkpoint_step{step:07d}"',
+        'any(p.startswith("checkpoint_") for p in parts)',
+        'base = tmp / "runs" / run',
+        'remote.join("workers/rank1.json")',
+        'where = f"{w}/rank{rank}.{stream}.log"',
+        'name = f"rank{rank}.json"',
+        'records = workers / "rank*.json"',
+        'previous = workers / "previous"',
+        'export = root.remote_join(RUNS, run, "export")',
+        "print(f\"{export / 'speech'}\")",
+    ]
+    for source in spelled:
+        assert spelled_names(source), source
+    different = [
+        '"""A docstring naming runs/<run>/stacks-rank<r>.txt and meta.json."""',
+        'row["checkpoint_step"] = 1',
+        'x = {"runs": 3, "workers": 2, "export": "final", "rank": 0}',
+        'label = "ok/runs"',
+        'key = "checkpoint_save_s"',
+        'help = "see runs/<run>/stacks-rank<r>.txt and workers/ when a run fails"',
+        'tmp = tempfile.mkdtemp(prefix="dcp-writer-start-")',
+        "model.text(x)",
+    ]
+    for source in different:
+        assert spelled_names(source) == [], source

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from platform.storage.mirror import RootMirror, mirrored, pull_run, stage_remote_root
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import CheckpointFolder, OutputRoot
 from stage1_common.storage import Location, StorageError
 from tests.cli import run_module
 from tests.s3server import CLIENT_ENV, make_bucket, moto_server
@@ -123,8 +123,8 @@ def test_a_workers_run_folder_reaches_the_bucket_and_the_driver(s3, tmp_path):
     assert len(tail) == 2000 and tail[-1] == "line 2499"  # the end of a long log
     pull_run(root, "r1")  # the driver, when the run fails: why, from the worker's files
     assert (root.run_dir("r1") / "stacks-rank1.txt").read_text() == "stacks"
-    assert json.loads((root.workers_dir("r1") / "rank1.json").read_text())["pid"] == os.getpid()
-    assert not (root.workers_dir("r1") / "rank1.stderr.log").exists()  # the record says where
+    assert json.loads(root.run_folder("r1").worker(1).read_text())["pid"] == os.getpid()
+    assert not root.run_folder("r1").worker_log(1, "stderr").exists()  # the record says where
     assert not (root.run_dir("r1") / "export").exists()
 
 
@@ -181,8 +181,8 @@ def test_a_checkpoint_is_registered_per_node_only_once_no_writer_holds_it(tmp_pa
 
     import torch
 
-    from trainables.checkpoint import finish_part
-    from trainables.checkpoint_state import CheckpointWriter, _Save
+    from trainables.checkpoint.files import finish_part
+    from trainables.checkpoint.state import CheckpointWriter, _Save
     from trainables.config import TrialConfig
 
     engine = SimpleNamespace(kind="ddp", effective={})
@@ -221,8 +221,8 @@ def test_a_checkpoint_overtaken_before_registering_is_recorded_and_deleted(tmp_p
     scratch (issue 43 item 6). An incomplete older one is neither recorded nor deleted here."""
     import torch
 
-    from trainables.checkpoint import META, finish_part
-    from trainables.checkpoint_state import CheckpointWriter
+    from trainables.checkpoint.files import finish_part
+    from trainables.checkpoint.state import CheckpointWriter
     from trainables.config import TrialConfig
 
     engine = SimpleNamespace(kind="ddp", effective={})
@@ -235,7 +235,7 @@ def test_a_checkpoint_overtaken_before_registering_is_recorded_and_deleted(tmp_p
         folder = tmp_path / f"checkpoint_step{step:07d}"
         (folder / "dcp-1").mkdir(parents=True)
         (folder / "dcp-1" / "__0_0.distcp").write_bytes(b"x" * step)
-        (folder / META).write_text(json.dumps({"step": step, "world_size": 1}))
+        CheckpointFolder(folder).meta.write_text(json.dumps({"step": step, "world_size": 1}))
         if complete:
             finish_part(folder, 0, save_s=0.1 * step, block_s=0.01 * step)
         writer._unregistered.append(folder)

@@ -201,8 +201,10 @@ def test_a_failed_runs_log_tails_and_a_restarts_are_on_the_page(tmp_path):
     root = OutputRoot.of(tmp_path)
     root.run_dir("a").mkdir(parents=True)
     rank0 = "".join(f"rank 0 line {i}\n" for i in range(80))
-    root.fail_tail("a").write_text(f"--- rank 0 stderr\n{rank0}--- rank 1 stderr\nValueError: x\n")
-    root.restart_tail("a", 1).write_text("why attempt 0 ended: rank 1: killed\n")
+    root.run_folder("a").fail_tail.write_text(
+        f"--- rank 0 stderr\n{rank0}--- rank 1 stderr\nValueError: x\n"
+    )
+    root.run_folder("a").restart_tail(1).write_text("why attempt 0 ended: rank 1: killed\n")
     manifest = pd.DataFrame(
         [
             {"run": "a", "status": "failed", "failure_reason": "rank 1: ValueError: x"},

@@ -422,7 +422,7 @@ def test_the_loss_chance_line_is_ln_of_the_candidates_not_of_the_global_batch(tm
     rows = []
     for run, (micro, accum, scope) in runs.items():
         config = {"micro_batch": micro, "grad_accum_steps": accum, "contrastive_scope": scope}
-        results.write_json(root.run_config(run), {"run": run, "config": config})
+        results.write_json(root.run_folder(run).config, {"run": run, "config": config})
         for row in timing_rows(run, "g", 1, 100.0):
             rows.append(row | {"world_size": 2, "global_batch": micro * 2 * accum})
     data = {"root": root, "timing": pd.DataFrame(rows), "manifest": pd.DataFrame()}
@@ -438,7 +438,7 @@ def test_the_loss_chance_line_is_ln_of_the_candidates_not_of_the_global_batch(tm
     # Rows of a version without world_size: the world from global_batch / (micro x accum);
     # a run with no micro_batch anywhere gets no line, and the note says so.
     old = data["timing"].assign(world_size=None)
-    results.write_json(root.run_config("plain_r1"), {"run": "plain_r1", "config": {}})
+    results.write_json(root.run_folder("plain_r1").config, {"run": "plain_r1", "config": {}})
     found = report_plots.candidates(data | {"timing": old}, old)
     assert found["global_r1"] == (16, "micro_batch 8 x 2 ranks, global scope")
     assert found["plain_r1"] is None

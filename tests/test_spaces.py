@@ -36,6 +36,18 @@ def test_smoke_space_expands_to_the_documented_runs():
     assert runs[0].group == "sweep_z0_mb4_nw0_pf2"
 
 
+def test_only_optuna_plans_its_runs_late_and_keeps_every_group_a_candidate():
+    from platform.spaces.plans import SEARCHES, SearchPlan
+
+    assert [n for n in SEARCHES if SearchPlan(name=n, num_samples=1).plans_late] == ["optuna"]
+    space = load_space("smoke")
+    late = space.with_overrides(["search={name: optuna, num_samples: 1}"])
+    assert late.search.plans_late and not space.search.plans_late
+    assert [r.name for r in expand_runs(late)] == [r.name for r in expand_runs(space)]
+    drawn = space.with_overrides(["search={name: random, num_samples: 1}"])
+    assert len(expand_runs(drawn)) == 1  # random draws its groups up front
+
+
 def test_every_shipped_space_is_valid():
     spaces = list_spaces()
     assert "smoke" in spaces

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.cli import run_module
-from trainables.checkpoint import best_checkpoint, find_resume_checkpoint, is_complete
+from trainables.checkpoint.files import best_checkpoint, find_resume_checkpoint, is_complete
 from trainables.config import ConfigError, TrialConfig
 from trainables.data import build_loader
 from trainables.engine import lr_factor
@@ -212,7 +212,7 @@ def test_epochs_become_max_steps_from_the_training_split(prepared_corpus, capsys
 
 
 def test_a_dcp_checkpoint_reshards_to_another_world_size_and_deepspeeds_does_not(tmp_path):
-    from trainables.checkpoint import check_shape
+    from trainables.checkpoint.files import check_shape
 
     shape = dict(world_size=2, micro_batch=4, grad_accum_steps=1, zero_stage=0, seed=0)
     (tmp_path / "dcp-1a2b").mkdir()
@@ -229,8 +229,8 @@ def test_a_dcp_checkpoint_reshards_to_another_world_size_and_deepspeeds_does_not
 
 
 def test_a_complete_checkpoint_reports_its_slowest_ranks_times_and_all_bytes(tmp_path):
-    from trainables.checkpoint import finish_part
-    from trainables.checkpoint_state import registered_fields
+    from trainables.checkpoint.files import finish_part
+    from trainables.checkpoint.state import registered_fields
 
     folder = tmp_path / "checkpoint_step0000200"
     folder.mkdir()
@@ -266,7 +266,7 @@ def test_the_overhead_shares_are_held_seconds_over_seconds_in_steps():
 
 
 def test_the_stager_copies_into_the_same_host_buffers_at_every_save():
-    from trainables.async_checkpoint import kept_open, make_stager
+    from trainables.checkpoint.asynchronous import kept_open, make_stager
 
     stager = make_stager(torch.device("cpu"), pinned=True, shared=True)  # CPU: never pinned
     handed = kept_open(stager)
@@ -285,7 +285,7 @@ def test_the_stager_copies_into_the_same_host_buffers_at_every_save():
 
 
 def test_the_host_buffers_are_made_ahead_and_the_first_save_copies_into_them():
-    from trainables.async_checkpoint import make_stager
+    from trainables.checkpoint.asynchronous import make_stager
 
     stager = make_stager(torch.device("cpu"), pinned=True, shared=True)
     state = {"model": {"w": torch.ones(3)}, "optimizer": {"state": {"w": {"step": torch.ones(())}}}}
@@ -308,8 +308,8 @@ def test_the_writer_makes_the_buffers_before_the_first_step_and_the_steps_are_un
     import copy
     from types import SimpleNamespace
 
-    from trainables.checkpoint import dcp_state
-    from trainables.checkpoint_state import CheckpointWriter
+    from trainables.checkpoint.files import dcp_state
+    from trainables.checkpoint.state import CheckpointWriter
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

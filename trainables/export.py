@@ -6,6 +6,8 @@ the projection heads and temperature in ``heads.pt``.
     runs/<run>/export/text/       config.json + model.safetensors (BertModel) + tokenizer files
     runs/<run>/export/heads.pt    speech_proj, text_proj, logit_scale (fp32)
     runs/<run>/export/export.json where it came from (final or best checkpoint, step)
+
+The names are RunFolder's (stage1_common/output_root.py).
 """
 
 from __future__ import annotations
@@ -18,11 +20,10 @@ from typing import Any
 
 import torch
 
+from stage1_common.output_root import RunFolder
 from trainables.config import TrialConfig
 
 __all__ = ["export_model", "load_exported"]
-
-HEADS = "heads.pt"
 
 
 @contextlib.contextmanager
@@ -95,10 +96,10 @@ def export_model(engine, cfg: TrialConfig, out: Path, *, rank: int, source: str)
             return
         tmp = out.with_name(f".{out.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        model.speech.save_pretrained(tmp / "speech")
-        model.text.save_pretrained(tmp / "text")
+        model.speech.save_pretrained(tmp / RunFolder.EXPORT_SPEECH)
+        model.text.save_pretrained(tmp / RunFolder.EXPORT_TEXT)
         if cfg.dataset == "manifest":
-            _tokenizer(cfg).save_pretrained(tmp / "text")
+            _tokenizer(cfg).save_pretrained(tmp / RunFolder.EXPORT_TEXT)
         heads = {
             "speech_proj": {
                 k: v.detach().float().cpu() for k, v in model.speech_proj.state_dict().items()
@@ -109,8 +110,8 @@ def export_model(engine, cfg: TrialConfig, out: Path, *, rank: int, source: str)
             "logit_scale": model.logit_scale.detach().float().cpu(),
             "proj_dim": cfg.proj_dim,
         }
-        torch.save(heads, tmp / HEADS)
-        (tmp / "export.json").write_text(
+        torch.save(heads, tmp / RunFolder.EXPORT_HEADS)
+        (tmp / RunFolder.EXPORT_RECORD).write_text(
             json.dumps({"source": source, "strategy": cfg.strategy, "zero_stage": cfg.zero_stage})
         )
     if out.exists():
@@ -124,16 +125,16 @@ def load_exported(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any
     from trainables.model import build_model
 
     folder = Path(folder)
-    heads = torch.load(folder / HEADS, map_location="cpu", weights_only=True)
+    heads = torch.load(folder / RunFolder.EXPORT_HEADS, map_location="cpu", weights_only=True)
     model = build_model(
         "tiny",  # unused: both encoders come from their folders
         int(heads["proj_dim"]),
-        speech_path=str(folder / "speech"),
-        text_path=str(folder / "text"),
+        speech_path=str(folder / RunFolder.EXPORT_SPEECH),
+        text_path=str(folder / RunFolder.EXPORT_TEXT),
         dtype=dtype,
     )
     model.speech_proj.load_state_dict(heads["speech_proj"])
     model.text_proj.load_state_dict(heads["text_proj"])
     with torch.no_grad():
         model.logit_scale.copy_(heads["logit_scale"])
-    return model, json.loads((folder / "export.json").read_text())
+    return model, json.loads((folder / RunFolder.EXPORT_RECORD).read_text())

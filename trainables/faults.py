@@ -1,6 +1,6 @@
 """Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, a rank
 that kills itself with SIGKILL, host memory that is never freed (and, in
-trainables/checkpoint_state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
+trainables/checkpoint/state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
 none aimed at this rank) it is a no-op object, so the step itself holds no injection branch.
 
 Faults act in a run's first attempt only: a rank that arms any writes
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from stage1_common.fileio import write_json
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import RunFolder
 from trainables.config import TrialConfig
 
 __all__ = ["KILL_NOTE", "NoFaults", "build_faults", "release"]
@@ -98,7 +98,7 @@ def build_faults(cfg: TrialConfig, rank: int, run_dir: Path | None = None) -> No
     every step, an error at inject_error_at_step, a SIGKILL after inject_kill_at_step;
     ``NoFaults()`` when there are none, or when ``run_dir`` (the run's folder) says an earlier
     attempt armed them (unless inject_every_attempt)."""
-    armed = run_dir / OutputRoot.FAULTS_ARMED.format(rank=rank) if run_dir is not None else None
+    armed = RunFolder(run_dir).faults_armed(rank) if run_dir is not None else None
     if armed is not None and armed.exists() and not cfg.inject_every_attempt:
         return NoFaults()
     faults = _aimed_at(cfg, rank)

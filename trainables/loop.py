@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from stage1_common.machine_cache import machine_cache
-from stage1_common.output_root import OutputRoot
-from trainables.checkpoint import best_checkpoint, read_meta
-from trainables.checkpoint_state import CheckpointWriter, registered_fields
+from stage1_common.output_root import RunFolder
+from trainables.checkpoint.files import best_checkpoint, read_meta
+from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
 from trainables.data import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
@@ -57,7 +57,7 @@ class WorkerContext:
     entry_ts: float = 0.0  # when this worker entered the loop function (0: at run_training)
     # When this worker's process started (0: it served earlier runs, a resident group's).
     process_ts: float = field(default_factory=process_start)
-    resident: bool = False  # a resident group's worker (trainables/serve.py)
+    resident: bool = False  # a resident group's worker (trainables/resident/serve.py)
     # Seconds this worker spent importing the model code before the run (a resident group's
     # first run: the group imports it when it starts), counted as the run's "imports" part.
     imports_s: float = 0.0
@@ -327,7 +327,7 @@ def _best(cfg: TrialConfig, worker: WorkerContext) -> list:
         if worker.rank == 0:
             best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
         return broadcast_from_rank0(best, worker.world_size)
-    from trainables.remote_checkpoints import best_in_bucket, choose, local_copy
+    from trainables.checkpoint.remote import best_in_bucket, choose, local_copy
 
     order = cfg.checkpoint_score_order
     name, score = choose(lambda: best_in_bucket(remote, order), worker.world_size, worker.rank)
@@ -345,4 +345,4 @@ def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) ->
         if folder is not None:
             meta = load_checkpoint(engine, Path(folder))
             source = f"best {cfg.best_metric} {score:.4f} (step {meta['step']})"
-    export_model(engine, cfg, worker.run_dir / OutputRoot.EXPORT, rank=worker.rank, source=source)
+    export_model(engine, cfg, RunFolder(worker.run_dir).export, rank=worker.rank, source=source)

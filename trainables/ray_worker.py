@@ -1,7 +1,8 @@
 """A Ray Train worker around the training loop (trainables/loop.py): the entry point of a fresh
 run's ``TorchTrainer`` (``train_loop_per_worker``), the worker's context (its rank, device, the
-run's folder: ``ray_worker_context``, shared with the resident groups' trainables/serve.py), the
-reports it makes (a window, a checkpoint) and its Ray metrics."""
+run's folder: ``ray_worker_context``, shared with the resident groups'
+trainables/resident/serve.py), the reports it makes (a window, a checkpoint) and its Ray
+metrics."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def _checkpoint_report(
     first local rank has Ray Train upload the node's folder (the other ranks of the node wrote
     into the same folder), in the background while training goes on (ASYNC) but for the last
     step's (SYNC: the export and the run's end need it whole in the bucket), and the node's
-    copy is deleted once uploaded (trainables/remote_checkpoints.py reads the bucket)."""
+    copy is deleted once uploaded (trainables/checkpoint/remote.py reads the bucket)."""
     import ray.train
     from ray.train import CheckpointUploadMode
 

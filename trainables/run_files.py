@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location
 from trainables.worker_logs import register_worker, tail_lines
 
@@ -47,7 +47,7 @@ class RunFiles:
             # One folder per node (several raylets of one host, or containers sharing /tmp,
             # must not share it: each node's copy holds only its own ranks' parts).
             base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"] / _node()
-            self.folder = base / "runs" / run["name"]
+            self.folder = base / OutputRoot.RUNS / run["name"]
             self._scratch_top = base.parent  # the sweep's: <tmp>/stage1-scratch/<root>
             self.remote: Location | None = Location.of(run["storage_path"]).join(run["name"])
         else:
@@ -59,11 +59,11 @@ class RunFiles:
         """This rank's record (pid, node, log files: trainables/worker_logs.py), written and
         uploaded first, before anything can fail."""
         self.record = register_worker(self.folder, rank, local_rank)
-        workers = self.folder / OutputRoot.WORKERS
-        previous = workers / OutputRoot.WORKERS_PREVIOUS / f"rank{rank}.json"
+        folder = RunFolder(self.folder)
+        previous = folder.worker(rank, previous=True)
         if previous.exists():  # the attempt before a restart: the driver says why it ended
             self.publish(previous)
-        self.publish(workers / f"rank{rank}.json")
+        self.publish(folder.worker(rank))
         return self.record
 
     def publish_at_end(self, local_rank: int, *, finished: bool = False) -> None:
@@ -107,8 +107,8 @@ class RunFiles:
                 text = "\n".join(tail_lines(Path(path), LOG_TAIL_LINES)) + "\n"
             except OSError:
                 continue
-            where = f"{OutputRoot.WORKERS}/rank{rank}.{stream}.log"
-            self.remote.join(where).write_text(text)
+            log = RunFolder(self.folder).worker_log(rank, stream)
+            self.remote.join(log.relative_to(self.folder).as_posix()).write_text(text)
         if local_rank == 0:
             self.publish_all()
 
@@ -132,6 +132,6 @@ class RunFiles:
             return
         for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
             parts = path.relative_to(self.folder).parts
-            if any(p.startswith(("checkpoint_", ".")) for p in parts):
+            if any(RunFolder.uploaded_by_ray_train(p) or p.startswith(".") for p in parts):
                 continue
             self.publish(path)

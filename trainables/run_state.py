@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainables.checkpoint import (
+from stage1_common.output_root import RunFolder
+from trainables.checkpoint.files import (
     check_shape,
-    checkpoint_name,
     find_resume_checkpoint,
     load_schedule,
     load_state,
@@ -20,7 +20,7 @@ from trainables.checkpoint import (
     restore_rng,
     write_small_parts,
 )
-from trainables.checkpoint_state import CheckpointWriter
+from trainables.checkpoint.state import CheckpointWriter
 from trainables.config import TrialConfig
 
 __all__ = ["RunState", "resume", "resume_position", "save"]
@@ -60,7 +60,7 @@ def resume_position(
     folder, skipped = (None, [])
     remote = worker.files.remote if worker.files is not None else None
     if cfg.checkpoint_every and remote is not None:
-        from trainables.remote_checkpoints import choose, local_copy, newest_in_bucket
+        from trainables.checkpoint.remote import choose, local_copy, newest_in_bucket
 
         name, skipped = choose(lambda: newest_in_bucket(remote), worker.world_size, worker.rank)
         if name is not None:
@@ -112,7 +112,7 @@ def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: Run
     ``worker``: the loop's WorkerContext (rank, world_size, device, run_dir)."""
     t0 = time.perf_counter()
     writer.wait()
-    folder = worker.run_dir / checkpoint_name(state.step)
+    folder = RunFolder(worker.run_dir).checkpoint(state.step)
     per_node = worker.files is not None and worker.files.remote_root
     clears = worker.local_rank == 0 if per_node else None  # each node's own folder
     dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size, clears=clears)

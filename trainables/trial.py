@@ -1,27 +1,18 @@
 """The Tune trial function: one run of the sweep, trained in a Ray Train ``TorchTrainer`` of its
 own (``executor: fresh``) or in the sweep's resident group of its shape (``resident``: the trial
-submits the run to the group pool, trainables/groups.py, and relays its windows to Tune)."""
+submits the run to the group pool and relays its windows to Tune, trainables/resident/relay.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from typing import Any
 
 from trainables.config import TrialConfig
+from trainables.resident.relay import make_room, relay
+from trainables.resident.shape import scaling_config
 from trainables.watchdog import pg_timeout_for
 
-__all__ = [
-    "build_group_trainer",
-    "build_trainer",
-    "group_cpus",
-    "group_key",
-    "group_shape",
-    "relay",
-    "run_trial",
-]
-
-RELAY_POLL_S = 0.5
+__all__ = ["build_trainer", "run_trial"]
 
 
 def build_trainer(run: dict[str, Any]):
@@ -44,7 +35,7 @@ def build_trainer(run: dict[str, Any]):
             "config": cfg.to_dict(),
             "run": {k: v for k, v in run.items() if k != "config"},
         },
-        scaling_config=_scaling(cfg),
+        scaling_config=scaling_config(cfg),
         torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(
             name=run["name"],
@@ -67,119 +58,6 @@ def build_trainer(run: dict[str, Any]):
     )
 
 
-def _scaling(cfg: TrialConfig, cpus: int | None = None):
-    """The worker group of a run: one worker per GPU (or CPU worker), its CPUs (``cpus``, or the
-    run's own), its placement."""
-    from ray.train import ScalingConfig
-
-    if cfg.use_gpu == "auto":
-        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
-    resources = {"CPU": int(cpus or cfg.cpus_per_train_worker)}
-    if cfg.use_gpu:
-        resources["GPU"] = 1
-    return ScalingConfig(
-        num_workers=cfg.train_workers,
-        use_gpu=cfg.use_gpu,
-        resources_per_worker=resources,
-        placement_strategy=cfg.placement_strategy,
-    )
-
-
-def group_key(cfg: TrialConfig) -> tuple:
-    """What a resident group is made for, but for its CPUs: workers, GPUs, placement, nodes and
-    the process group's timeout. Runs of one key share a group; CPU-side keys (loader workers,
-    prefetch, pinned memory) are not part of it."""
-    return (
-        cfg.train_workers,
-        bool(cfg.use_gpu),
-        cfg.placement_strategy,
-        cfg.nodes,
-        pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s),
-    )
-
-
-def group_shape(cfg: TrialConfig, cpus: int | None = None) -> tuple:
-    """A resident group's shape (groups.SHAPE_KEYS): its key and the CPUs each worker reserves,
-    ``cpus`` (the sweep's ``group_cpus`` for the key) or else the run's own."""
-    workers, gpu, *rest = group_key(cfg)
-    return (workers, gpu, int(cpus or cfg.cpus_per_train_worker), *rest)
-
-
-def group_cpus(configs: Iterable[TrialConfig]) -> dict[tuple, int]:
-    """The CPUs per worker a resident group of each key reserves: the most any planned run of
-    that key needs (its loader workers + 1, or cpus_per_worker), so that runs that differ only
-    in CPU-side keys train in one group instead of one group each."""
-    most: dict[tuple, int] = {}
-    for cfg in configs:
-        key = group_key(cfg)
-        most[key] = max(most.get(key, 0), cfg.cpus_per_train_worker)
-    return most
-
-
-def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
-    """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
-    sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
-    runs until the pool closes the group (trainables/serve.py). No restarts: a failed worker
-    ends the group (the pool fails its run and builds a new group for the next)."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    from trainables.serve import serve_loop_per_worker
-
-    cfg = TrialConfig.from_dict(first["config"])
-    return TorchTrainer(
-        serve_loop_per_worker,
-        train_loop_config={"pool": pool, "group": group, "group_cpus": first.get("group_cpus")},
-        scaling_config=_scaling(cfg, first.get("group_cpus")),
-        torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
-        run_config=RunConfig(
-            name=group,
-            storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=0),
-            logging_config=LoggingConfig(log_level="WARNING"),
-        ),
-    )
-
-
-class ResidentRunError(RuntimeError):
-    """A run that failed in its resident group; the message is the group's error text."""
-
-
-def relay(run: dict[str, Any], pool_name: str) -> None:
-    """Submit ``run`` to the sweep's group pool and pass its windows to Tune until it ends. A
-    trial stopped by Tune stops polling (its actor ends), which the pool takes as a cancel."""
-    import ray
-    from ray import tune
-
-    pool = ray.get_actor(pool_name)
-    job = ray.get(pool.submit.remote(run))
-    ended = False
-    try:
-        while not ended and not _stopping():
-            for kind, payload in ray.get(pool.poll.remote(job, RELAY_POLL_S)):
-                if kind == "window":
-                    tune.report(payload)
-                elif kind == "error":
-                    raise ResidentRunError(payload)
-                else:
-                    ended = True
-    finally:
-        if not ended:
-            pool.cancel.remote(job)
-
-
-def _stopping() -> bool:
-    """Whether Tune asked this trial to stop (its session's stop event; Tune sets it when it
-    stops or reuses the trial's actor)."""
-    try:
-        from ray.train._internal.session import get_session
-
-        session = get_session()
-        return bool(session is not None and session.stop_event.is_set())
-    except Exception:  # noqa: BLE001 - moved in another Ray: the pool's lease still cancels
-        return False
-
-
 def run_trial(config: dict[str, Any]) -> None:
     """Tune entry point; ``config["run"]`` is one run of the sweep (for a resident run, with the
     name of the sweep's group pool, ``pool``)."""
@@ -188,7 +66,5 @@ def run_trial(config: dict[str, Any]) -> None:
         relay(run, run["pool"])
         return
     if run.get("pool"):  # resident groups of this sweep may hold the resources it needs
-        import ray
-
-        ray.get(ray.get_actor(run["pool"]).close_idle.remote(60.0))
+        make_room(run["pool"])
     build_trainer(run).fit()

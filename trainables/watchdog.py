@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from stage1_common.output_root import RunFolder
+
 __all__ = ["StallWatchdog", "pg_timeout_for"]
 
 
@@ -57,7 +59,7 @@ class StallWatchdog:
         self.stall_timeout_s = stall_timeout_s
         self.on_dump = on_dump  # told the dump's path once it is written (its upload)
         self.end_after_s = end_after_s
-        self.dump_path = Path(dump_dir) / f"stacks-rank{rank}.txt" if dump_dir else None
+        self.dump_path = RunFolder(dump_dir).stacks(rank) if dump_dir else None
         self.last_beat = time.monotonic()
         self.step = 0
         self.stop_event = threading.Event()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stage1_common.fileio import write_json
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import RunFolder
 
 __all__ = ["register_worker", "read_registrations", "tail_lines"]
 
@@ -59,25 +59,26 @@ def register_worker(run_dir: Path, rank: int, local_rank: int) -> dict[str, Any]
         "stderr": _fd_target(2),
         "started_ts": time.time(),
     }
-    path = Path(run_dir) / OutputRoot.WORKERS / f"rank{rank}.json"
-    _keep_previous(path, record["pid"], record["hostname"])
-    write_json(path, record)
+    folder = RunFolder(run_dir)
+    _keep_previous(folder, rank, record["pid"], record["hostname"])
+    write_json(folder.worker(rank), record)
     return record
 
 
-def _keep_previous(path: Path, pid: int, hostname: str) -> None:
-    """Move the record at ``path`` to ``previous/`` when another process wrote it."""
+def _keep_previous(folder: RunFolder, rank: int, pid: int, hostname: str) -> None:
+    """Move the rank's record to ``previous/`` when another process wrote it."""
     import json
 
+    path = folder.worker(rank)
     try:
         old = json.loads(path.read_text())
     except (OSError, ValueError):
         return
     if (old.get("pid"), old.get("hostname")) == (pid, hostname):
         return
-    previous = path.parent / OutputRoot.WORKERS_PREVIOUS
-    previous.mkdir(parents=True, exist_ok=True)
-    os.replace(path, previous / path.name)
+    previous = folder.worker(rank, previous=True)
+    previous.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, previous)
 
 
 def read_registrations(run_dir: Path, *, previous: bool = False) -> list[dict[str, Any]]:
@@ -85,11 +86,9 @@ def read_registrations(run_dir: Path, *, previous: bool = False) -> list[dict[st
     order (unreadable ones are skipped)."""
     import json
 
-    folder = Path(run_dir) / OutputRoot.WORKERS
-    if previous:
-        folder = folder / OutputRoot.WORKERS_PREVIOUS
+    pattern = RunFolder(run_dir).worker("*", previous=previous)
     out = []
-    for path in sorted(folder.glob("rank*.json")):
+    for path in sorted(pattern.parent.glob(pattern.name)):
         try:
             out.append(json.loads(path.read_text()))
         except (OSError, ValueError):

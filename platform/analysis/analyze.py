@@ -125,7 +125,7 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
     for row in per_run.to_dict("records"):
         if not row.get("windows"):
             continue
-        env = results.read_json(root.run_env(row["run"]))
+        env = results.read_json(root.run_folder(row["run"]).env)
         totals = [float(g) for g in env.get("gpu_memory_gib") or []]
         throttle = gpu.loc[gpu["run"] == row["run"], "throttle_reasons"]
         found = stats.bottlenecks(row, throttle, min(totals) if totals else None)
@@ -135,7 +135,7 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
 
 
 def _run_record(root: OutputRoot, run: str) -> dict[str, Any]:
-    return results.read_json(root.run_config(run))
+    return results.read_json(root.run_folder(run).config)
 
 
 def _vs_baseline(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame) -> pd.DataFrame:

@@ -93,7 +93,7 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
     rows = {r["run"]: r for r in manifest.to_dict("records")} if "run" in manifest else {}
     out: dict[str, tuple[int, str] | None] = {}
     for run, windows in timing.groupby("run"):
-        config = results.read_json(data["root"].run_config(str(run))).get("config") or {}
+        config = results.read_json(data["root"].run_folder(str(run)).config).get("config") or {}
         known = {**rows.get(run, {}), **config}  # the run's own config.json first
         micro = _known(known, "micro_batch")
         if micro is None:

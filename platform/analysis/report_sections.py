@@ -18,7 +18,7 @@ from platform.analysis import stability
 from platform.analysis.figures import as_text, html_table, new_figure, note, png
 from platform.analysis.stats import UNSTABLE_RATIO
 from platform.storage import results
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.version import version_line
 
 __all__ = ["bottlenecks", "environment", "failed", "ranking", "sweep", "swept_values", "throughput"]
@@ -58,7 +58,7 @@ def swept_values(root: OutputRoot, manifest: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["group"])
     for run, group in zip(manifest["run"], manifest["group"], strict=True):
         if group not in rows:
-            swept = results.read_json(root.run_config(str(run))).get("swept")
+            swept = results.read_json(root.run_folder(str(run)).config).get("swept")
             if swept:
                 rows[group] = {
                     k: v if isinstance(v, (int, float, str)) else str(v) for k, v in swept.items()
@@ -281,8 +281,9 @@ def failed(data: dict) -> str:
 def _tail_files(root, run: str) -> list[Path]:
     """What a run that did not finish left to read: its workers' log tails (fail_tail.txt),
     a stalled run's stacks, the tails of the attempts a restart ended."""
-    found = [root.fail_tail(run)] + sorted(root.run_dir(run).glob(root.stacks(run).name))
-    found += sorted(root.run_dir(run).glob(root.RESTART_TAIL.format(attempt="*")))
+    folder = root.run_folder(run)
+    found = [folder.fail_tail] + sorted(folder.path.glob(folder.stacks().name))
+    found += sorted(folder.path.glob(folder.restart_tail().name))
     return [path for path in found if path.is_file()][:6]
 
 
@@ -297,7 +298,7 @@ def _tail_block(path: Path, most: int = 400) -> str:
 def environment(data: dict) -> str:
     root = data["root"]
     out = [_versions(data)]
-    envs = sorted(root.runs.glob(f"*/{root.RUN_ENV}")) if root.runs.is_dir() else []
+    envs = sorted(root.runs.glob(f"*/{RunFolder.ENV}")) if root.runs.is_dir() else []
     if envs:
         env = results.read_json(envs[0])
         versions = {k: v for k, v in env.items() if not isinstance(v, (dict, list))}

@@ -44,7 +44,7 @@ def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
     cases = []
     for group in winners["group"]:
         run = manifest.loc[(manifest["group"] == group) & (manifest["status"] == "ok"), "run"]
-        record = root.run_config(str(run.iloc[0]))
+        record = root.run_folder(str(run.iloc[0])).config
         try:
             swept = json.loads(record.read_text())["swept"]
         except (OSError, ValueError, KeyError):

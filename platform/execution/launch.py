@@ -43,6 +43,9 @@ Report = Callable[[list[dict[str, Any]], OutputRoot, float], int]
 class LaunchRequest:
     """What to launch, and how."""
 
+    prog: str
+    """The calling CLI's name (platform.tune, platform.train): every error line the launch
+    prints starts with it."""
     space: SearchSpace
     runs: list[RunSpec]
     output_root: OutputRoot
@@ -128,11 +131,10 @@ def _set_ray_environment() -> None:
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 
-def _refuse(
-    request: LaunchRequest, exc: Exception, *, prog: str = "platform.tune", clean: bool = True
-) -> NoReturn:
-    """Print the refusal; a new output root the launch wrote nothing into goes (``clean``)."""
-    print(f"{prog}: error: {exc}", file=sys.stderr)
+def _refuse(request: LaunchRequest, exc: Exception, *, clean: bool = True) -> NoReturn:
+    """Print the refusal, named by the calling CLI; a new output root the launch wrote nothing
+    into goes (``clean``)."""
+    print(f"{request.prog}: error: {exc}", file=sys.stderr)
     if clean and not request.resume:
         remove_if_empty(request.output_root)
     raise _Refused(EXIT_USAGE)
@@ -154,7 +156,7 @@ def _connect(request: LaunchRequest):
         )
     except ConnectionError as exc:
         print(
-            f"platform.tune: error: cannot reach Ray at --address {request.address} ({exc}); "
+            f"{request.prog}: error: cannot reach Ray at --address {request.address} ({exc}); "
             "check the address or drop --address to start a local cluster",
             file=sys.stderr,
         )
@@ -211,7 +213,7 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
         try:
             runs = request.before_trials(runs)
         except (UsageError, ValueError) as exc:
-            _refuse(request, exc, prog="platform", clean=False)
+            _refuse(request, exc, clean=False)
     # After the corpus (its Ray Data tasks need the CPUs a group reserves), before the rest.
     pool = start_pool(root, space, [r for r in runs if r.name not in request.done])
     if multi_node:
@@ -221,8 +223,8 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
             _refuse(request, exc)
     runs = prepare_tokenizers(runs, root)
     for run in runs:
-        if space.search.name == "optuna" and run.name not in request.done:
-            continue  # written when optuna picks its group
+        if space.search.plans_late and run.name not in request.done:
+            continue  # written when the search picks its group
         write_run_record(root, run, space.ref)
     return runs, pool
 

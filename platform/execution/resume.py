@@ -99,7 +99,8 @@ def _attempt_files(root: OutputRoot, run: str, *, again: bool) -> list[Path]:
     (a stale stack dump would make the next failure look like a hang). ``again``: the run
     trains again from its start (a sweep's run), so its injected faults are armed again; a
     training resumed from its checkpoint goes on without them."""
-    patterns = [root.stacks(run), root.fail_tail(run), root.workers_dir(run) / "rank*.json"]
+    folder = root.run_folder(run)
+    patterns = [folder.stacks(), folder.fail_tail, folder.worker()]
     if again:
-        patterns.append(root.runs / run / OutputRoot.FAULTS_ARMED.format(rank="*"))
+        patterns.append(folder.faults_armed())
     return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]

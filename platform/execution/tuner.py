@@ -28,7 +28,8 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
-from trainables.trial import group_cpus, group_key, run_trial
+from trainables.resident.shape import GroupKey, group_cpus
+from trainables.trial import run_trial
 
 __all__ = ["ResidentPool", "Sweep", "build_sweep", "start_pool"]
 
@@ -39,17 +40,18 @@ _FINISHING = threading.Lock()
 
 @dataclass(frozen=True)
 class ResidentPool:
-    """The sweep's GroupPool actor (trainables/groups.py) and the CPUs per worker its groups
-    reserve, per group key: the most any planned run of the key needs (trainables/trial.py:
-    group_cpus), so that loader workers and prefetch never force a new group."""
+    """The sweep's GroupPool actor (trainables/resident/pool.py) and the CPUs per worker its groups
+    reserve, per group key: the most any planned run of the key needs
+    (trainables/resident/shape.py: group_cpus), so that loader workers and prefetch never force
+    a new group."""
 
     name: str
     actor: Any
-    cpus: dict[tuple, int]
+    cpus: dict[GroupKey, int]
 
     def param(self, run: RunSpec) -> dict[str, Any]:
         """What a resident run's trial carries besides the run: the pool and its group's CPUs."""
-        cpus = self.cpus.get(group_key(run.config), run.config.cpus_per_train_worker)
+        cpus = self.cpus.get(GroupKey.of(run.config), run.config.cpus_per_train_worker)
         return {"pool": self.name, "group_cpus": cpus}
 
 
@@ -140,9 +142,9 @@ def build_sweep(
         root=root,
         recorder=recorder,
         todo=[r for r in runs if r.name not in done],
-        # search: optuna plans a group's runs when it picks the group; every other search
-        # plans all of them now (the manifest lists the planned runs).
-        planned=[r for r in runs if space.search.name != "optuna" or r.name in done],
+        # A search that plans late (optuna) plans a group's runs when it picks the group;
+        # every other search plans all of them now (the manifest lists the planned runs).
+        planned=[r for r in runs if not space.search.plans_late or r.name in done],
         facts=facts,
     )
     recorder.on_change = sweep.write_manifest
@@ -215,7 +217,7 @@ def _search_and_stop(
         race = Race(runs, space, schedule, echo=recorder.echo)
         if resume:
             race.restore(results.read_dataset(root.timing, results.TIMING_SCHEMA), done)
-    if space.search.name == "optuna":
+    if space.search.plans_late:  # OptunaPlanner, the one search that plans late
 
         def on_plan(run: RunSpec) -> None:
             if run not in sweep.planned:
@@ -242,7 +244,7 @@ def _search_and_stop(
 
 
 def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> ResidentPool | None:
-    """The sweep's GroupPool actor (trainables/groups.py), on the driver's node: at most
+    """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node: at most
     max_concurrent_trials resident groups, their Ray Train state under tune/groups/. The group
     of the first resident run to run starts at once (its workers start while Tune starts the
     run's trial). None when no run of ``todo`` is resident."""
@@ -251,7 +253,7 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from trainables.groups import GroupPool
+    from trainables.resident.pool import GroupPool
 
     resident = [r for r in todo if r.config.executor == "resident"]
     if not resident:
@@ -273,7 +275,7 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
             space.max_concurrent_trials,
             _group_storage(root),
             node,
-            {"config": first.config.to_dict(), "group_cpus": cpus[group_key(first.config)]},
+            {"config": first.config.to_dict(), "group_cpus": cpus[GroupKey.of(first.config)]},
         )
     )
     return ResidentPool(name=name, actor=actor, cpus=cpus)

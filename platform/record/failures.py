@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stage1_common.fileio import atomic_write_text
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from trainables.faults import KILL_NOTE
 from trainables.worker_logs import read_registrations, tail_lines
 
@@ -188,7 +188,7 @@ def stderr_tails(workers: list[dict]) -> dict[int, list[str]]:
 def format_tails(run_dir: Path, workers: list[dict]) -> str:
     if not workers:
         return (
-            f"no worker registered in {Path(run_dir) / OutputRoot.WORKERS} "
+            f"no worker registered in {RunFolder(run_dir).workers()} "
             "(the run failed before its workers started)\n"
         )
     parts = []
@@ -246,10 +246,10 @@ def diagnose(root: OutputRoot, run: str, error: str | None, lines: int) -> RunFa
     """Why ``run`` failed, from its error text, its workers' log tails (Ray cuts long error
     snippets: the exception line may be only there) and its stack dumps. ``lines``: the run's
     fail_tail_lines (the tails read are at least 40 lines, for the reason)."""
-    run_dir = root.run_dir(run)
-    workers = worker_tails(run_dir, max(lines, 40))
+    folder = root.run_folder(run)
+    workers = worker_tails(folder.path, max(lines, 40))
     reason = failure_reason(error, stderr_tails(workers))
-    stacks = sorted(run_dir.glob(root.stacks(run).name))
+    stacks = sorted(folder.path.glob(folder.stacks().name))
     if not stacks:
         return RunFailure("failed", reason, exit_code("failed", error), workers)
     names = ", ".join(p.name for p in stacks)
@@ -272,7 +272,7 @@ def save_fail_tail(root: OutputRoot, run: str, workers: list[dict], lines: int) 
     """Write the last ``lines`` lines of each worker's stderr and stdout (from ``workers``, as
     worker_tails gives them) to ``runs/<run>/fail_tail.txt``; returns that text."""
     text = format_tails(root.run_dir(run), _cut(workers, lines))
-    atomic_write_text(root.fail_tail(run), text)
+    atomic_write_text(root.run_folder(run).fail_tail, text)
     return text
 
 
@@ -301,7 +301,7 @@ def save_restart_tail(root: OutputRoot, run: str, attempt: int, lines: int) -> t
     if not workers:
         return "", ""
     reason = restart_reason(stderr_tails(workers))
-    path = root.restart_tail(run, attempt)
+    path = root.run_folder(run).restart_tail(attempt)
     atomic_write_text(
         path,
         f"why attempt {attempt - 1} ended: {reason}\n"

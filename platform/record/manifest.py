@@ -45,7 +45,8 @@ MANIFEST_COLUMNS = [
 
 def write_run_record(output_root: OutputRoot | Path, run: RunSpec, space: str) -> None:
     """``runs/<run>/config.json``: what the analysis and promotion read of a planned run."""
-    results.write_json(OutputRoot.of(output_root).run_config(run.name), run_record(run, space))
+    path = OutputRoot.of(output_root).run_folder(run.name).config
+    results.write_json(path, run_record(run, space))
 
 
 def run_record(run: RunSpec, space: str) -> dict[str, Any]:

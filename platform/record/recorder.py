@@ -121,7 +121,7 @@ class SweepRecorder(Callback):
         if result.get("env_facts"):
             record = {"run": run, **result["env_facts"], **self.facts}
             record["config"] = spec.config.to_dict()
-            self.writer.submit(lambda: results.write_json(self.root.run_env(run), record))
+            self.writer.submit(lambda: results.write_json(self.root.run_folder(run).env, record))
         self.progress.window(run, row)
         self._training_rows(run, result, keys, status)
         self._log_series(run, result)
@@ -163,7 +163,7 @@ class SweepRecorder(Callback):
         self._finish(trial, failure.status, failure.reason, failure.exit_code)
         if lines > 0:
             text = save_fail_tail(self.root, run, failure.workers, lines)
-            saved_to = self.root.fail_tail(run).relative_to(self.root.path).as_posix()
+            saved_to = self.root.run_folder(run).fail_tail.relative_to(self.root.path).as_posix()
             self.progress.fail_tail(run, lines, saved_to, text)
 
     def on_experiment_end(self, trials, **info):

@@ -13,7 +13,7 @@ from platform.errors import UsageError
 from platform.spaces.names import fmt_point, group_name
 from platform.spaces.space import SearchSpace
 from trainables.config import ConfigError, TrialConfig, coerce_value
-from trainables.trial import group_key
+from trainables.resident.shape import GroupKey
 
 __all__ = ["RunSpec", "expand_runs", "needs_corpus", "space_points"]
 
@@ -68,12 +68,13 @@ def expand_runs(space: SearchSpace, prefix: str = "sweep") -> list[RunSpec]:
 
 def _fewest_group_changes(groups: dict[str, tuple[dict, TrialConfig]], repeat: int) -> list[str]:
     """The groups in the order repeat ``repeat`` runs them: those a resident worker group of one
-    shape can train (trainables/trial.py: group_key) next to each other, in the space's order
-    otherwise, and every other repeat in reverse order of shapes, so the shape changes as few
-    times as possible; repeats stay the outer loop (the race judges a repeat of every group)."""
-    blocks: dict[tuple, list[str]] = {}
+    shape can train (trainables/resident/shape.py: GroupKey) next to each other, in the space's
+    order otherwise, and every other repeat in reverse order of shapes, so the shape changes as
+    few times as possible; repeats stay the outer loop (the race judges a repeat of every
+    group)."""
+    blocks: dict[GroupKey, list[str]] = {}
     for group, (_, cfg) in groups.items():
-        blocks.setdefault(group_key(cfg), []).append(group)
+        blocks.setdefault(GroupKey.of(cfg), []).append(group)
     ordered = list(blocks.values())
     if repeat % 2 == 0:
         ordered.reverse()
@@ -99,12 +100,12 @@ def _searched(
             f"{space.source}: search {search.name} num_samples {search.num_samples} exceeds the "
             f"space's {len(groups)} groups; lower num_samples or use search: grid"
         )
-    if space.scheduler.name == "race" and search.name == "optuna":
+    if space.scheduler.name == "race" and search.plans_late:
         raise UsageError(
             f"{space.source}: scheduler race needs every group planned ahead; use it with "
-            "search grid or random, or scheduler asha with optuna"
+            f"search grid or random, or scheduler asha with {search.name}"
         )
-    if search.name == "optuna":
+    if search.plans_late:  # it picks among every group as the sweep goes
         return groups
     import random
 

@@ -94,6 +94,14 @@ class SearchPlan:
     num_samples: int = 0
     seed: int = 0
 
+    @property
+    def plans_late(self) -> bool:
+        """Whether the search picks its groups as the sweep goes (optuna), so its runs are not
+        known up front: every group stays a candidate, a run is planned (in the manifest, with
+        its record) when its group is picked, and what needs every run planned ahead
+        (scheduler race, --resume) is refused. The one place that decides it."""
+        return self.name == "optuna"
+
     @classmethod
     def parse(cls, raw: Any, where: str) -> SearchPlan:
         plan = cls(**_plan_fields(raw, "search", SEARCHES, cls, where))

@@ -21,6 +21,7 @@ from typing import Any
 
 from platform.errors import UsageError
 from platform.spaces.space import override
+from stage1_common.output_root import OutputRoot
 
 __all__ = ["VARIABLES", "RunbookPlan", "from_env"]
 
@@ -315,10 +316,9 @@ def from_env(env: Mapping[str, str] | None = None, *, address: str | None = None
     plan.driver_log = values.get("@driver_log")
     plan.dry_run = bool(values.get("@dry_run"))
     if values.get("@resume"):
-        root = plan.output_root
-        if root is None:
+        if plan.output_root is None:
             raise UsageError("RESUME_RUNS=1 needs OUTPUT_ROOT: the sweep folder to resume")
-        plan.resume = (root / "run_manifest.tsv").is_file()
+        plan.resume = OutputRoot.of(plan.output_root).holds_sweep()
     if plan.stop_on_error is not None:
         sets["stop_on_error"] = plan.stop_on_error  # a setting of the sweep that --set takes
     plan.sets = [override(k, v) for k, v in sets.items()]

@@ -24,10 +24,11 @@ import os
 import shutil
 import tempfile
 import threading
+from fnmatch import fnmatch
 from pathlib import Path
 
 from stage1_common.fileio import TMP_SUFFIX
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, check_writable, explain
 
 __all__ = ["RootMirror", "pull_run", "stage_remote_root"]
@@ -77,9 +78,9 @@ def mirrored(relative: str) -> bool:
     parts = relative.split("/")
     if parts[0] in _NOT_MIRRORED or parts[-1].endswith(TMP_SUFFIX):
         return False
-    if parts[0] == OutputRoot.RUNS and OutputRoot.EXPORT in parts[2:3]:
+    if parts[0] == OutputRoot.RUNS and RunFolder.EXPORT in parts[2:3]:
         return False  # an exported model: the workers' upload, never staged (hundreds of MB)
-    return not any(p.startswith("checkpoint_") or p.startswith(".") for p in parts)
+    return not any(RunFolder.uploaded_by_ray_train(p) or p.startswith(".") for p in parts)
 
 
 def pull_run(root: OutputRoot, run: str) -> None:
@@ -91,8 +92,8 @@ def pull_run(root: OutputRoot, run: str) -> None:
     remote = Location.of(root.remote_join(OutputRoot.RUNS, run))
 
     def keep(rel: str) -> bool:
-        records = rel.startswith(f"{OutputRoot.WORKERS}/") and rel.endswith(".json")
-        return records or rel.startswith("stacks-rank")
+        records = rel.startswith(f"{RunFolder.WORKERS}/") and rel.endswith(".json")
+        return records or fnmatch(rel, RunFolder.STACKS.format(rank="*"))
 
     try:
         remote.pull(root.run_dir(run), keep)

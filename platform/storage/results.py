@@ -195,7 +195,7 @@ VALIDATION_SCHEMA = pa.schema(
     ]
 )
 
-# One row per checkpoint of a training run (trainables/checkpoint.py), recorded at the window
+# One row per checkpoint of a training run (trainables/checkpoint/files.py), recorded at the window
 # where it was complete on every rank; the slowest rank's times: checkpoint_save_s from its start
 # to its files being whole, checkpoint_block_s training held by it (the call, the staging copy,
 # the next save waiting for it), checkpoint_wait_s the run's end waiting for it.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from stage1_common.output_root import OutputRoot
+from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, explain
 
 __all__ = ["working_copy"]
@@ -30,7 +30,7 @@ def wanted(relative: str) -> bool:
     parts = relative.split("/")
     if parts[0] in _SKIPPED_TOP:
         return False
-    return not any(p.startswith("checkpoint_") or p == OutputRoot.EXPORT for p in parts[1:])
+    return not any(RunFolder.uploaded_by_ray_train(p) or p == RunFolder.EXPORT for p in parts[1:])
 
 
 @contextmanager

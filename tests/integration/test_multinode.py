@@ -27,7 +27,7 @@ from tests.cli import ROOT, run_module
 from tests.integration.cluster import LocalCluster, can_unshare
 from tests.integration.helpers import smoke_manifest
 from tests.s3server import bucket_env
-from trainables.checkpoint import is_complete
+from trainables.checkpoint.files import is_complete
 
 pytestmark = pytest.mark.integration
 

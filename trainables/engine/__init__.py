@@ -5,8 +5,9 @@ ZeRO engine): the loop only calls ``engine(batch) -> (speech, text, scale)``,
 One module per concern: ``precision`` (the precision policy and autocast), ``optim`` (the
 optimizer and learning-rate schedule), ``compile`` (torch.compile of the model or its regions,
 and the warm-up), ``mfu`` (FLOPs per sample, the peak table, the FLOPs cache), ``shapes`` (made-up
-batches of a shape), ``core`` (the Engine), ``ddp`` and ``deepspeed_engine`` (the wrapping), and
-``build`` (build_engine, which puts them together).
+batches of a shape), ``core`` (the Engine, and ``assemble_engine``, which every strategy calls),
+``ddp``, ``fsdp2`` and ``deepspeed_engine`` (the wrapping), and ``build`` (build_engine, which
+puts them together).
 """
 
 from trainables.engine.build import build_engine

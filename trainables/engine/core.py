@@ -1,12 +1,14 @@
 """The engine the loop drives, whatever the strategy: ``engine(batch) -> (speech, text,
 scale)``, ``engine.backward(loss)``, ``engine.step(last)``. DDP, FSDP2 and DeepSpeed
-(engine.ddp, engine.fsdp2, engine.deepspeed_engine) fill it with their own backward, step and precision handling; a
-compile error at any call falls back to eager here, recorded in ``effective``."""
+(engine.ddp, engine.fsdp2, engine.deepspeed_engine) fill it, through ``assemble_engine``, with
+their own backward, step and precision handling; a compile error at any call falls back to
+eager here, recorded in ``effective``."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,8 +16,9 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.engine.compile import CompileTime, warm_up
+from trainables.engine.precision import DTYPES
 
-__all__ = ["Engine", "EngineParts"]
+__all__ = ["Engine", "EngineParts", "assemble_engine"]
 
 
 @dataclass(kw_only=True)
@@ -131,3 +134,43 @@ class EngineParts:
     peak_tflops: float
     compile_kwargs: dict[str, Any]  # torch.compile's arguments (empty without torch_compile)
     compiled: dict[str, Any]  # the Engine fields of torch_compile (engine.compile.setup_compile)
+
+
+def assemble_engine(
+    parts: EngineParts,
+    *,
+    kind: str,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    backward: Callable[[torch.Tensor], None],
+    step: Callable[[bool], None],
+    inputs_dtype: str,
+    compiled: dict[str, Any],
+    bare: torch.nn.Module | None = None,
+    scaler: Any = None,
+    no_sync: Any = None,
+    autocast: Any = contextlib.nullcontext,
+) -> Engine:
+    """The Engine of a strategy: what build_engine made (``parts``: the effective settings,
+    FLOPs per sample, peak) and what the strategy made of it. ``model`` is what the loop calls
+    (``bare`` the unwrapped Stage1Model, ``model`` itself by default); ``inputs_dtype`` the
+    precision name floating inputs are cast to (fp32: left as they are); ``compiled`` the Engine
+    fields of torch_compile (engine.compile)."""
+    return Engine(
+        model=model,
+        optimizer=optimizer,
+        effective=parts.effective,
+        kind=kind,
+        bare=model if bare is None else bare,
+        scheduler=scheduler,
+        scaler=scaler,
+        _no_sync=no_sync,
+        flops_per_sample=parts.flops_per_sample,
+        peak_tflops=parts.peak_tflops,
+        _backward=backward,
+        _step=step,
+        _autocast=autocast,
+        _dtype=None if inputs_dtype == "fp32" else DTYPES[inputs_dtype],
+        **compiled,
+    )

@@ -12,11 +12,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainables.config import TrialConfig
 from trainables.engine.compile import compile_ddp
-from trainables.engine.core import Engine, EngineParts
+from trainables.engine.core import Engine, EngineParts, assemble_engine
 from trainables.engine.optim import build_scheduler
-from trainables.engine.precision import DTYPES, autocast_for
+from trainables.engine.precision import autocast_for
 
-__all__ = ["optimizer_step", "wrap_ddp"]
+__all__ = ["optimizer_step", "scaled_backward", "wrap_ddp"]
 
 
 def _ddp(cfg: TrialConfig, model: torch.nn.Module, device: torch.device):
@@ -34,6 +34,12 @@ def _ddp(cfg: TrialConfig, model: torch.nn.Module, device: torch.device):
         hook = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
         ddp.register_comm_hook(None, hook[cfg.ddp_comm_hook])
     return ddp
+
+
+def scaled_backward(cfg: TrialConfig, scaler) -> Callable:
+    """The engine's ``backward(loss)`` through a gradient scaler. The mean over the accumulated
+    micro-batches: each contributes 1/grad_accum_steps."""
+    return lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward()
 
 
 def optimizer_step(cfg: TrialConfig, model, optimizer, scaler, scheduler) -> Callable:
@@ -65,23 +71,20 @@ def wrap_ddp(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], object])
     lap("wrap")
     scaler = torch.amp.GradScaler(device.type, enabled=parts.precision == "fp16")
     scheduler = build_scheduler(optimizer, cfg)
-    return Engine(
-        model=wrapped,
-        optimizer=optimizer,
-        effective=parts.effective,
-        flops_per_sample=parts.flops_per_sample,
-        peak_tflops=parts.peak_tflops,
+    return assemble_engine(
+        parts,
         kind="ddp",
+        model=wrapped,
         bare=model,
+        optimizer=optimizer,
         scheduler=scheduler,
         scaler=scaler,
-        _no_sync=ddp.no_sync,
-        # The mean over the accumulated micro-batches: each contributes 1/grad_accum_steps.
-        _backward=lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward(),
-        _step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
-        _autocast=autocast_for(parts.precision, device),
+        no_sync=ddp.no_sync,
+        backward=scaled_backward(cfg, scaler),
+        step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
+        autocast=autocast_for(parts.precision, device),
         # Low-precision weights take inputs of their dtype (autocast does not cast the conv
         # front end's input when there is no autocast, e.g. bf16 weights at precision fp32).
-        _dtype=None if parts.load_dtype == "fp32" else DTYPES[parts.load_dtype],
-        **compiled,
+        inputs_dtype=parts.load_dtype,
+        compiled=compiled,
     )

@@ -9,9 +9,8 @@ from typing import Any
 
 from trainables.config import TrialConfig
 from trainables.engine.compile import compile_deepspeed
-from trainables.engine.core import Engine, EngineParts
+from trainables.engine.core import Engine, EngineParts, assemble_engine
 from trainables.engine.optim import build_scheduler
-from trainables.engine.precision import DTYPES
 
 __all__ = ["deepspeed_config", "wrap_deepspeed"]
 
@@ -57,19 +56,16 @@ def wrap_deepspeed(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], ob
     compiled = dict(parts.compiled)
     compile_deepspeed(cfg, engine, dict(parts.compile_kwargs), compiled)
     lap("wrap")
-    # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
-    dtype = None if parts.precision == "fp32" else DTYPES[parts.precision]
-    return Engine(
-        model=engine,
-        optimizer=optimizer,
-        effective=parts.effective,
+    return assemble_engine(
+        parts,
         kind="deepspeed",
+        model=engine,
         bare=engine.module,
+        optimizer=optimizer,
         scheduler=scheduler,
-        flops_per_sample=parts.flops_per_sample,
-        peak_tflops=parts.peak_tflops,
-        _backward=engine.backward,
-        _step=lambda last: engine.step(),
-        _dtype=dtype,
-        **compiled,
+        backward=engine.backward,
+        step=lambda last: engine.step(),
+        # DeepSpeed's bf16/fp16 modes cast the weights, not the inputs.
+        inputs_dtype=parts.precision,
+        compiled=compiled,
     )

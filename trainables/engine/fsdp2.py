@@ -19,8 +19,8 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.engine.compile import compile_regions
-from trainables.engine.core import Engine, EngineParts
-from trainables.engine.ddp import optimizer_step
+from trainables.engine.core import Engine, EngineParts, assemble_engine
+from trainables.engine.ddp import optimizer_step, scaled_backward
 from trainables.engine.optim import build_optimizer, build_scheduler
 from trainables.engine.precision import DTYPES
 
@@ -76,20 +76,17 @@ def wrap_fsdp2(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], object
         finally:
             model.set_requires_gradient_sync(True)
 
-    return Engine(
+    return assemble_engine(
+        parts,
+        kind="fsdp2",
         model=model,
         optimizer=optimizer,
-        effective=parts.effective,
-        flops_per_sample=parts.flops_per_sample,
-        peak_tflops=parts.peak_tflops,
-        kind="fsdp2",
-        bare=model,
         scheduler=scheduler,
         scaler=scaler,
-        _no_sync=no_sync,
-        _backward=lambda loss: scaler.scale(loss / cfg.grad_accum_steps).backward(),
-        _step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
+        no_sync=no_sync,
+        backward=scaled_backward(cfg, scaler),
+        step=optimizer_step(cfg, model, optimizer, scaler, scheduler),
         # The policy casts the parameters; floating inputs follow the compute dtype.
-        _dtype=None if parts.precision == "fp32" else DTYPES[parts.precision],
-        **compiled,
+        inputs_dtype=parts.precision,
+        compiled=compiled,
     )

@@ -1,6 +1,6 @@
 """What makes a checkpoint asynchronous here: which save a strategy gets (``checkpoint_mode``),
 and the stager that copies the state to host memory for ``dcp.async_save`` (``make_stager``,
-``CachedStager``, ``kept_open``). Used by trainables/checkpoint_state.py."""
+``CachedStager``, ``kept_open``). Used by trainables/checkpoint/state.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Checkpoints of a training run: what goes in, how it is known to be complete, where a run
 resumes from.
 
-A checkpoint folder (``checkpoint_step0000200``) holds:
+A checkpoint folder (``checkpoint_step0000200``; the names: stage1_common/output_root.py,
+RunFolder and CheckpointFolder) holds:
 
 - DDP and FSDP2: ``dcp-<token>/`` (named in meta.json, new for every save), torch.distributed.checkpoint's save of the model and optimizer
   (every rank writes its part, ``__<rank>_<n>.distcp``; rank 0 the ``.metadata``), written
-  asynchronously by default (trainables/checkpoint_state.py), and ``state.pt`` from rank 0 with
+  asynchronously by default (trainables/checkpoint/state.py), and ``state.pt`` from rank 0 with
   the lr schedule and loss scaler;
 - DeepSpeed: ``ds/``, written by ``engine.save_checkpoint`` from every rank (its own optimizer
   shards; with ZeRO-3 its own parameter shards too);
@@ -15,13 +16,13 @@ A checkpoint folder (``checkpoint_step0000200``) holds:
   rank wrote and their sizes, and the save's times (``save_s``, ``block_s``, ``wait_s``).
 
 The model and optimizer state as DCP sees it (``dcp_state``) and its loading (``load_state``)
-are here too; the writing is trainables/checkpoint_state.py's.
+are here too; the writing is trainables/checkpoint/state.py's.
 
 Every rank writes its part straight into the checkpoint's folder in the run's storage (no
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
 checkpoint to Ray Train at the first report after it is complete. For an output root on object
 storage the folder is on each node, and Ray Train uploads it to the bucket
-(trainables/ray_worker.py; resuming from there: trainables/remote_checkpoints.py). A checkpoint counts as
+(trainables/ray_worker.py; resuming from there: trainables/checkpoint/remote.py). A checkpoint counts as
 complete only when every rank's done file is there and every file it lists has its size: a save
 cut off half-way (a kill while an asynchronous write was in flight) is never resumed from,
 whatever cut it (the resume scan skips it and says so).
@@ -40,12 +41,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from stage1_common.output_root import CheckpointFolder, RunFolder
 from trainables.distributed import broadcast_from_rank0
 
 __all__ = [
     "best_checkpoint",
-    "checkpoint_name",
-    "checkpoint_step",
     "complete_by",
     "dcp_dir",
     "dcp_state",
@@ -61,16 +61,8 @@ __all__ = [
     "write_small_parts",
 ]
 
-_NAME = re.compile(r"^checkpoint_step(\d+)$")
-META = "meta.json"
-DS_TAG = "ds"
-DCP_DIR = "dcp"
 # What must match for a checkpoint's data position and shards to mean the same thing.
 SHAPE_KEYS = ("world_size", "micro_batch", "grad_accum_steps", "strategy", "zero_stage", "seed")
-
-
-def checkpoint_name(step: int) -> str:
-    return f"checkpoint_step{step:07d}"
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -127,28 +119,28 @@ def prepare_folder(folder: Path, *, rank: int, world_size: int, clears: bool | N
 
         shutil.rmtree(folder)
     # note: a collective (a barrier), once per checkpoint
-    name = broadcast_from_rank0([f"{DCP_DIR}-{secrets.token_hex(4)}"], world_size)[0]
+    name = broadcast_from_rank0([CheckpointFolder.dcp_name(secrets.token_hex(4))], world_size)[0]
     Path(folder).mkdir(parents=True, exist_ok=True)
     return name
 
 
 def dcp_dir(folder: Path) -> Path | None:
     """A checkpoint's DCP folder (None: DeepSpeed's, or a DDP one from before DCP)."""
-    name = read_meta(folder).get("dcp_dir", DCP_DIR)
+    name = read_meta(folder).get("dcp_dir", CheckpointFolder.DCP)
     path = Path(folder) / name
     return path if path.is_dir() else None
 
 
 def write_small_parts(engine, folder: Path, meta: dict[str, Any], *, rank: int, device) -> None:
-    """What a save writes besides the model and optimizer state (trainables/checkpoint_state.py),
+    """What a save writes besides the model and optimizer state (trainables/checkpoint/state.py),
     synchronously: this rank's RNG states; rank 0 the lr schedule and loss scaler (DDP, FSDP2:
     DeepSpeed saves its own) and ``meta.json``."""
-    folder = Path(folder)
+    parts = CheckpointFolder(folder)
     if rank == 0 and engine.kind != "deepspeed":
-        torch.save(_schedule_state(engine), folder / "state.pt")
-    torch.save(_rng_state(device), folder / f"rng-rank{rank}.pt")
+        torch.save(_schedule_state(engine), parts.state)
+    torch.save(_rng_state(device), parts.rng(rank))
     if rank == 0:
-        (folder / META).write_text(json.dumps(meta, indent=1))
+        parts.meta.write_text(json.dumps(meta, indent=1))
 
 
 def finish_part(folder: Path, rank: int, **times: float) -> int:
@@ -156,10 +148,10 @@ def finish_part(folder: Path, rank: int, **times: float) -> int:
     sizes, and how long the save took (``save_s``), held training (``block_s``) and held the
     run's end (``wait_s``). Returns the bytes of its files."""
     folder = Path(folder)
-    done = folder / f"done-rank{rank}.json"
+    done = CheckpointFolder(folder).done(rank)
     files = {k: v for k, v in _files(folder).items() if _owned(k, rank) and k != done.name}
     # Beside the folder (so no rank lists it), then renamed: it may be written again later.
-    tmp = folder.parent / f".{folder.name}-done-rank{rank}.json.tmp"
+    tmp = folder.parent / f".{folder.name}-{done.name}.tmp"
     tmp.write_text(json.dumps({"files": files, **times}))
     os.replace(tmp, done)
     return sum(files.values())
@@ -168,7 +160,8 @@ def finish_part(folder: Path, rank: int, **times: float) -> int:
 def part_records(folder: Path) -> list[dict[str, Any]]:
     """Every rank's done file of a complete checkpoint, in rank order."""
     world = int(read_meta(folder)["world_size"])
-    return [json.loads((Path(folder) / f"done-rank{r}.json").read_text()) for r in range(world)]
+    parts = CheckpointFolder(folder)
+    return [json.loads(parts.done(r).read_text()) for r in range(world)]
 
 
 def is_complete(folder: Path) -> tuple[bool, str]:
@@ -185,38 +178,28 @@ def is_complete(folder: Path) -> tuple[bool, str]:
 def complete_by(read_text, size) -> tuple[bool, str]:
     """``is_complete`` over any store: ``read_text(name)`` and ``size(name)`` (None when the file
     is not there) of the files in one checkpoint's folder (a local folder, or a bucket's
-    listing: trainables/remote_checkpoints.py)."""
+    listing: trainables/checkpoint/remote.py)."""
     try:
-        meta = json.loads(read_text(META))
+        meta = json.loads(read_text(CheckpointFolder.META))
     except (OSError, ValueError):
-        return False, f"{META} missing or unreadable"
+        return False, f"{CheckpointFolder.META} missing or unreadable"
     for rank in range(int(meta["world_size"])):
+        done = CheckpointFolder.DONE.format(rank=rank)
         try:
-            files = json.loads(read_text(f"done-rank{rank}.json"))["files"]
+            files = json.loads(read_text(done))["files"]
         except (OSError, ValueError, KeyError):
-            return False, f"rank {rank}'s part is missing (done-rank{rank}.json)"
+            return False, f"rank {rank}'s part is missing ({done})"
         for name, n in files.items():
             if size(name) != n:
                 return False, f"rank {rank}'s {name} is missing or cut short"
     return True, ""
 
 
-def checkpoint_step(name: str) -> int | None:
-    """The step of a checkpoint folder's name (None for any other name)."""
-    m = _NAME.match(name)
-    return int(m.group(1)) if m else None
-
-
 def find_resume_checkpoint(run_dir: Path) -> tuple[Path | None, list[str]]:
     """The newest complete checkpoint under ``run_dir`` (None if there is none) and a note for
     every newer one that was skipped as incomplete."""
-    found = []
-    for path in Path(run_dir).glob("checkpoint_step*"):
-        m = _NAME.match(path.name)
-        if m and path.is_dir():
-            found.append((int(m.group(1)), path))
     skipped = []
-    for _, path in sorted(found, reverse=True):
+    for path in reversed(RunFolder(run_dir).checkpoints()):
         ok, why = is_complete(path)
         if ok:
             return path, skipped
@@ -228,8 +211,8 @@ def best_checkpoint(run_dir: Path, order: str) -> list:
     """[folder, score] of the complete checkpoint with the best validation score ("min" or
     "max"; the later one on a tie, as a later checkpoint has trained longer), or [None, None]."""
     best: list = [None, None]
-    for path in sorted(Path(run_dir).glob("checkpoint_step*")):
-        if not (_NAME.match(path.name) and is_complete(path)[0]):
+    for path in RunFolder(run_dir).checkpoints():
+        if not is_complete(path)[0]:
             continue
         score = read_meta(path).get("score")
         if score is None:
@@ -240,7 +223,7 @@ def best_checkpoint(run_dir: Path, order: str) -> list:
 
 
 def read_meta(folder: Path) -> dict[str, Any]:
-    return json.loads((Path(folder) / META).read_text())
+    return json.loads(CheckpointFolder(folder).meta.read_text())
 
 
 def check_shape(meta: dict[str, Any], shape: dict[str, Any], folder: Path) -> str:
@@ -269,7 +252,7 @@ def load_schedule(engine, folder: Path) -> None:
     """The lr schedule and loss scaler of a DDP or FSDP2 checkpoint (DeepSpeed loads its own)."""
     if engine.kind == "deepspeed":
         return
-    state = torch.load(Path(folder) / "state.pt", map_location="cpu", weights_only=False)
+    state = torch.load(CheckpointFolder(folder).state, map_location="cpu", weights_only=False)
     engine.scheduler.load_state_dict(state["scheduler"])
     if engine.scaler is not None and state.get("scaler"):
         engine.scaler.load_state_dict(state["scaler"])
@@ -283,7 +266,8 @@ def _schedule_state(engine) -> dict[str, Any]:
 
 
 def restore_rng(folder: Path, *, rank: int, device) -> None:
-    state = torch.load(Path(folder) / f"rng-rank{rank}.pt", map_location="cpu", weights_only=False)
+    path = CheckpointFolder(folder).rng(rank)
+    state = torch.load(path, map_location="cpu", weights_only=False)
     _set_rng_state(state, device)
 
 
@@ -298,17 +282,20 @@ def dcp_state(engine) -> dict[str, Any]:
 
 def load_state(engine, folder: Path) -> None:
     """Load the checkpoint's model and optimizer state into ``engine`` (every rank calls it)."""
-    folder = Path(folder)
+    parts = CheckpointFolder(folder)
     if engine.kind == "deepspeed":
         path, _ = engine.model.load_checkpoint(
-            str(folder), tag=DS_TAG, load_optimizer_states=True, load_lr_scheduler_states=True
+            str(parts.path),
+            tag=parts.DEEPSPEED,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
         )
         if path is None:
-            raise RuntimeError(f"DeepSpeed found no checkpoint in {folder / DS_TAG}")
+            raise RuntimeError(f"DeepSpeed found no checkpoint in {parts.deepspeed}")
         return
     path = dcp_dir(folder)
     if path is None:  # a DDP checkpoint from before DCP: whole, in state.pt
-        state = torch.load(folder / "state.pt", map_location="cpu", weights_only=False)
+        state = torch.load(parts.state, map_location="cpu", weights_only=False)
         engine.bare.load_state_dict(state["model"])
         engine.optimizer.load_state_dict(state["optimizer"])
         return

@@ -5,7 +5,7 @@ bucket's listing, and a complete copy of it on every node before any rank loads 
 Ray Train uploads the checkpoints (each node's first local rank reports its node's folder,
 trainables/ray_worker.py) and deletes the node's copy once uploaded; a checkpoint counts as
 complete in the bucket as it does on a disk: every rank's done file there, every file it lists
-with its size (trainables/checkpoint.py: ``complete_by``). A node's copy is made by its first
+with its size (trainables/checkpoint/files.py: ``complete_by``). A node's copy is made by its first
 local rank while the others wait at a barrier; every rank then loads the same folder.
 """
 
@@ -15,8 +15,9 @@ import json
 import shutil
 from pathlib import Path
 
+from stage1_common.output_root import CheckpointFolder, RunFolder
 from stage1_common.storage import Location
-from trainables.checkpoint import checkpoint_step, complete_by, is_complete, read_meta
+from trainables.checkpoint.files import complete_by, is_complete, read_meta
 from trainables.distributed import broadcast_from_rank0
 
 __all__ = ["best_in_bucket", "choose", "local_copy", "newest_in_bucket"]
@@ -27,7 +28,7 @@ def _checkpoints(remote: Location) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for rel, size in remote.files().items():
         top, _, rest = rel.partition("/")
-        if rest and checkpoint_step(top) is not None:
+        if rest and RunFolder.checkpoint_step(top) is not None:
             out.setdefault(top, {})[rest] = size
     return out
 
@@ -42,7 +43,7 @@ def newest_in_bucket(remote: Location) -> tuple[str | None, list[str]]:
     one skipped as incomplete (an upload cut off)."""
     found = _checkpoints(remote)
     skipped = []
-    for name in sorted(found, key=checkpoint_step, reverse=True):
+    for name in sorted(found, key=RunFolder.checkpoint_step, reverse=True):
         ok, why = _complete(remote, name, found[name])
         if ok:
             return name, skipped
@@ -55,10 +56,10 @@ def best_in_bucket(remote: Location, order: str) -> list:
     "max"; the later one on a tie), or [None, None]: ``best_checkpoint`` over the bucket."""
     best: list = [None, None]
     found = _checkpoints(remote)
-    for name in sorted(found, key=checkpoint_step):
+    for name in sorted(found, key=RunFolder.checkpoint_step):
         if not _complete(remote, name, found[name])[0]:
             continue
-        score = json.loads(remote.join(name, "meta.json").read_text()).get("score")
+        score = json.loads(remote.join(name, CheckpointFolder.META).read_text()).get("score")
         if score is None:
             continue
         if best[1] is None or (score <= best[1] if order == "min" else score >= best[1]):
@@ -93,7 +94,8 @@ def _same(folder: Path, there: Location) -> bool:
     if not is_complete(folder)[0]:
         return False
     try:
-        return (folder / "meta.json").read_text() == there.join("meta.json").read_text()
+        meta = CheckpointFolder(folder).meta
+        return meta.read_text() == there.join(CheckpointFolder.META).read_text()
     except OSError:
         return False
 

@@ -5,7 +5,7 @@ one save that may be in flight.
   its part (FSDP2: its shards; DDP: its share of the replicated state, which DCP
   deduplicates), rank 0 the metadata; a checkpoint loads into any world size (DCP reshards).
   With ``checkpoint_async`` (the default) the save is ``dcp.async_save``: the step is held only
-  while the state is copied into the run's host buffers (trainables/async_checkpoint.py:
+  while the state is copied into the run's host buffers (trainables/checkpoint/asynchronous.py:
   CachedStager, pinned on a GPU), and a writer process per rank (a thread where the installed
   torch has no process-based writer) writes the files while training goes on.
 - DeepSpeed: ``engine.save_checkpoint`` under ``ds/``, synchronous; ``checkpoint_mode`` in the
@@ -13,7 +13,7 @@ one save that may be in flight.
 
 At most one save is in flight: the next save waits for it, and so does the run's last one. A
 rank's part counts only once its done file is written, after its files are whole
-(trainables/checkpoint.py): a save cut off by a kill is never resumed from. Rank 0 hands a
+(trainables/checkpoint/files.py): a save cut off by a kill is never resumed from. Rank 0 hands a
 checkpoint to Ray Train only once every rank's part is complete (:meth:`registrable`).
 """
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from trainables.async_checkpoint import checkpoint_mode, kept_open, make_stager
-from trainables.checkpoint import (
-    DS_TAG,
+from stage1_common.output_root import CheckpointFolder
+from trainables.checkpoint.asynchronous import checkpoint_mode, kept_open, make_stager
+from trainables.checkpoint.files import (
     dcp_state,
     finish_part,
     is_complete,
@@ -166,8 +166,9 @@ class CheckpointWriter:
         if self.rank == 0 or self.per_node:
             self._unregistered.append(save.folder)
         if self.engine.kind == "deepspeed":
-            (save.folder / DS_TAG).mkdir(parents=True, exist_ok=True)
-            self.engine.model.save_checkpoint(str(save.folder), tag=DS_TAG, save_latest=False)
+            CheckpointFolder(save.folder).deepspeed.mkdir(parents=True, exist_ok=True)
+            tag = CheckpointFolder.DEEPSPEED
+            self.engine.model.save_checkpoint(str(save.folder), tag=tag, save_latest=False)
         elif self.mode != "sync":
             try:
                 self._start_async(save, path)
@@ -195,7 +196,7 @@ class CheckpointWriter:
         kind = AsyncCheckpointerType.PROCESS if self.mode == "process" else None
         writer = {}
         if self._delay_s:
-            from trainables.delayed_writer import DelayedWriter
+            from trainables.checkpoint.delayed_writer import DelayedWriter
 
             writer["storage_writer"] = DelayedWriter(path, self._delay_s)
         response = dcp.async_save(
@@ -232,7 +233,7 @@ class CheckpointWriter:
 
     def _run_stager(self):
         """One stager per run, its host buffers reused by every save (trainables/
-        async_checkpoint.py: make_stager)."""
+        asynchronous.py: make_stager)."""
         if self._stager is None:
             shared = self.mode == "process"
             self._stager = make_stager(self.device, pinned=self._pinned, shared=shared)
@@ -326,7 +327,7 @@ class CheckpointWriter:
     def _gather_parts(self, folder: Path) -> list[dict[str, Any]]:
         """Every rank's done record of ``folder`` (a collective: rank 0's node holds only its
         own ranks' files)."""
-        record = json.loads((folder / f"done-rank{self.rank}.json").read_text())
+        record = json.loads(CheckpointFolder(folder).done(self.rank).read_text())
         return gather_objects(record, self.world_size)
 
     def superseded_records(self, worst: float, local_rank: int) -> list[dict[str, Any]]:
@@ -348,7 +349,7 @@ class CheckpointWriter:
     def _part_written(self, folder: Path) -> bool:
         if self._save is not None and self._save.folder == folder:
             return False
-        return (Path(folder) / f"done-rank{self.rank}.json").is_file()
+        return CheckpointFolder(folder).done(self.rank).is_file()
 
     def close(self) -> None:
         """The end of the run (or its failure): nothing may stay in flight; the stager's host

@@ -1,6 +1,6 @@
-"""A resident worker group's train function: the Ray Train workers of one resource shape stay
-alive across a sweep's runs and train each run the group pool hands them
-(trainables/groups.py), one after the other.
+"""A resident worker group's ``TorchTrainer`` (``build_group_trainer``) and its train function:
+the Ray Train workers of one resource shape stay alive across a sweep's runs and train each run
+the group pool hands them (trainables/resident/pool.py), one after the other.
 
 Per run, every rank asks the pool for it (no collective while the group is idle, so an idle
 group never meets the process group's timeout), trains it with the same ``run_training`` a fresh
@@ -27,15 +27,41 @@ from trainables.config import TrialConfig
 from trainables.distributed import broadcast_from_rank0
 from trainables.loop import WorkerContext, run_training
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
+from trainables.resident.messages import Assignment, Outcome, Shutdown
+from trainables.resident.shape import GroupShape, scaling_config
 from trainables.startup import import_model_code
 
-__all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
+__all__ = ["RunStopped", "build_group_trainer", "memory_now", "release", "serve_loop_per_worker"]
 
 POLL_S = 2.0  # how long one ask for the next run waits in the pool
 
 
 class RunStopped(Exception):
     """The run's trial was stopped from outside (the pool said so at a window)."""
+
+
+def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
+    """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
+    sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
+    runs until the pool closes the group. No restarts: a failed worker ends the group (the pool
+    fails its run and builds a new group for the next)."""
+    from ray.train import FailureConfig, LoggingConfig, RunConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    cfg = TrialConfig.from_dict(first["config"])
+    cpus = first.get("group_cpus")
+    return TorchTrainer(
+        serve_loop_per_worker,
+        train_loop_config={"pool": pool, "group": group, "group_cpus": cpus},
+        scaling_config=scaling_config(cfg, cpus),
+        torch_config=TorchConfig(timeout_s=GroupShape.of(cfg, cpus).pg_timeout_s),
+        run_config=RunConfig(
+            name=group,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=0),
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
+    )
 
 
 def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
@@ -66,32 +92,34 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
         if job is None:
             continue
-        if job.get("shutdown"):
+        if isinstance(job, Shutdown):
             return
-        threads.set_for(TrialConfig.from_dict(job["config"]))
+        threads.set_for(TrialConfig.from_dict(job.config))
         before = memory_now()
-        outcome = _serve_one(pool, dict(job, torch_seed=torch_seed, imports_s=imports_s), rank)
+        outcome = _serve_one(pool, job, rank, torch_seed, imports_s)
         imports_s = 0.0
         if rank == 0:  # the trial ends now: Tune starts the next one while this rank releases
-            ray.get(pool.finished.remote(job["id"], outcome, before))
-        parts = release(job["config"])
+            ray.get(pool.finished.remote(job.job_id, outcome, before))
+        parts = release(job.config)
         gc.freeze()  # what a run left alive on purpose (modules it imported, caches)
         if rank == 0:
             after = dict(memory_now(), release_s=round(sum(parts.values()), 3))
-            ray.get(pool.released.remote(job["id"], dict(after, release_parts=parts)))
+            ray.get(pool.released.remote(job.job_id, dict(after, release_parts=parts)))
 
 
-def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
-    """Train one run of the pool; returns "ok" or "stopped" (an exception propagates)."""
+def _serve_one(pool, job: Assignment, rank: int, torch_seed: int, imports_s: float) -> Outcome:
+    """Train one run of the pool; returns ``Outcome.OK`` or ``Outcome.STOPPED`` (an exception
+    propagates). ``torch_seed``: the process's default seed; ``imports_s``: the group's imports,
+    counted in its first run."""
     import ray
 
     entry_ts = time.time()
-    cfg = TrialConfig.from_dict(job["config"])
-    run = job["run"]
+    cfg = TrialConfig.from_dict(job.config)
+    run = job.run
     gauges = ray_gauges(run["name"]) if cfg.telemetry else None
     # The RNG states a fresh process starts the run with: torch's default seed (what the loader
     # draws before build_engine seeds torch with cfg.seed), and fixed ones for Python and numpy.
-    torch.manual_seed(job["torch_seed"])
+    torch.manual_seed(torch_seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed % 2**32)
 
@@ -110,12 +138,12 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
             # so, cpu_race on 2 cores). The windows keep their order (one in flight); a stop
             # lands one window later.
             stop = [bool(ray.get(sent.pop())) if sent else False]
-            sent.append(pool.window.remote(job["id"], dict(metrics, resident_group=job["label"])))
+            sent.append(pool.window.remote(job.job_id, dict(metrics, resident_group=job.label)))
         if broadcast_from_rank0(stop, worker.world_size)[0]:
             raise RunStopped(run["name"])
 
     worker: WorkerContext = ray_worker_context(
-        run, report, entry_ts, resident=True, imports_s=job["imports_s"]
+        run, report, entry_ts, resident=True, imports_s=imports_s
     )
     finished = False
     try:
@@ -123,19 +151,19 @@ def _serve_one(pool, job: dict[str, Any], rank: int) -> str:
         finished = True
     except RunStopped:
         finished = True
-        return "stopped"
+        return Outcome.STOPPED
     finally:
         ray.get(sent)  # the last window reaches the pool before the run's end does
         if worker.files is not None:  # a root on object storage
             worker.files.publish_at_end(worker.local_rank, finished=finished)
-    return "ok"
+    return Outcome.OK
 
 
 class _ThreadsPerRun:
     """A resident group reserves the CPUs of the sweep's most demanding run
-    (trainables/trial.py: group_cpus), and Ray gives its workers that many intra-op threads
-    (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it would
-    have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
+    (trainables/resident/shape.py: group_cpus), and Ray gives its workers that many intra-op
+    threads (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it
+    would have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
 
     def __init__(self, started_with: int, group_cpus: int | None):
         self.ray_set = bool(group_cpus) and started_with == int(group_cpus or 0)

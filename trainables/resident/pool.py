@@ -1,12 +1,15 @@
-"""Resident worker groups: a sweep's runs trained in Ray Train workers kept alive across runs.
+"""The group pool: a sweep's resident worker groups (Ray Train workers kept alive across runs)
+and the runs they train.
 
 ``GroupPool`` (one Ray actor per sweep, on the driver's node) keeps one group per resource
-shape (``group_shape``: workers, GPUs, CPUs, placement, process-group timeout; the CPUs are the
-most any planned run of the sweep with the same workers, GPUs and placement needs, the run's
-``group_cpus``, so runs that differ in loader workers or prefetch share a group), at most
-``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function serves runs
-(trainables/serve.py), started by a ``GroupHost`` actor that calls its ``fit()``. A Tune trial
-submits its run and relays the windows (trainables/trial.py: ``relay``).
+shape (``GroupShape``, trainables/resident/shape.py: workers, GPUs, CPUs, placement, nodes,
+process-group timeout; the CPUs are the most any planned run of the sweep with the same key
+needs, the run's ``group_cpus``, so runs that differ in loader workers or prefetch share a
+group), at most ``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function
+serves runs (trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its
+``fit()``. A Tune trial submits its run and relays the windows (trainables/resident/relay.py);
+what they say to each other, and the states of groups and runs, are
+trainables/resident/messages.py.
 
 - A run goes to an idle group of its shape; else to a new group while fewer than ``max_groups``
   are alive; else an idle group of another shape is closed to make room (the run's group starts
@@ -33,9 +36,22 @@ from typing import Any
 
 import ray
 
-__all__ = ["GroupHost", "GroupPool", "LEASE_S"]
+from trainables.resident.messages import (
+    LEASE_S,
+    Assignment,
+    Ended,
+    Event,
+    Failed,
+    GroupState,
+    JobState,
+    Outcome,
+    Shutdown,
+    Window,
+)
+from trainables.resident.shape import GroupShape
 
-LEASE_S = 10.0  # a run whose trial has not polled for this long is cancelled
+__all__ = ["GroupHost", "GroupPool"]
+
 MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
 
 
@@ -43,12 +59,12 @@ MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
 class _Job:
     id: str
     run: dict[str, Any]
-    shape: tuple
+    shape: GroupShape
     submitted: float
-    state: str = "queued"  # queued, running, done, failed, stopped
+    state: JobState = JobState.QUEUED
     group: str = ""
     label: str = ""
-    events: list[tuple[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     last_poll: float = 0.0
     cancelled: bool = False
     deadline: float = 0.0  # when a cancelled run that has not stopped gets its group killed
@@ -58,10 +74,10 @@ class _Job:
 @dataclass
 class _Group:
     id: str
-    shape: tuple
+    shape: GroupShape
     host: Any
     started: float
-    state: str = "starting"  # starting, ready, closing, dead
+    state: GroupState = GroupState.STARTING
     job: str | None = None
     delivered: dict[int, str] = field(default_factory=dict)  # rank -> the job it was given
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -76,13 +92,13 @@ class GroupHost:
     def __init__(self) -> None:
         # What building the group's TorchTrainer needs (torch among it: ~2.5 CPU-s), imported
         # as the actor starts: the host the pool starts with the sweep has it done before the
-        # first run is submitted (trainables/groups.py: GroupPool).
+        # first run is submitted (GroupPool.__init__).
         import ray.train.torch  # noqa: F401
 
-        import trainables.serve  # noqa: F401
+        import trainables.resident.serve  # noqa: F401
 
     def run(self, first: dict[str, Any], pool: str, group: str, storage_path: str) -> str:
-        from trainables.trial import build_group_trainer
+        from trainables.resident.serve import build_group_trainer
 
         build_group_trainer(first, pool, group, storage_path).fit()
         return "closed"
@@ -117,7 +133,7 @@ class GroupPool:
         # No other host starts ahead, so that no import competes with a run being timed.
         self.idle_hosts: list[Any] = [self._new_host()]
         if first is not None:
-            self._start_group(_shape_of(first), first)
+            self._start_group(GroupShape.of_run(first), first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
 
     # --- the trials' side ---
@@ -126,7 +142,7 @@ class GroupPool:
             job = _Job(
                 id=f"{run['name']}#{next(self.ids)}",
                 run=run,
-                shape=_shape_of(run),
+                shape=GroupShape.of_run(run),
                 submitted=time.time(),
                 last_poll=time.monotonic(),
             )
@@ -135,8 +151,8 @@ class GroupPool:
             self._dispatch()
             return job.id
 
-    def poll(self, job_id: str, timeout: float) -> list[tuple[str, Any]]:
-        """The run's new events: ("window", metrics), ("done", outcome), ("error", text)."""
+    def poll(self, job_id: str, timeout: float) -> list[Event]:
+        """The run's new events, waiting up to ``timeout`` for one."""
         with self.cond:
             job = self.jobs[job_id]
             job.last_poll = time.monotonic()
@@ -153,33 +169,39 @@ class GroupPool:
         """Close every idle group and wait (up to ``timeout``) until their workers left: a fresh
         run is about to start and needs the resources they hold. Returns how many closed."""
         with self.cond:
-            idle = [g for g in self.groups.values() if g.state == "ready" and g.job is None]
+            idle = [
+                g for g in self.groups.values() if g.state == GroupState.READY and g.job is None
+            ]
             for group in idle:
-                group.state, group.ended = "closing", "closed to make room for a fresh run"
+                group.state = GroupState.CLOSING
+                group.ended = "closed to make room for a fresh run"
             self.cond.notify_all()
-            self.cond.wait_for(lambda: all(g.state == "dead" for g in idle), timeout=timeout)
+            self.cond.wait_for(
+                lambda: all(g.state == GroupState.DEAD for g in idle), timeout=timeout
+            )
             return len(idle)
 
     # --- the groups' side ---
-    def next_job(self, group_id: str, rank: int, timeout: float) -> dict[str, Any] | None:
-        """The run ``rank`` of the group trains next; {"shutdown": True} when the group closes;
-        None when there is none yet."""
+    def next_job(self, group_id: str, rank: int, timeout: float) -> Assignment | Shutdown | None:
+        """The run ``rank`` of the group trains next; ``Shutdown`` when the group closes; None
+        when there is none yet."""
         with self.cond:
             group = self.groups[group_id]
-            group.state = "ready" if group.state == "starting" else group.state
+            if group.state == GroupState.STARTING:
+                group.state = GroupState.READY
 
             def given() -> bool:
-                return group.state == "closing" or (
+                return group.state == GroupState.CLOSING or (
                     group.job is not None and group.delivered.get(rank) != group.job
                 )
 
             if not self.cond.wait_for(given, timeout=timeout):
                 return None
-            if group.state == "closing":
-                return {"shutdown": True}
+            if group.state == GroupState.CLOSING:
+                return Shutdown()
             job = self.jobs[group.job]
             group.delivered[rank] = job.id
-            return {"id": job.id, "run": job.run, "config": job.run["config"], "label": job.label}
+            return Assignment(job_id=job.id, run=job.run, label=job.label)
 
     def window(self, job_id: str, metrics: dict[str, Any]) -> bool:
         """Rank 0's window of the run; returns whether the run must stop."""
@@ -187,19 +209,21 @@ class GroupPool:
             job = self.jobs[job_id]
             job.window_ts.append(time.monotonic())
             if not job.cancelled:
-                job.events.append(("window", metrics))
+                job.events.append(Window(metrics))
                 self.cond.notify_all()
             return job.cancelled
 
-    def finished(self, job_id: str, outcome: str, before: dict) -> None:
-        """Rank 0: the run ended ("ok" or "stopped"); its ranks release it next, and ask for the
-        next run once done (``released``)."""
+    def finished(self, job_id: str, outcome: Outcome, before: dict) -> None:
+        """Rank 0: the run ended (``Outcome.OK`` or ``Outcome.STOPPED``); its ranks release it
+        next, and ask for the next run once done (``released``)."""
         with self.cond:
             job = self.jobs[job_id]
             group = self.groups[job.group]
-            job.state = "done" if outcome == "ok" else "stopped"
-            job.events.append(("done", outcome))
-            group.runs.append({"run": job.run["name"], "outcome": outcome, "memory_before": before})
+            job.state = JobState.DONE if outcome == Outcome.OK else JobState.STOPPED
+            job.events.append(Ended(outcome))
+            group.runs.append(
+                {"run": job.run["name"], "outcome": outcome.value, "memory_before": before}
+            )
             group.job = None
             self._dispatch()
             self.cond.notify_all()
@@ -220,11 +244,11 @@ class GroupPool:
             return [
                 {
                     "group": g.id,
-                    "shape": dict(zip(SHAPE_KEYS, g.shape, strict=True)),
+                    "shape": g.shape.to_dict(),
                     "host": g.host._actor_id.hex(),  # the GroupHost actor (reused: the same)
                     "started_ts": g.started,
                     "runs": list(g.runs),
-                    "ended": g.ended or g.state,
+                    "ended": g.ended or g.state.value,
                 }
                 for g in self.groups.values()
             ]
@@ -238,12 +262,13 @@ class GroupPool:
                 ray.kill(host)
             self.idle_hosts = []
             for group in self.groups.values():
-                if group.state in ("starting", "ready"):
-                    group.state, group.ended = "closing", "closed at the end of the sweep"
+                if group.state.alive:
+                    group.state, group.ended = GroupState.CLOSING, "closed at the end of the sweep"
             self.cond.notify_all()
             if timeout > 0:
                 self.cond.wait_for(
-                    lambda: all(g.state == "dead" for g in self.groups.values()), timeout=timeout
+                    lambda: all(g.state == GroupState.DEAD for g in self.groups.values()),
+                    timeout=timeout,
                 )
 
     # --- inside ---
@@ -253,13 +278,14 @@ class GroupPool:
             return
         for job_id in list(self.pending):
             job = self.jobs[job_id]
-            alive = [g for g in self.groups.values() if g.state in ("starting", "ready")]
+            alive = [g for g in self.groups.values() if g.state.alive]
             group = next((g for g in alive if g.shape == job.shape and g.job is None), None)
             if group is None and len(alive) >= self.max_groups:
                 idle = next((g for g in alive if g.job is None), None)
                 if idle is None:
                     continue
-                idle.state, idle.ended = "closing", "closed to make room for another shape"
+                idle.state = GroupState.CLOSING
+                idle.ended = "closed to make room for another shape"
                 # The run waits for that group's end (its workers leave, its host is free,
                 # _watch dispatches again): the new group reuses the host and gets the
                 # resources the closing one still holds.
@@ -267,11 +293,11 @@ class GroupPool:
             if group is None:
                 group = self._start_group(job.shape, job.run)
             self.pending.remove(job_id)
-            group.job, job.group, job.state = job.id, group.id, "running"
+            group.job, job.group, job.state = job.id, group.id, JobState.RUNNING
             job.label = f"{group.id} run {len(group.runs) + 1}"
         self.cond.notify_all()
 
-    def _start_group(self, shape: tuple, run: dict[str, Any]) -> _Group:
+    def _start_group(self, shape: GroupShape, run: dict[str, Any]) -> _Group:
         """A new group of ``shape``, its TorchTrainer built from ``run``'s config."""
         gid = f"g{len(self.groups) + 1}"
         host = self.idle_hosts.pop() if self.idle_hosts else self._new_host()
@@ -298,15 +324,15 @@ class GroupPool:
             error = _error_text(exc)
         with self.cond:
             was = group.state
-            group.state = "dead"
+            group.state = GroupState.DEAD
             if error and not group.ended:
                 group.ended = f"failed: {error.strip().splitlines()[-1][:200]}"
             if group.job is not None:
                 job = self.jobs[group.job]
-                if job.state == "running":
-                    job.state = "failed"
-                    job.events.append(("error", error or f"the group ended ({was})"))
-                    group.runs.append({"run": job.run["name"], "outcome": "failed"})
+                if job.state == JobState.RUNNING:
+                    job.state = JobState.FAILED
+                    job.events.append(Failed(error or f"the group ended ({was.value})"))
+                    group.runs.append({"run": job.run["name"], "outcome": Outcome.FAILED.value})
                 group.job = None
             if error or self.closed or group.ended.startswith("killed"):
                 ray.kill(group.host)
@@ -316,12 +342,12 @@ class GroupPool:
             self.cond.notify_all()
 
     def _cancel(self, job: _Job) -> None:
-        if job.cancelled or job.state not in ("queued", "running"):
+        if job.cancelled or job.state.ended:
             return
         job.cancelled = True
-        if job.state == "queued":
+        if job.state == JobState.QUEUED:
             self.pending.remove(job.id)
-            job.state = "stopped"
+            job.state = JobState.STOPPED
             return
         longest = max(
             (b - a for a, b in itertools.pairwise(job.window_ts)), default=0.0
@@ -337,32 +363,14 @@ class GroupPool:
             with self.cond:
                 now = time.monotonic()
                 for job in self.jobs.values():
-                    if job.state in ("queued", "running") and now - job.last_poll > LEASE_S:
+                    if not job.state.ended and now - job.last_poll > LEASE_S:
                         self._cancel(job)
-                    if job.cancelled and job.state == "running" and now > job.deadline:
+                    if job.cancelled and job.state == JobState.RUNNING and now > job.deadline:
                         group = self.groups[job.group]
-                        if group.state != "dead":
+                        if group.state != GroupState.DEAD:
                             group.ended = f"killed: {job.run['name']} did not stop when cancelled"
                             ray.kill(group.host)
                         job.deadline = float("inf")
-
-
-SHAPE_KEYS = (
-    "train_workers",
-    "use_gpu",
-    "cpus_per_worker",
-    "placement_strategy",
-    "nodes",
-    "pg_timeout_s",
-)
-
-
-def _shape_of(run: dict[str, Any]) -> tuple:
-    """The shape of the group ``run`` trains in (its config and the sweep's ``group_cpus``)."""
-    from trainables.config import TrialConfig
-    from trainables.trial import group_shape
-
-    return group_shape(TrialConfig.from_dict(run["config"]), run.get("group_cpus"))
 
 
 def _error_text(exc: BaseException) -> str:
