@@ -252,7 +252,7 @@ def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
             length_bucketing=bucketing,
         )
         loader = build_loader(cfg, rank=0, world_size=1, pin_memory=False)
-        batches = epochs(loader)
+        batches = epochs(loader, cfg.micro_batch)
         masks = [next(batches)["audio_mask"] for _ in range(3 * len(loader))]
         return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
 
@@ -300,7 +300,7 @@ def test_a_corpus_smaller_than_one_global_batch_says_so(prepared_corpus):
         )
         loader = build_loader(cfg, rank=0, world_size=1, pin_memory=False)
         with pytest.raises(ValueError, match="gives no full batch of 64 per worker"):
-            next(epochs(loader))
+            next(epochs(loader, cfg.micro_batch))
 
 
 def test_rows_with_missing_audio_are_skipped_and_counted_up_to_the_fraction(

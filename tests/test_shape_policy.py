@@ -127,7 +127,7 @@ def test_a_bucketed_loader_gives_static_shapes_and_no_padding(prepared_corpus):
         text_tokens=40,
     )
     loaders = [build_loader(cfg, rank=r, world_size=2, pin_memory=False) for r in (0, 1)]
-    its = [EpochIterator(loader).start() for loader in loaders]
+    its = [EpochIterator(loader, cfg.micro_batch).start() for loader in loaders]
     for _ in range(3 * len(loaders[0])):  # three epochs
         a, b = next(its[0]), next(its[1])
         assert a["audio"].shape[1] == b["audio"].shape[1]  # the ranks' shapes agree at each step
@@ -176,7 +176,7 @@ def test_the_loader_keeps_prefetching_across_epoch_boundaries():
     )
     common = dict(num_workers=2, prefetch_factor=2, persistent_workers=True)
     loader = DataLoader(ds, batch_sampler=EpochsBatchSampler(inner, per_batch=4), **common)
-    it = EpochIterator(loader).start()
+    it = EpochIterator(loader, 4).start()
     time.sleep(0.6)  # the queue fills, as it does while the model builds
     ours = waits(it, 16, 0.3)  # four epochs of four batches
     boundary_ours = [ours[i] for i in (4, 8, 12)]

@@ -97,11 +97,12 @@ def test_a_resumed_loader_continues_the_same_sample_sequence(prepared_corpus, bu
     loader = build_loader(cfg, rank=1, world_size=2, pin_memory=False)
     from trainables.data import EpochIterator
 
-    whole = EpochIterator(loader).start()
+    whole = EpochIterator(loader, cfg.micro_batch).start()
     expected = ids(whole, 7)  # 3 batches per epoch: crosses two epoch boundaries
     assert whole.position == {"epoch": 2, "offset": 1}
     for epoch, offset, skip in ((0, 2, 2), (1, 1, 4)):
-        resumed = EpochIterator(build_loader(cfg, rank=1, world_size=2, pin_memory=False))
+        again = build_loader(cfg, rank=1, world_size=2, pin_memory=False)
+        resumed = EpochIterator(again, cfg.micro_batch)
         assert ids(resumed.start(epoch, offset), 7 - skip) == expected[skip:]
 
 

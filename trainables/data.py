@@ -205,10 +205,11 @@ class EpochIterator:
     position (``epoch`` and ``offset``, the batches taken in that epoch) goes into checkpoints,
     and ``start(epoch, offset)`` continues from one. The loader's batch sampler is an
     :class:`EpochsBatchSampler`, so one iterator runs across epochs and the position is counted
-    here from the batches taken."""
+    here from the batches taken. ``micro_batch``: the run's, named when the dataset gives no
+    full batch."""
 
-    def __init__(self, loader: DataLoader):
-        self.loader = loader
+    def __init__(self, loader: DataLoader, micro_batch: int):
+        self.loader, self.micro_batch = loader, micro_batch
         self.epoch = self.offset = 0
         self._start = (0, 0)
         self._taken = 0
@@ -222,12 +223,9 @@ class EpochIterator:
         """Begin (or resume) at ``offset`` batches into ``epoch``; the loader's iterator (and its
         workers' prefetching) starts here, before a resumed run restores its RNG states."""
         if self.batches_per_epoch == 0:
-            size = getattr(self.loader.batch_sampler.inner, "micro_batch", None) or getattr(
-                self.loader.batch_sampler.inner, "batch_size", "?"
-            )
             raise ValueError(
-                f"the dataset gives no full batch of {size} per worker; use a larger corpus "
-                "or a smaller micro_batch"
+                f"the dataset gives no full batch of {self.micro_batch} per worker; use a larger "
+                "corpus or a smaller micro_batch"
             )
         self.epoch, self.offset = epoch, offset
         self._start, self._taken = (epoch, offset), 0
@@ -305,9 +303,10 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
     return ds, collate_padded
 
 
-def epochs(loader: DataLoader) -> EpochIterator:
-    """Batches forever (see :class:`EpochIterator`)."""
-    return EpochIterator(loader)
+def epochs(loader: DataLoader, micro_batch: int) -> EpochIterator:
+    """Batches forever (see :class:`EpochIterator`) of the loader ``build_loader`` made with
+    ``micro_batch``."""
+    return EpochIterator(loader, micro_batch)
 
 
 def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:

@@ -74,7 +74,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     loader = build_loader(
         cfg, rank=worker.rank, world_size=worker.world_size, pin_memory=worker.device.type == "cuda"
     )
-    batches = epochs(loader)
+    batches = epochs(loader, cfg.micro_batch)
     state, resume_from, meta = resume_position(cfg, worker)
     batches.start(int(meta["epoch"]), int(meta["offset"])) if meta else batches.start()
     clock.lap("loader_start")
