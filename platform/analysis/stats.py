@@ -274,13 +274,13 @@ def throttle_names(mask: int) -> list[str]:
 
 
 def bottlenecks(
-    run: dict[str, Any], throttle: pd.Series | None = None, gpu_memory_gib: float | None = None
+    row: dict[str, Any], throttle: pd.Series | None = None, gpu_memory_gib: float | None = None
 ) -> list[dict[str, str]]:
-    """What limits one run, each with the setting to try next. ``run``: its per_run_metrics
+    """What limits one run, each with the setting to try next. ``row``: its per_run_metrics
     row; ``throttle``: the throttle_reasons bitmasks of its GPUs' NVML samples;
     ``gpu_memory_gib``: the smallest total memory of its GPUs (env.json)."""
     lim, out = BOTTLENECK_LIMITS, []
-    share = run.get("data_share")
+    share = row.get("data_share")
     if _finite(share) and share > lim["data_share"]:
         out.append(
             {
@@ -289,7 +289,7 @@ def bottlenecks(
                 "try": "raise num_workers or prefetch_factor (or length_bucketing for padding)",
             }
         )
-    skew = run.get("rank_skew_max")
+    skew = row.get("rank_skew_max")
     if _finite(skew) and skew > lim["rank_skew"]:
         out.append(
             {
@@ -318,7 +318,7 @@ def bottlenecks(
                     "try": "expected under full load; raise the power limit only if the site allows",
                 }
             )
-    peak = run.get("peak_mem_gib")
+    peak = row.get("peak_mem_gib")
     if _finite(peak) and gpu_memory_gib:
         free = 1.0 - peak / gpu_memory_gib
         if free < lim["headroom_low"]:
