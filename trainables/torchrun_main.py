@@ -33,6 +33,8 @@ __all__ = ["main"]
 
 
 def _config(path: Path, overrides: list[str], world_size: int, on_gpu: bool) -> TrialConfig:
+    """The run's config: the file's (a record, not a run ticket: nothing crosses Ray here) with
+    ``overrides`` and this launch's workers and device, parsed once."""
     values = dict(json.loads(path.read_text())["config"])
     for item in overrides:
         key, _, raw = item.partition("=")
@@ -55,17 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda", local_rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
-    cfg_probe = json.loads(args.config.read_text())["config"]
+    # torchrun's WORLD_SIZE: the process group's size, known before it exists (its timeout is
+    # the config's).
+    cfg = _config(args.config, args.set, int(os.environ.get("WORLD_SIZE", 1)), on_gpu)
     dist.init_process_group(
         "nccl" if on_gpu else "gloo",
-        timeout=dt.timedelta(
-            seconds=pg_timeout_for(
-                float(cfg_probe.get("stall_timeout_s", 0)), int(cfg_probe.get("pg_timeout_s", 1800))
-            )
-        ),
+        timeout=dt.timedelta(seconds=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
     )
     rank, world = dist.get_rank(), dist.get_world_size()
-    cfg = _config(args.config, args.set, world, on_gpu)
     rows: list[dict] = []
 
     def report(metrics: dict, checkpoint: tuple[Path, str] | None = None) -> None:
