@@ -31,7 +31,7 @@ def main() -> None:
             stall_timeout_s=0,
         )
         run_training(cfg, gpu_worker(lambda m, checkpoint=None: None))
-        release(cfg.to_dict())
+        release(cfg)
         alloc = torch.cuda.memory_allocated() / 2**20
         print(f"run {i} mb{mb}: allocated {alloc:.0f} MB; gc sees {leftover_tensors()}", flush=True)
         # Memory no Python object holds: kept by a C++ owner. NCCL's work objects keep the

@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         variant: Any = ""
         if step in ("fresh", "hugefresh"):
             if pg_up:  # the child takes the GPU alone (this process keeps its CUDA context)
-                release(cfg.to_dict())
+                release(cfg)
                 import torch.distributed as dist
 
                 dist.destroy_process_group()
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             elif step == "light":
                 light_release()
             else:
-                release(cfg.to_dict())
+                release(cfg)
             if step == "pause":
                 time.sleep(args.pause_s)
             if step == "numa":

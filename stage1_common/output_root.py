@@ -5,9 +5,9 @@ joining its own file names onto a folder, so each name has one home (the layout 
 the README's "What a sweep writes"): the root's own files here, those of a run's folder
 (``runs/<run>/``) in :class:`RunFolder`, those of one of its checkpoints in
 :class:`CheckpointFolder` (tests/test_layering.py fails when another module spells a run
-folder's name itself). The driver hands the object to each step; the workers, which receive
-the root as a plain string in their config, rebuild it with ``OutputRoot.of`` (or a run's
-folder with ``RunFolder(path)``).
+folder's name itself). The driver hands the object to each step; the workers receive where a
+run's files go in the run's ticket (trainables/ticket.py: ``RunStorage.of`` an OutputRoot) and
+name the files of a run's folder with ``RunFolder(path)``.
 
 An output root on object storage (``--output-root s3://bucket/prefix``) is staged: ``path`` is a
 local folder the driver writes as it would write any root, ``remote`` the bucket's address that

@@ -100,7 +100,7 @@ def test_loader_keys_share_a_group_sized_for_the_sweeps_most_demanding_run():
 
 def test_a_group_shape_is_its_key_and_its_cpus_and_groups_json_keeps_its_keys_and_order():
     cfg = TrialConfig(use_gpu=False, train_workers=2, num_workers=1, stall_timeout_s=30.0)
-    shape = GroupShape.of_run({"config": cfg.to_dict(), "group_cpus": 5})
+    shape = GroupShape.of(cfg, 5)
     assert shape.key == GroupKey.of(cfg) and shape.cpus_per_worker == 5
     assert GroupShape.of(cfg).cpus_per_worker == 2  # the run's own: 1 loader worker + 1
     # groups.json's "shape", as the pool wrote it before the shape was a type.
@@ -140,7 +140,7 @@ def test_release_frees_the_planted_leak_and_keeps_the_process_usable():
     leak = faults.build_faults(TrialConfig(inject_leak_mb_per_step=1.0), rank=0)
     leak.after_step(1)
     assert len(faults._LEAKED) == 1
-    release(TrialConfig().to_dict())
+    release(TrialConfig())
     assert faults._LEAKED == []
     assert memory_now()["rss_mb"] > 0
 

@@ -23,6 +23,7 @@ from stage1_common.storage import Location, StorageError
 from tests.cli import run_module
 from tests.s3server import CLIENT_ENV, make_bucket, moto_server
 from trainables.run_files import RunFiles
+from trainables.ticket import RunStorage
 
 BUCKET = "sweeps"
 
@@ -100,8 +101,8 @@ def test_a_workers_run_folder_reaches_the_bucket_and_the_driver(s3, tmp_path):
     # a record left there by an earlier session is an earlier attempt's (workers/previous/).
     uri = f"s3://{BUCKET}/{tmp_path.name}-{uuid.uuid4().hex[:8]}/sweep"
     root = stage_remote_root(uri, resume=False)
-    run = {"name": "r1", "storage_path": f"{uri}/runs", "scratch": root.path.name}
-    files = RunFiles(run)
+    files = RunFiles("r1", RunStorage.of(root))  # as the driver's ticket says it
+    assert files.storage.on_bucket and files.storage.runs == f"{uri}/runs"
     assert files.folder != root.run_dir("r1")  # on the worker's node, not the driver's staging
     files.register(rank=1, local_rank=0)  # uploaded at once: a failed rank's log paths
     assert set(Location.of(f"{uri}/runs/r1").files()) == {"workers/rank1.json"}

@@ -79,7 +79,7 @@ def test_a_slower_group_stops_once_its_upper_bound_is_below_a_finished_groups_lo
         [race.runs[n] for n in (a2, b2, c2)], lambda r: {"name": r.name}, trial_runs, race
     )
     names = [searcher.suggest(f"t{i}") for i in range(3)]
-    assert names[:2] == [{"run": {"name": a2}}, {"run": {"name": c2}}]
+    assert names[:2] == [{"name": a2}, {"name": c2}]
     assert names[2] == Searcher.FINISHED
     assert "left the race (slower)" in race.schedule.state["skipped"][b2]
     saved = json.loads((race.schedule.path.parent / SCHEDULE).read_text())
@@ -220,7 +220,7 @@ def test_asha_ignores_the_warm_up_and_records_its_stops(tmp_path):
 def test_planned_searcher_hands_out_every_run_in_order_without_a_race(tmp_path):
     runs = expand_runs(space_from(tmp_path))
     trial_runs = {}
-    searcher = PlannedSearcher(runs, lambda r: r.name, trial_runs)
+    searcher = PlannedSearcher(runs, lambda r: {"run": r.name}, trial_runs)
     got = [searcher.suggest(f"t{i}") for i in range(len(runs) + 1)]
     assert got[:-1] == [{"run": r.name} for r in runs] and got[-1] == Searcher.FINISHED
     assert trial_runs["t0"] == runs[0].name

@@ -16,6 +16,7 @@ import torch
 
 from stage1_common.machine_cache import machine_cache
 from stage1_common.output_root import RunFolder
+from stage1_common.storage import Location
 from trainables.checkpoint.files import best_checkpoint, read_meta
 from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
@@ -63,6 +64,17 @@ class WorkerContext:
     imports_s: float = 0.0
     # The run's folder and, for a root on object storage, its place in the bucket (Ray Train).
     files: RunFiles | None = None
+
+    @property
+    def on_bucket(self) -> bool:
+        """Whether the run's output root is on object storage (its ticket's storage says so):
+        each node writes its own copy of the run's folder."""
+        return self.files is not None and self.files.storage.on_bucket
+
+    @property
+    def remote(self) -> Location | None:
+        """The run's folder in the bucket of a root on object storage (else None)."""
+        return self.files.remote if self.files is not None else None
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -113,7 +125,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             rank=worker.rank,
             world_size=worker.world_size,
             device=worker.device,
-            per_node=worker.files is not None and worker.files.remote_root,
+            per_node=worker.on_bucket,
         )
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
@@ -296,7 +308,7 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
         registered = run.writer.registrable()
     worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
     if registered is not None and worker.rank == 0:
-        remote = worker.files.remote if worker.files is not None else None
+        remote = worker.remote
         parts = run.writer.registered_parts if run.writer.per_node else None
         shown = remote.join(registered.name).uri if remote is not None else ""
         meta = read_meta(registered)
@@ -321,7 +333,7 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
 def _best(cfg: TrialConfig, worker: WorkerContext) -> list:
     """[folder, score] of the best kept checkpoint, on every rank (from the bucket for a root
     on object storage: a complete copy on every node), or [None, None]."""
-    remote = worker.files.remote if worker.files is not None else None
+    remote = worker.remote
     if remote is None:
         best = [None, None]
         if worker.rank == 0:

@@ -16,6 +16,7 @@ from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.run_files import RunFiles
 from trainables.startup import process_start
+from trainables.ticket import RunTicket
 
 __all__ = ["quiet_report_log", "ray_gauges", "ray_worker_context", "train_loop_per_worker"]
 
@@ -31,16 +32,17 @@ def quiet_report_log() -> None:
 
 
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
-    """Ray Train entry point: one call per worker."""
+    """Ray Train entry point: one call per worker; ``loop_config`` is the run's encoded
+    ``RunTicket`` (trainables/trial.py: build_trainer), decoded here once."""
     entry_ts = time.time()
     import ray.train
 
     quiet_report_log()
-    cfg = TrialConfig.from_dict(loop_config["config"])
-    run = loop_config["run"]
-    gauges = ray_gauges(run["name"]) if cfg.telemetry else None
+    ticket = RunTicket.decode(loop_config)
+    cfg = ticket.config
+    gauges = ray_gauges(ticket.name) if cfg.telemetry else None
     ctx = ray.train.get_context()
-    rank, files = ctx.get_world_rank(), RunFiles(run)
+    rank, files = ctx.get_world_rank(), RunFiles(ticket.name, ticket.storage)
 
     def report(metrics: dict[str, Any], checkpoint: tuple[Path, str] | None = None) -> None:
         if gauges is not None and rank == 0:
@@ -51,7 +53,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             return
         ray.train.report(metrics, **_checkpoint_report(checkpoint, files, ctx, metrics, cfg))
 
-    worker = ray_worker_context(run, report, entry_ts, resident=False, files=files)
+    worker = ray_worker_context(ticket, report, entry_ts, resident=False, files=files)
     finished = False
     try:
         run_training(cfg, worker)
@@ -74,7 +76,7 @@ def _checkpoint_report(
     from ray.train import CheckpointUploadMode
 
     folder, name = checkpoint
-    if files.remote is None:
+    if not files.storage.on_bucket:
         mode, delete = CheckpointUploadMode.NO_UPLOAD, False
     elif ctx.get_local_rank() != 0:
         return {}
@@ -104,7 +106,7 @@ def ray_gauges(run: str):
 
 
 def ray_worker_context(
-    run: dict[str, Any],
+    ticket: RunTicket,
     report: Callable[..., None],
     entry_ts: float,
     *,
@@ -112,14 +114,13 @@ def ray_worker_context(
     imports_s: float = 0.0,
     files: RunFiles | None = None,
 ) -> WorkerContext:
-    """The WorkerContext of this Ray Train worker for ``run`` (the plain dict the driver put in
-    the param space); registers the worker's log files first, before anything can fail."""
+    """The WorkerContext of this Ray Train worker for the run of ``ticket`` (its trial's start
+    time set); registers the worker's log files first, before anything can fail."""
     import ray.train
     import ray.train.torch
 
     ctx = ray.train.get_context()
-    files = files or RunFiles(run)
-    run_dir = files.folder
+    files = files or RunFiles(ticket.name, ticket.storage)
     # First, before anything can fail: where this rank's log files are (fail_tail_lines).
     record = files.register(ctx.get_world_rank(), ctx.get_local_rank())
     return WorkerContext(
@@ -127,9 +128,9 @@ def ray_worker_context(
         world_size=ctx.get_world_size(),
         device=ray.train.torch.get_device(),
         report=report,
-        start_ts=run["trial_start_ts"],
+        start_ts=ticket.start_ts,
         local_rank=ctx.get_local_rank(),
-        run_dir=run_dir,
+        run_dir=files.folder,
         node=record["node_ip"],
         node_id=record["node_id"],
         entry_ts=entry_ts,

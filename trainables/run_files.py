@@ -2,13 +2,13 @@
 export), and how that folder reaches an output root on object storage.
 
 With a root in a folder every node mounts, the worker writes there directly. With a root on
-object storage (the trial's ``run`` carries ``scratch``), each rank writes the folder on its own
-node, under the system's temporary folder, and uploads it to ``<root>/runs/<run>/`` in the
-bucket: its record at once (the driver reads the log paths of a failed rank from it), a stack
-dump as soon as it is written (a hung rank may be killed before it ends), everything else when
-the run ends, also when it fails, with the last ``LOG_TAIL_LINES`` lines of the rank's stdout
-and stderr (``workers/rank<r>.stdout.log``: its node and its Ray session folder may be gone
-later). Each file is uploaded whole (stage1_common/storage.py).
+object storage (the run ticket's ``storage.on_bucket``, trainables/ticket.py), each rank writes
+the folder on its own node, under the system's temporary folder, and uploads it to
+``<root>/runs/<run>/`` in the bucket: its record at once (the driver reads the log paths of a
+failed rank from it), a stack dump as soon as it is written (a hung rank may be killed before it
+ends), everything else when the run ends, also when it fails, with the last ``LOG_TAIL_LINES``
+lines of the rank's stdout and stderr (``workers/rank<r>.stdout.log``: its node and its Ray
+session folder may be gone later). Each file is uploaded whole (stage1_common/storage.py).
 """
 
 from __future__ import annotations
@@ -20,11 +20,17 @@ from typing import Any
 
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location
+from trainables.ticket import RunStorage
 from trainables.worker_logs import register_worker, tail_lines
 
 __all__ = ["LOG_TAIL_LINES", "RunFiles"]
 
 LOG_TAIL_LINES = 2000  # a resident worker's log holds every run it served: the end of it
+
+
+def _scratch_top() -> Path:
+    """Every node's scratch folders of roots on object storage: ``<tmp>/stage1-scratch/``."""
+    return Path(tempfile.gettempdir()) / "stage1-scratch"
 
 
 def _node() -> str:
@@ -42,17 +48,18 @@ def _node() -> str:
 class RunFiles:
     """A run's folder on this node and, for a root on object storage, its place in the bucket."""
 
-    def __init__(self, run: dict[str, Any]) -> None:
-        if run.get("scratch"):
+    def __init__(self, name: str, storage: RunStorage) -> None:
+        """The folder of run ``name`` (a run ticket's) in ``storage``."""
+        self.storage = storage
+        self.remote: Location | None = None  # on a bucket: the run's folder there
+        if storage.on_bucket:
             # One folder per node (several raylets of one host, or containers sharing /tmp,
             # must not share it: each node's copy holds only its own ranks' parts).
-            base = Path(tempfile.gettempdir()) / "stage1-scratch" / run["scratch"] / _node()
-            self.folder = base / OutputRoot.RUNS / run["name"]
-            self._scratch_top = base.parent  # the sweep's: <tmp>/stage1-scratch/<root>
-            self.remote: Location | None = Location.of(run["storage_path"]).join(run["name"])
+            node = _scratch_top() / storage.scratch / _node()
+            self.folder = node / OutputRoot.RUNS / name
+            self.remote = Location.of(storage.runs).join(name)
         else:
-            self.folder = Path(run["storage_path"]) / run["name"]
-            self.remote = None
+            self.folder = Path(storage.runs) / name
         self.record: dict[str, Any] = {}
 
     def register(self, rank: int, local_rank: int) -> dict[str, Any]:
@@ -89,8 +96,8 @@ class RunFiles:
         import shutil
 
         shutil.rmtree(self.folder, ignore_errors=True)
-        folder = self.folder.parent
-        while folder != self._scratch_top.parent:
+        folder, top = self.folder.parent, _scratch_top()
+        while folder != top:
             try:
                 folder.rmdir()  # only when empty
             except OSError:
@@ -111,11 +118,6 @@ class RunFiles:
             self.remote.join(log.relative_to(self.folder).as_posix()).write_text(text)
         if local_rank == 0:
             self.publish_all()
-
-    @property
-    def remote_root(self) -> bool:
-        """Whether the run's root is on object storage (each node holds its own folder)."""
-        return self.remote is not None
 
     def publish(self, path: Path) -> None:
         """Upload one file of the folder now (nothing for a root every node mounts)."""

@@ -58,7 +58,7 @@ def resume_position(
     chooses, every node gets a complete copy). ``worker``: the loop's WorkerContext."""
     state = RunState(attempt_start_ts=time.time())
     folder, skipped = (None, [])
-    remote = worker.files.remote if worker.files is not None else None
+    remote = worker.remote
     if cfg.checkpoint_every and remote is not None:
         from trainables.checkpoint.remote import choose, local_copy, newest_in_bucket
 
@@ -113,8 +113,7 @@ def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: Run
     t0 = time.perf_counter()
     writer.wait()
     folder = RunFolder(worker.run_dir).checkpoint(state.step)
-    per_node = worker.files is not None and worker.files.remote_root
-    clears = worker.local_rank == 0 if per_node else None  # each node's own folder
+    clears = worker.local_rank == 0 if worker.on_bucket else None  # each node's own folder
     dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size, clears=clears)
     meta = {
         # best_metric at the latest validation: how Ray Train ranks it, and the export picks

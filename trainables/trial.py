@@ -7,39 +7,36 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainables.config import TrialConfig
 from trainables.resident.relay import make_room, relay
 from trainables.resident.shape import scaling_config
+from trainables.ticket import RunTicket
 from trainables.watchdog import pg_timeout_for
 
 __all__ = ["build_trainer", "run_trial"]
 
 
-def build_trainer(run: dict[str, Any]):
-    """``run`` is the plain dict the driver puts in the param space: name, group, repeat,
-    storage_path, trial_start_ts and the resolved ``config``."""
+def build_trainer(ticket: RunTicket):
+    """A fresh run's ``TorchTrainer``: its workers receive ``ticket`` (started: its trial's
+    start time set) encoded, and decode it once each (trainables/ray_worker.py)."""
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
     from trainables.ray_worker import train_loop_per_worker  # torch: only where it trains
 
-    cfg = TrialConfig.from_dict(run["config"])
+    cfg = ticket.config
 
     # Forwards rank 0's window reports to the Tune trial, where the platform's Tune callback
     # (in the driver) records them.
     callbacks = [TuneReportCallback()]
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={
-            "config": cfg.to_dict(),
-            "run": {k: v for k, v in run.items() if k != "config"},
-        },
+        train_loop_config=ticket.encode(),
         scaling_config=scaling_config(cfg),
         torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
         run_config=RunConfig(
-            name=run["name"],
-            storage_path=run["storage_path"],
+            name=ticket.name,
+            storage_path=ticket.storage.runs,
             callbacks=callbacks,
             # num_to_keep: the best by best_metric when validating (else the newest); Ray Train
             # always keeps the latest too, which is the one a restart resumes from.
@@ -59,12 +56,13 @@ def build_trainer(run: dict[str, Any]):
 
 
 def run_trial(config: dict[str, Any]) -> None:
-    """Tune entry point; ``config["run"]`` is one run of the sweep (for a resident run, with the
-    name of the sweep's group pool, ``pool``)."""
-    run = dict(config["run"], trial_start_ts=time.time())
-    if run["config"]["executor"] == "resident":
-        relay(run, run["pool"])
+    """Tune entry point; ``config`` is the run's encoded ``RunTicket`` (trainables/ticket.py),
+    decoded here once."""
+    start_ts = time.time()  # startup_s counts from here
+    ticket = RunTicket.decode(config).started(start_ts)
+    if ticket.config.executor == "resident":
+        relay(ticket)
         return
-    if run.get("pool"):  # resident groups of this sweep may hold the resources it needs
-        make_room(run["pool"])
-    build_trainer(run).fit()
+    if ticket.pool:  # resident groups of this sweep may hold the resources it needs
+        make_room(ticket.pool)
+    build_trainer(ticket).fit()

@@ -6,7 +6,9 @@
 - ``OptunaPlanner`` (``search: optuna``): Tune's OptunaSearch over the space's keys (cases as a
   choice) picks groups one after another; each picked group runs its repeats.
 
-Neither keeps a Tune checkpoint: the sweep's record is ``schedule.json``.
+Both hand Tune what ``param`` gives for a run: its trial's param space (the driver's encoded
+``RunTicket``, platform/execution/tuner.py). Neither keeps a Tune checkpoint: the sweep's
+record is ``schedule.json``.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class PlannedSearcher(Searcher):
                 self.race.skip(run.name)
                 continue
             self.trial_runs[trial_id] = run.name
-            return {"run": self.param(run)}
+            return self.param(run)
         return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
@@ -122,7 +124,7 @@ class OptunaPlanner(Searcher):
         run = self.queue.pop(0)
         self.trial_runs[trial_id] = run.name
         self.on_plan(run)
-        return {"run": self.param(run)}
+        return self.param(run)
 
     def _ask(self) -> bool:
         """Ask OptunaSearch for the next group; False when the budget or the space is spent."""

@@ -28,7 +28,8 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
-from trainables.resident.shape import GroupKey, group_cpus
+from trainables.resident.shape import GroupKey, GroupShape, group_cpus
+from trainables.ticket import RunStorage, RunTicket
 from trainables.trial import run_trial
 
 __all__ = ["ResidentPool", "Sweep", "build_sweep", "start_pool"]
@@ -49,10 +50,9 @@ class ResidentPool:
     actor: Any
     cpus: dict[GroupKey, int]
 
-    def param(self, run: RunSpec) -> dict[str, Any]:
-        """What a resident run's trial carries besides the run: the pool and its group's CPUs."""
-        cpus = self.cpus.get(GroupKey.of(run.config), run.config.cpus_per_train_worker)
-        return {"pool": self.name, "group_cpus": cpus}
+    def group_cpus(self, run: RunSpec) -> int:
+        """The CPUs per worker of ``run``'s group (its own when no planned run shares its key)."""
+        return self.cpus.get(GroupKey.of(run.config), run.config.cpus_per_train_worker)
 
 
 @dataclass
@@ -207,10 +207,10 @@ def _search_and_stop(
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs
 
-    pool = sweep.pool
+    storage, pool = RunStorage.of(root), sweep.pool
 
     def param(run: RunSpec) -> dict[str, Any]:
-        return _trial_param(run, root) | (pool.param(run) if pool is not None else {})
+        return _ticket(run, storage, pool).encode()
 
     race = None
     if space.scheduler.name == "race":
@@ -273,36 +273,29 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
         .remote(
             name,
             space.max_concurrent_trials,
-            _group_storage(root),
+            RunStorage.of(root).groups,
             node,
-            {"config": first.config.to_dict(), "group_cpus": cpus[GroupKey.of(first.config)]},
+            GroupShape.of(first.config, cpus[GroupKey.of(first.config)]),
         )
     )
     return ResidentPool(name=name, actor=actor, cpus=cpus)
 
 
-def _group_storage(root: OutputRoot) -> str:
-    """Where Ray Train keeps the resident groups' state: tune/groups/, in the bucket for a
-    root on object storage."""
-    return root.remote_join(OutputRoot.TUNE, "groups") or str(root.group_runs)
-
-
 def _trial_name(trial) -> str:
-    return trial.config["run"]["name"]
+    return RunTicket.name_in(trial.config)
 
 
-def _trial_param(run: RunSpec, root: OutputRoot) -> dict[str, Any]:
-    """What a trial receives (plain values: it crosses the Ray boundary)."""
-    param = {
-        "name": run.name,
-        "group": run.group,
-        "repeat": run.repeat,
-        "storage_path": str(root.runs),
-        "config": run.config.to_dict(),
-    }
-    if root.remote:
-        # Ray Train's storage is the bucket (its state, the checkpoints it uploads); each rank
-        # writes the run's folder on its own node, under this name (trainables/run_files.py).
-        param["storage_path"] = root.remote_join(OutputRoot.RUNS)
-        param["scratch"] = root.path.name
-    return param
+def _ticket(run: RunSpec, storage: RunStorage, pool: ResidentPool | None) -> RunTicket:
+    """The run as its trial receives it: built here alone, where the driver hands runs to Tune
+    (plain values once encoded: Tune's param space crosses the Ray boundary)."""
+    return RunTicket(
+        name=run.name,
+        group=run.group,
+        repeat=run.repeat,
+        storage=storage,
+        config=run.config,
+        # Every run of a sweep with resident groups knows the pool: a fresh one has it close
+        # its idle groups first (trainables/trial.py).
+        pool=pool.name if pool is not None else None,
+        group_cpus=pool.group_cpus(run) if pool is not None else None,
+    )

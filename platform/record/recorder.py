@@ -35,6 +35,7 @@ from platform.spaces.expand import RunSpec
 from platform.storage import results
 from platform.storage.mirror import pull_run
 from stage1_common.output_root import OutputRoot
+from trainables.ticket import RunTicket
 
 __all__ = ["SweepRecorder"]
 
@@ -366,7 +367,7 @@ class SweepRecorder(Callback):
         self._changed()
 
     def _run(self, trial) -> str:
-        return trial.config["run"]["name"]
+        return RunTicket.name_in(trial.config)
 
 
 def _overheads(status: dict[str, Any], result: dict[str, Any]) -> None:

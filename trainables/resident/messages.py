@@ -2,14 +2,15 @@
 trials (trainables/resident/relay.py) and groups' ranks (trainables/resident/serve.py) say to each
 other, and the states the pool keeps of its groups and runs.
 
-- A trial ``submit``s its run (the plain dict Tune gave it) and ``poll``s the pool: each answer
-  is the run's new events, ``Window`` (a window's metrics, for ``tune.report``), ``Ended`` (ok or
-  stopped) or ``Failed`` (the group's error text). A trial that stops polling for ``LEASE_S`` has
-  its run cancelled. A fresh run's trial asks the pool to ``close_idle`` groups.
-- A group's every rank asks for its ``next_job``: an ``Assignment``, ``Shutdown`` when the group
-  closes, or None (nothing yet). Rank 0 sends each ``window`` (the answer: whether the run must
-  stop), then ``finished`` with the run's ``Outcome`` and ``released`` with what the run left in
-  memory.
+- A trial ``submit``s its run (its ``RunTicket``, trainables/ticket.py: the object itself) and
+  ``poll``s the pool: each answer is the run's new events, ``Window`` (a window's metrics, for
+  ``tune.report``), ``Ended`` (ok or stopped) or ``Failed`` (the group's error text). A trial
+  that stops polling for ``LEASE_S`` has its run cancelled. A fresh run's trial asks the pool to
+  ``close_idle`` groups.
+- A group's every rank asks for its ``next_job``: an ``Assignment`` (the run's ticket, as its
+  trial decoded it: no rank parses the run again), ``Shutdown`` when the group closes, or None
+  (nothing yet). Rank 0 sends each ``window`` (the answer: whether the run must stop), then
+  ``finished`` with the run's ``Outcome`` and ``released`` with what the run left in memory.
 
 These cross Ray as pickles; what reaches ``groups.json`` (a group's ``ended``, a run's
 ``outcome``) is the enum's plain string value, as before they were enums.
@@ -20,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from trainables.ticket import RunTicket
 
 __all__ = [
     "LEASE_S",
@@ -105,12 +108,8 @@ class Assignment:
     """The run a group's rank trains next."""
 
     job_id: str  # the pool's id of the submitted run
-    run: dict[str, Any]  # the run as its trial submitted it (name, config, group_cpus, ...)
+    ticket: RunTicket  # the run as its trial submitted it (its start time set)
     label: str  # which group and which of its runs: "g2 run 3" (the manifest's resident_group)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.run["config"]
 
 
 @dataclass(frozen=True)

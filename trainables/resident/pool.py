@@ -49,6 +49,7 @@ from trainables.resident.messages import (
     Window,
 )
 from trainables.resident.shape import GroupShape
+from trainables.ticket import GroupTicket, RunTicket
 
 __all__ = ["GroupHost", "GroupPool"]
 
@@ -58,7 +59,7 @@ MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
 @dataclass
 class _Job:
     id: str
-    run: dict[str, Any]
+    ticket: RunTicket
     shape: GroupShape
     submitted: float
     state: JobState = JobState.QUEUED
@@ -97,10 +98,10 @@ class GroupHost:
 
         import trainables.resident.serve  # noqa: F401
 
-    def run(self, first: dict[str, Any], pool: str, group: str, storage_path: str) -> str:
+    def run(self, shape: GroupShape, group: GroupTicket, storage_path: str) -> str:
         from trainables.resident.serve import build_group_trainer
 
-        build_group_trainer(first, pool, group, storage_path).fit()
+        build_group_trainer(shape, group, storage_path).fit()
         return "closed"
 
 
@@ -113,11 +114,12 @@ class GroupPool:
         max_groups: int,
         storage_path: str,
         node_id: str,
-        first: dict[str, Any] | None = None,
+        first: GroupShape | None = None,
     ):
-        """``first``: the sweep's first run ({"config", "group_cpus"}): its group starts now,
-        before Tune starts the run's trial, so its workers' start and imports overlap the
-        driver's last steps and the trial's start."""
+        """``storage_path``: Ray Train's storage of the groups (``RunStorage.groups``);
+        ``first``: the group of the sweep's first resident run, started now, before Tune starts
+        the run's trial, so its workers' start and imports overlap the driver's last steps and
+        the trial's start."""
         self.name, self.max_groups = name, max(1, int(max_groups))
         self.storage_path, self.node_id = storage_path, node_id
         self.jobs: dict[str, _Job] = {}
@@ -133,16 +135,16 @@ class GroupPool:
         # No other host starts ahead, so that no import competes with a run being timed.
         self.idle_hosts: list[Any] = [self._new_host()]
         if first is not None:
-            self._start_group(GroupShape.of_run(first), first)
+            self._start_group(first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
 
     # --- the trials' side ---
-    def submit(self, run: dict[str, Any]) -> str:
+    def submit(self, ticket: RunTicket) -> str:
         with self.cond:
             job = _Job(
-                id=f"{run['name']}#{next(self.ids)}",
-                run=run,
-                shape=GroupShape.of_run(run),
+                id=f"{ticket.name}#{next(self.ids)}",
+                ticket=ticket,
+                shape=GroupShape.of(ticket.config, ticket.group_cpus),
                 submitted=time.time(),
                 last_poll=time.monotonic(),
             )
@@ -201,7 +203,7 @@ class GroupPool:
                 return Shutdown()
             job = self.jobs[group.job]
             group.delivered[rank] = job.id
-            return Assignment(job_id=job.id, run=job.run, label=job.label)
+            return Assignment(job_id=job.id, ticket=job.ticket, label=job.label)
 
     def window(self, job_id: str, metrics: dict[str, Any]) -> bool:
         """Rank 0's window of the run; returns whether the run must stop."""
@@ -222,7 +224,7 @@ class GroupPool:
             job.state = JobState.DONE if outcome == Outcome.OK else JobState.STOPPED
             job.events.append(Ended(outcome))
             group.runs.append(
-                {"run": job.run["name"], "outcome": outcome.value, "memory_before": before}
+                {"run": job.ticket.name, "outcome": outcome.value, "memory_before": before}
             )
             group.job = None
             self._dispatch()
@@ -232,7 +234,7 @@ class GroupPool:
         """Rank 0: what the run left in memory once released."""
         with self.cond:
             group = self.groups[self.jobs[job_id].group]
-            mine = [r for r in group.runs if r["run"] == self.jobs[job_id].run["name"]]
+            mine = [r for r in group.runs if r["run"] == self.jobs[job_id].ticket.name]
             if mine:
                 mine[-1]["memory_after"] = after
 
@@ -291,20 +293,20 @@ class GroupPool:
                 # resources the closing one still holds.
                 continue
             if group is None:
-                group = self._start_group(job.shape, job.run)
+                group = self._start_group(job.shape)
             self.pending.remove(job_id)
             group.job, job.group, job.state = job.id, group.id, JobState.RUNNING
             job.label = f"{group.id} run {len(group.runs) + 1}"
         self.cond.notify_all()
 
-    def _start_group(self, shape: GroupShape, run: dict[str, Any]) -> _Group:
-        """A new group of ``shape``, its TorchTrainer built from ``run``'s config."""
+    def _start_group(self, shape: GroupShape) -> _Group:
+        """A new group of ``shape`` (its TorchTrainer's workers, trainables/resident/serve.py)."""
         gid = f"g{len(self.groups) + 1}"
         host = self.idle_hosts.pop() if self.idle_hosts else self._new_host()
         group = _Group(id=gid, shape=shape, host=host, started=time.time())
         self.groups[gid] = group
-        first = {"config": run["config"], "group_cpus": run.get("group_cpus")}
-        ref = host.run.remote(first, self.name, gid, self.storage_path)
+        ticket = GroupTicket(pool=self.name, group=gid, cpus=shape.cpus_per_worker)
+        ref = host.run.remote(shape, ticket, self.storage_path)
         threading.Thread(target=self._watch, args=(group, ref), daemon=True).start()
         return group
 
@@ -332,7 +334,7 @@ class GroupPool:
                 if job.state == JobState.RUNNING:
                     job.state = JobState.FAILED
                     job.events.append(Failed(error or f"the group ended ({was.value})"))
-                    group.runs.append({"run": job.run["name"], "outcome": Outcome.FAILED.value})
+                    group.runs.append({"run": job.ticket.name, "outcome": Outcome.FAILED.value})
                 group.job = None
             if error or self.closed or group.ended.startswith("killed"):
                 ray.kill(group.host)
@@ -352,7 +354,7 @@ class GroupPool:
         longest = max(
             (b - a for a, b in itertools.pairwise(job.window_ts)), default=0.0
         )  # the stop lands up to two windows later (serve.py): three of its longest windows
-        stall = float(job.run["config"].get("stall_timeout_s") or 0.0)
+        stall = float(job.ticket.config.stall_timeout_s or 0.0)
         grace = max(MIN_GRACE_S, 3 * longest) if job.window_ts else max(MIN_GRACE_S, stall)
         job.deadline = time.monotonic() + grace
 
@@ -368,7 +370,7 @@ class GroupPool:
                     if job.cancelled and job.state == JobState.RUNNING and now > job.deadline:
                         group = self.groups[job.group]
                         if group.state != GroupState.DEAD:
-                            group.ended = f"killed: {job.run['name']} did not stop when cancelled"
+                            group.ended = f"killed: {job.ticket.name} did not stop when cancelled"
                             ray.kill(group.host)
                         job.deadline = float("inf")
 

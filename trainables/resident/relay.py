@@ -4,9 +4,8 @@ a fresh run's trial has the pool close its idle groups first (``make_room``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainables.resident.messages import RELAY_POLL_S, Failed, Window
+from trainables.ticket import RunTicket
 
 __all__ = ["ResidentRunError", "make_room", "relay"]
 
@@ -15,14 +14,15 @@ class ResidentRunError(RuntimeError):
     """A run that failed in its resident group; the message is the group's error text."""
 
 
-def relay(run: dict[str, Any], pool_name: str) -> None:
-    """Submit ``run`` to the sweep's group pool and pass its windows to Tune until it ends. A
-    trial stopped by Tune stops polling (its actor ends), which the pool takes as a cancel."""
+def relay(ticket: RunTicket) -> None:
+    """Submit the run to the sweep's group pool (``ticket.pool``; the ticket object itself, Ray
+    pickles it) and pass its windows to Tune until it ends. A trial stopped by Tune stops
+    polling (its actor ends), which the pool takes as a cancel."""
     import ray
     from ray import tune
 
-    pool = ray.get_actor(pool_name)
-    job = ray.get(pool.submit.remote(run))
+    pool = ray.get_actor(ticket.pool)
+    job = ray.get(pool.submit.remote(ticket))
     ended = False
     try:
         while not ended and not _stopping():

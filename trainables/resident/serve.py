@@ -28,8 +28,9 @@ from trainables.distributed import broadcast_from_rank0
 from trainables.loop import WorkerContext, run_training
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
 from trainables.resident.messages import Assignment, Outcome, Shutdown
-from trainables.resident.shape import GroupShape, scaling_config
+from trainables.resident.shape import GroupShape
 from trainables.startup import import_model_code
+from trainables.ticket import GroupTicket
 
 __all__ = ["RunStopped", "build_group_trainer", "memory_now", "release", "serve_loop_per_worker"]
 
@@ -40,23 +41,21 @@ class RunStopped(Exception):
     """The run's trial was stopped from outside (the pool said so at a window)."""
 
 
-def build_group_trainer(first: dict[str, Any], pool: str, group: str, storage_path: str):
-    """A resident group's ``TorchTrainer``, shaped by the first run it trains (its CPUs: the
-    sweep's ``group_cpus`` for its key, which the driver puts in every run): its workers serve
-    runs until the pool closes the group. No restarts: a failed worker ends the group (the pool
-    fails its run and builds a new group for the next)."""
+def build_group_trainer(shape: GroupShape, group: GroupTicket, storage_path: str):
+    """A resident group's ``TorchTrainer`` of ``shape`` (its CPUs: the sweep's ``group_cpus``
+    for its key, which the driver puts in every run's ticket): its workers serve runs until the
+    pool closes the group. No restarts: a failed worker ends the group (the pool fails its run
+    and builds a new group for the next)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    cfg = TrialConfig.from_dict(first["config"])
-    cpus = first.get("group_cpus")
     return TorchTrainer(
         serve_loop_per_worker,
-        train_loop_config={"pool": pool, "group": group, "group_cpus": cpus},
-        scaling_config=scaling_config(cfg, cpus),
-        torch_config=TorchConfig(timeout_s=GroupShape.of(cfg, cpus).pg_timeout_s),
+        train_loop_config=group.encode(),
+        scaling_config=shape.scaling_config(),
+        torch_config=TorchConfig(timeout_s=shape.pg_timeout_s),
         run_config=RunConfig(
-            name=group,
+            name=group.group,
             storage_path=storage_path,
             failure_config=FailureConfig(max_failures=0),
             logging_config=LoggingConfig(log_level="WARNING"),
@@ -70,8 +69,8 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     import ray.train
 
     quiet_report_log()
-    pool = ray.get_actor(loop_config["pool"])
-    group = loop_config["group"]
+    mine = GroupTicket.decode(loop_config)
+    pool, group = ray.get_actor(mine.pool), mine.group
     rank = ray.train.get_context().get_world_rank()
     torch_seed = torch.initial_seed()  # a new process's default seed, before any run
     # The model code first (the first run's "imports" part), then every object alive is the
@@ -87,20 +86,20 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     gc.collect()
     gc.freeze()
     imports_s = time.monotonic() - t0
-    threads = _ThreadsPerRun(torch.get_num_threads(), loop_config.get("group_cpus"))
+    threads = _ThreadsPerRun(torch.get_num_threads(), mine.cpus)
     while True:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
         if job is None:
             continue
         if isinstance(job, Shutdown):
             return
-        threads.set_for(TrialConfig.from_dict(job.config))
+        threads.set_for(job.ticket.config)
         before = memory_now()
         outcome = _serve_one(pool, job, rank, torch_seed, imports_s)
         imports_s = 0.0
         if rank == 0:  # the trial ends now: Tune starts the next one while this rank releases
             ray.get(pool.finished.remote(job.job_id, outcome, before))
-        parts = release(job.config)
+        parts = release(job.ticket.config)
         gc.freeze()  # what a run left alive on purpose (modules it imported, caches)
         if rank == 0:
             after = dict(memory_now(), release_s=round(sum(parts.values()), 3))
@@ -114,9 +113,9 @@ def _serve_one(pool, job: Assignment, rank: int, torch_seed: int, imports_s: flo
     import ray
 
     entry_ts = time.time()
-    cfg = TrialConfig.from_dict(job.config)
-    run = job.run
-    gauges = ray_gauges(run["name"]) if cfg.telemetry else None
+    ticket = job.ticket  # as its trial decoded it (Ray pickled the object: no parsing here)
+    cfg = ticket.config
+    gauges = ray_gauges(ticket.name) if cfg.telemetry else None
     # The RNG states a fresh process starts the run with: torch's default seed (what the loader
     # draws before build_engine seeds torch with cfg.seed), and fixed ones for Python and numpy.
     torch.manual_seed(torch_seed)
@@ -140,10 +139,10 @@ def _serve_one(pool, job: Assignment, rank: int, torch_seed: int, imports_s: flo
             stop = [bool(ray.get(sent.pop())) if sent else False]
             sent.append(pool.window.remote(job.job_id, dict(metrics, resident_group=job.label)))
         if broadcast_from_rank0(stop, worker.world_size)[0]:
-            raise RunStopped(run["name"])
+            raise RunStopped(ticket.name)
 
     worker: WorkerContext = ray_worker_context(
-        run, report, entry_ts, resident=True, imports_s=imports_s
+        ticket, report, entry_ts, resident=True, imports_s=imports_s
     )
     finished = False
     try:
@@ -165,8 +164,8 @@ class _ThreadsPerRun:
     threads (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it
     would have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
 
-    def __init__(self, started_with: int, group_cpus: int | None):
-        self.ray_set = bool(group_cpus) and started_with == int(group_cpus or 0)
+    def __init__(self, started_with: int, group_cpus: int):
+        self.ray_set = started_with == group_cpus
         self.started_with = started_with
 
     def set_for(self, cfg: TrialConfig) -> None:
@@ -174,7 +173,7 @@ class _ThreadsPerRun:
             torch.set_num_threads(min(self.started_with, cfg.cpus_per_train_worker))
 
 
-def release(config: dict[str, Any]) -> dict[str, float]:
+def release(cfg: TrialConfig) -> dict[str, float]:
     """Free what a finished run built and put back what it changed: its model, optimizer,
     engine, loader workers and CUDA graphs (unreachable once the run returned: collected here),
     compiled code and cudagraph trees (``torch._dynamo.reset``), the tensors NCCL keeps of the
@@ -197,7 +196,7 @@ def release(config: dict[str, Any]) -> dict[str, float]:
     faults.release()
     gc.collect()
     lap("collect")
-    if TrialConfig.from_dict(config).torch_compile or _dynamo_loaded():
+    if cfg.torch_compile or _dynamo_loaded():
         import torch._dynamo as dynamo
 
         dynamo.reset()

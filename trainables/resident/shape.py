@@ -58,16 +58,13 @@ class GroupShape:
     @classmethod
     def of(cls, cfg: TrialConfig, cpus: int | None = None) -> GroupShape:
         """The shape of ``cfg``'s group: CPUs per worker ``cpus`` (the sweep's ``group_cpus``
-        for the run's key) or else the run's own."""
+        for the run's key) or else the run's own. ``use_gpu`` must be resolved (the driver
+        does it before the first trial)."""
+        if cfg.use_gpu == "auto":
+            raise ValueError("use_gpu must be resolved by the driver before the trial starts")
         return cls(
             cpus_per_worker=int(cpus or cfg.cpus_per_train_worker), **asdict(GroupKey.of(cfg))
         )
-
-    @classmethod
-    def of_run(cls, run: dict[str, Any]) -> GroupShape:
-        """The shape of the group ``run`` trains in: a run as the pool receives it, its
-        ``config`` and the sweep's ``group_cpus`` for its key."""
-        return cls.of(TrialConfig.from_dict(run["config"]), run.get("group_cpus"))
 
     @property
     def key(self) -> GroupKey:
@@ -76,6 +73,21 @@ class GroupShape:
     def to_dict(self) -> dict[str, Any]:
         """``groups.json``'s ``shape`` of the group."""
         return asdict(self)
+
+    def scaling_config(self):
+        """Ray Train's worker group of this shape: one worker per GPU (or CPU worker), its
+        CPUs, its placement."""
+        from ray.train import ScalingConfig
+
+        resources = {"CPU": self.cpus_per_worker}
+        if self.use_gpu:
+            resources["GPU"] = 1
+        return ScalingConfig(
+            num_workers=self.train_workers,
+            use_gpu=self.use_gpu,
+            resources_per_worker=resources,
+            placement_strategy=self.placement_strategy,
+        )
 
 
 def group_cpus(configs: Iterable[TrialConfig]) -> dict[GroupKey, int]:
@@ -89,20 +101,6 @@ def group_cpus(configs: Iterable[TrialConfig]) -> dict[GroupKey, int]:
     return most
 
 
-def scaling_config(cfg: TrialConfig, cpus: int | None = None):
-    """Ray Train's worker group of a run's shape (a fresh run's own, or a resident group's): one
-    worker per GPU (or CPU worker), its CPUs (``cpus``, or the run's own), its placement."""
-    from ray.train import ScalingConfig
-
-    if cfg.use_gpu == "auto":
-        raise ValueError("use_gpu must be resolved by the driver before the trial starts")
-    shape = GroupShape.of(cfg, cpus)
-    resources = {"CPU": shape.cpus_per_worker}
-    if shape.use_gpu:
-        resources["GPU"] = 1
-    return ScalingConfig(
-        num_workers=shape.train_workers,
-        use_gpu=shape.use_gpu,
-        resources_per_worker=resources,
-        placement_strategy=shape.placement_strategy,
-    )
+def scaling_config(cfg: TrialConfig):
+    """Ray Train's worker group of a fresh run: its shape with the run's own CPUs."""
+    return GroupShape.of(cfg).scaling_config()
