@@ -467,3 +467,117 @@ def test_a_spelled_name_is_found_in_each_form():
     ]
     for source in different:
         assert spelled_names(source) == [], source
+
+
+# --- a run crosses the Ray boundary as a RunTicket: its dict is read in trainables/ticket.py only
+
+TICKET_HOME = "trainables/ticket.py"
+# Names the run's dict went by, and still would: a run (``run``), a train function's argument
+# (``loop_config``), the driver's param space (``param``), the resident pool's first group
+# (``first``).
+RUN_DICT_NAMES = {"run", "loop_config", "param", "first"}
+RUN_DICT_ATTRS = {"run"}  # an object's run: ``job.run``, ``assignment.run``
+# Tune's trial config (``config`` in the trial function, ``trial.config`` in the driver's
+# callbacks): a run dict under its "run" key.
+TUNE_CONFIG = "config"
+_KEY_METHODS = {"get", "pop", "setdefault"}
+
+
+def _keyed(node: ast.AST) -> tuple[ast.AST, str] | None:
+    """(container, key) of ``X["key"]`` or ``X.get("key", ...)`` / ``.pop`` / ``.setdefault``,
+    or of ``"key" in X``; None for anything else."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        key = node.slice.value
+        return (node.value, key) if isinstance(key, str) else None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+        first = node.args[0]
+        if node.func.attr in _KEY_METHODS and isinstance(first, ast.Constant):
+            return (node.func.value, first.value) if isinstance(first.value, str) else None
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant):
+        if isinstance(node.left.value, str) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            return node.comparators[0], node.left.value
+    return None
+
+
+def _names_a_run_dict(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in RUN_DICT_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr in RUN_DICT_ATTRS
+    # X["run"], whatever X is; a run dict's part (run["config"]) is a run dict too.
+    keyed = _keyed(node)
+    return keyed is not None and (keyed[1] == "run" or _names_a_run_dict(keyed[0]))
+
+
+def run_dict_reads(source: str) -> list[tuple[int, str]]:
+    """(line, code) of each read or write of a run's dict by a string key in ``source``: a
+    string-keyed subscript (``X["k"]``, read or assigned), ``X.get("k")`` / ``.pop`` /
+    ``.setdefault`` or ``"k" in X``, where X is
+
+    - a name the run's dict goes by (``RUN_DICT_NAMES``: run, loop_config, param, first) or an
+      attribute ``.run`` (``job.run``);
+    - a string-keyed read of "run" (``X["run"]["name"]``, ``X["run"].get(...)``), or of any key
+      of a run dict (``run["config"]["executor"]``);
+    - or, for the key "run" only, Tune's trial config: a name or attribute ``config``
+      (``config["run"]``, ``trial.config["run"]``).
+
+    Other dicts are not runs: manifest and metrics rows (``row``, ``rec``, ``r``), records read
+    from files (``record["config"]``), data frames (``df["run"]``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        keyed = _keyed(node)
+        if keyed is None:
+            continue
+        container, key = keyed
+        tune_config = (isinstance(container, ast.Name) and container.id == TUNE_CONFIG) or (
+            isinstance(container, ast.Attribute) and container.attr == TUNE_CONFIG
+        )
+        if _names_a_run_dict(container) or (key == "run" and tune_config):
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+def test_no_module_reads_a_run_dict_by_key_outside_the_ticket():
+    """A run travels as a ``RunTicket`` (trainables/ticket.py): the driver builds it where it
+    hands the run to Tune, and every process decodes it once. No other module of platform/,
+    trainables/, data_prep/ or stage1_common/ reads or writes a run's dict by a string key
+    (``run_dict_reads`` says what counts)."""
+    offenders = []
+    for path in module_files().values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel != TICKET_HOME:
+            offenders += [
+                f"{rel}:{line}: {code}" for line, code in run_dict_reads(path.read_text())
+            ]
+    assert offenders == []
+
+
+def test_a_run_dict_read_by_key_is_found_in_each_form():
+    """The check above can fail: each way the run's dict was read before the ticket (issue 44)
+    is found, and the dicts that are not runs are not."""
+    read = [
+        'run["config"]["executor"]',
+        'job.run["config"].get("stall_timeout_s")',
+        'cfg = TrialConfig.from_dict(loop_config["config"])',
+        'pool = loop_config["pool"]',
+        'scratch = run.get("scratch")',
+        'trial.config["run"]["name"]',
+        'run = dict(config["run"], trial_start_ts=time.time())',
+        'param["scratch"] = root.path.name',
+        'cpus = first.get("group_cpus")',
+        'resident = "pool" in run',
+        'x = event["run"]["name"]',
+    ]
+    for source in read:
+        assert run_dict_reads(source), source
+    not_runs = [
+        'share = row.get("data_share")',
+        'names = [r["run"] for r in manifest]',
+        'timing[timing["run"] == run]',
+        'config = dict(record["config"])',
+        'value = config["max_steps"]',
+        "name = ticket.name",
+        "stall = job.ticket.config.stall_timeout_s",
+    ]
+    for source in not_runs:
+        assert run_dict_reads(source) == [], source
