@@ -201,7 +201,8 @@ def _run_child(variant: str, cache: Path, temperature: str, profile: bool, timeo
     wall = round(time.perf_counter() - t0, 1)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode or not lines:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        # Enough of the end to show an error's cause (the record; the table shows its start).
+        tail = (done.stderr or done.stdout).strip().splitlines()[-25:]
         return {"variant": variant, "run": temperature, "error": " | ".join(tail), "wall_s": wall}
     return {**json.loads(lines[-1]), "run": temperature, "wall_s": wall}
 
