@@ -55,6 +55,7 @@ class OutputRoot:
     CACHE = "cache"
     TOKENIZERS = "tokenizers"
     TUNE = "tune"
+    GROUP_RUNS = "groups"  # tune/groups/: Ray Train's state of the resident groups
     # --logger mlflow's store when no MLFLOW_TRACKING_URI names one (platform/record/loggers.py).
     MLFLOW_DB = "mlflow.db"
     MLFLOW_ARTIFACTS = "mlflow_artifacts"
@@ -120,7 +121,7 @@ class OutputRoot:
     @property
     def group_runs(self) -> Path:
         """Ray Train's own state of the resident groups (beside Tune's, under ``tune/``)."""
-        return self.path / self.TUNE / "groups"
+        return self.path / self.TUNE / self.GROUP_RUNS
 
     @property
     def runs(self) -> Path:

@@ -1,7 +1,8 @@
 """Fault injection for tests (the ``inject_*`` keys): a slow step, a step that raises, a rank
 that kills itself with SIGKILL, host memory that is never freed (and, in
-trainables/checkpoint/state.py, a slow checkpoint writer). Built once from the config for one rank; with every key off (or
-none aimed at this rank) it is a no-op object, so the step itself holds no injection branch.
+trainables/checkpoint/state.py, a slow checkpoint writer). Built once from the config for one
+rank; with every key off (or none aimed at this rank) it is a no-op object, so the step itself
+holds no injection branch.
 
 Faults act in a run's first attempt only: a rank that arms any writes
 ``faults_armed-rank<r>.json`` in the run's folder (its own: the ranks of one attempt start at

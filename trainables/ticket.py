@@ -57,7 +57,7 @@ class RunStorage:
         if root.remote:
             return cls(
                 runs=root.remote_join(OutputRoot.RUNS),
-                groups=root.remote_join(OutputRoot.TUNE, "groups"),
+                groups=root.remote_join(OutputRoot.TUNE, OutputRoot.GROUP_RUNS),
                 scratch=root.path.name,
             )
         return cls(runs=str(root.runs), groups=str(root.group_runs))

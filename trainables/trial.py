@@ -8,9 +8,8 @@ import time
 from typing import Any
 
 from trainables.resident.relay import make_room, relay
-from trainables.resident.shape import scaling_config
+from trainables.resident.shape import GroupShape
 from trainables.ticket import RunTicket
-from trainables.watchdog import pg_timeout_for
 
 __all__ = ["build_trainer", "run_trial"]
 
@@ -25,6 +24,7 @@ def build_trainer(ticket: RunTicket):
     from trainables.ray_worker import train_loop_per_worker  # torch: only where it trains
 
     cfg = ticket.config
+    shape = GroupShape.of(cfg)  # the run's own CPUs: a fresh run's worker group
 
     # Forwards rank 0's window reports to the Tune trial, where the platform's Tune callback
     # (in the driver) records them.
@@ -32,8 +32,8 @@ def build_trainer(ticket: RunTicket):
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=ticket.encode(),
-        scaling_config=scaling_config(cfg),
-        torch_config=TorchConfig(timeout_s=pg_timeout_for(cfg.stall_timeout_s, cfg.pg_timeout_s)),
+        scaling_config=shape.scaling_config(),
+        torch_config=TorchConfig(timeout_s=shape.pg_timeout_s),
         run_config=RunConfig(
             name=ticket.name,
             storage_path=ticket.storage.runs,

@@ -22,10 +22,10 @@ Every rank writes its part straight into the checkpoint's folder in the run's st
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
 checkpoint to Ray Train at the first report after it is complete. For an output root on object
 storage the folder is on each node, and Ray Train uploads it to the bucket
-(trainables/ray_worker.py; resuming from there: trainables/checkpoint/remote.py). A checkpoint counts as
-complete only when every rank's done file is there and every file it lists has its size: a save
-cut off half-way (a kill while an asynchronous write was in flight) is never resumed from,
-whatever cut it (the resume scan skips it and says so).
+(trainables/ray_worker.py; resuming from there: trainables/checkpoint/remote.py). A checkpoint
+counts as complete only when every rank's done file is there and every file it lists has its
+size: a save cut off half-way (a kill while an asynchronous write was in flight) is never
+resumed from, whatever cut it (the resume scan skips it and says so).
 """
 
 from __future__ import annotations

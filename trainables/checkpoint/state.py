@@ -232,7 +232,7 @@ class CheckpointWriter:
         return self._run_stager().ready
 
     def _run_stager(self):
-        """One stager per run, its host buffers reused by every save (trainables/
+        """One stager per run, its host buffers reused by every save (trainables/checkpoint/
         asynchronous.py: make_stager)."""
         if self._stager is None:
             shared = self.mode == "process"

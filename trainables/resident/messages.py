@@ -13,7 +13,7 @@ other, and the states the pool keeps of its groups and runs.
   ``finished`` with the run's ``Outcome`` and ``released`` with what the run left in memory.
 
 These cross Ray as pickles; what reaches ``groups.json`` (a group's ``ended``, a run's
-``outcome``) is the enum's plain string value, as before they were enums.
+``outcome``) is the enum's plain string value.
 """
 
 from __future__ import annotations

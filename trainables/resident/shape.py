@@ -19,7 +19,7 @@ from typing import Any
 from trainables.config import TrialConfig
 from trainables.watchdog import pg_timeout_for
 
-__all__ = ["GroupKey", "GroupShape", "group_cpus", "scaling_config"]
+__all__ = ["GroupKey", "GroupShape", "group_cpus"]
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,3 @@ def group_cpus(configs: Iterable[TrialConfig]) -> dict[GroupKey, int]:
         key = GroupKey.of(cfg)
         most[key] = max(most.get(key, 0), cfg.cpus_per_train_worker)
     return most
-
-
-def scaling_config(cfg: TrialConfig):
-    """Ray Train's worker group of a fresh run: its shape with the run's own CPUs."""
-    return GroupShape.of(cfg).scaling_config()
