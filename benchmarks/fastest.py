@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -116,33 +115,26 @@ def _scaling(args: argparse.Namespace, best: dict) -> dict:
     """The winner again at each smaller power of two of GPUs, one sweep each, and the ratios."""
     workers = int(best["config"]["train_workers"])
     per_size = {workers: float(best["tail_samples_per_sec_robust"])}
+    sets = [s for s in args.set if not s.startswith("repeats=")]
+    sets += [f"{k}={json.dumps(v)}" for k, v in best["swept"].items()] + ["repeats=1"]
     for n in scaling_sizes(workers):
         root = args.output_root.with_name(f"{args.output_root.name}_{n}gpu")
-        sets = [s for s in args.set if not s.startswith("repeats=")]
-        sets += [f"{k}={json.dumps(v)}" for k, v in best["swept"].items()]
-        sets += [f"train_workers={n}", "repeats=1"]
-        cmd = [sys.executable, "-m", "platform.tune", "--space", args.space]
-        cmd += ["--output-root", str(root)] + [x for s in sets for x in ("--set", s)]
-        print("running:", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=False)
+        run_variants(PROG, args.space, root, [*sets, f"train_workers={n}"])
         ranked = root / "ranked_groups.csv"
         if ranked.is_file():
             per_size[n] = float(pd.read_csv(ranked)["tail_samples_per_sec_robust"].iloc[0])
             print(f"scaling: {n} GPU {per_size[n]:.0f} samples/s", flush=True)
     sizes = sorted(per_size)
-    base = per_size.get(1)
     result = {"group": best["group"], "samples_per_s": {str(n): per_size[n] for n in sizes}}
-    if base:
-        result["efficiency"] = {str(n): per_size[n] / (n * base) for n in sizes}
-    print(
-        f"scaling {best['group']}: "
-        + ", ".join(
-            f"{n} GPU {per_size[n]:.0f} samples/s"
-            + (f" (efficiency {per_size[n] / (n * base):.3f})" if base else "")
-            for n in sizes
-        ),
-        flush=True,
-    )
+    if 1 in per_size:
+        result["efficiency"] = {str(n): per_size[n] / (n * per_size[1]) for n in sizes}
+    ratio = result.get("efficiency", {})
+    shown = [
+        f"{n} GPU {per_size[n]:.0f} samples/s"
+        + (f" (efficiency {ratio[str(n)]:.3f})" if ratio else "")
+        for n in sizes
+    ]
+    print(f"scaling {best['group']}: " + ", ".join(shown), flush=True)
     return result
 
 
