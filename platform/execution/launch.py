@@ -79,8 +79,14 @@ class _Refused(Exception):
 def launch(request: LaunchRequest) -> int:
     """Run the request's runs (one Tune trial each) and record them; returns the exit code."""
     from stage1_common.cluster import local_auth_mode
+    from stage1_common.machine_cache import bytecode_env, keep_bytecode
 
     local_auth_mode(request.address)  # before Ray is imported
+    # Before Ray is imported too: where this environment would compile every module from source
+    # in every process, the driver, a local cluster's processes and the job's workers keep their
+    # bytecode in the machine cache (stage1_common/machine_cache.py).
+    bytecode = bytecode_env()
+    keep_bytecode(bytecode)
     _set_ray_environment()
     import ray
 
@@ -91,7 +97,7 @@ def launch(request: LaunchRequest) -> int:
     staged = f" (staged in {root.path}, mirrored there)" if root.remote else ""
     print(f"output root: {root.shown}{staged}", flush=True)
     try:
-        cluster = _connect(request)
+        cluster = _connect(request, bytecode)
         try:
             multi_node = cluster.joined or len(alive_nodes()) > 1
             runs = _fit_to_cluster(request, multi_node)
@@ -141,8 +147,9 @@ def _refuse(request: LaunchRequest, exc: Exception, *, clean: bool = True) -> No
 
 
 # --- step 1: connect ---
-def _connect(request: LaunchRequest):
-    """Start a local Ray cluster, or join ``address``."""
+def _connect(request: LaunchRequest, bytecode: dict[str, str]):
+    """Start a local Ray cluster, or join ``address``; ``bytecode``: where the job's workers
+    keep Python's bytecode (also on the nodes of a joined cluster), or {}."""
     from platform.execution.cluster import start_cluster, train_env_vars
     from stage1_common.cluster import joining
 
@@ -152,7 +159,7 @@ def _connect(request: LaunchRequest):
             dashboard_host=request.dashboard_host,
             dashboard_port=request.dashboard_port,
             metrics_port=request.metrics_port,
-            env_vars=train_env_vars(local=not joining(request.address)),
+            env_vars=train_env_vars(local=not joining(request.address)) | bytecode,
         )
     except ConnectionError as exc:
         print(
