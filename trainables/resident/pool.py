@@ -51,7 +51,7 @@ from trainables.resident.messages import (
 from trainables.resident.shape import GroupShape
 from trainables.ticket import GroupTicket, RunTicket
 
-__all__ = ["GroupHost", "GroupPool"]
+__all__ = ["GroupHost", "GroupPool", "new_host"]
 
 MIN_GRACE_S = 30.0  # least time a cancelled run gets to reach its next window
 
@@ -115,11 +115,13 @@ class GroupPool:
         storage_path: str,
         node_id: str,
         first: GroupShape | None = None,
+        host: Any = None,
     ):
         """``storage_path``: Ray Train's storage of the groups (``RunStorage.groups``);
         ``first``: the group of the sweep's first resident run, started now, before Tune starts
         the run's trial, so its workers' start and imports overlap the driver's last steps and
-        the trial's start."""
+        the trial's start; ``host``: a ``GroupHost`` the driver started beside this actor (its
+        process start and imports then overlap this actor's), else one is started here."""
         self.name, self.max_groups = name, max(1, int(max_groups))
         self.storage_path, self.node_id = storage_path, node_id
         self.jobs: dict[str, _Job] = {}
@@ -133,7 +135,7 @@ class GroupPool:
         # first run's start-up. A group that closed cleanly leaves its host here for the next
         # group (another shape: a sweep over train_workers); a failed group's host is killed.
         # No other host starts ahead, so that no import competes with a run being timed.
-        self.idle_hosts: list[Any] = [self._new_host()]
+        self.idle_hosts: list[Any] = [host if host is not None else self._new_host()]
         if first is not None:
             self._start_group(first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
@@ -311,11 +313,7 @@ class GroupPool:
         return group
 
     def _new_host(self):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        return GroupHost.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(self.node_id, soft=True)
-        ).remote()
+        return new_host(self.node_id)
 
     def _watch(self, group: _Group, ref) -> None:
         """Wait for the group's fit() to end; an error fails the run it was training."""
@@ -373,6 +371,16 @@ class GroupPool:
                             group.ended = f"killed: {job.ticket.name} did not stop when cancelled"
                             ray.kill(group.host)
                         job.deadline = float("inf")
+
+
+def new_host(node_id: str):
+    """A ``GroupHost`` on ``node_id`` (the pool's node, where the groups' Ray Train controllers
+    run), its imports started."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return GroupHost.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True)
+    ).remote()
 
 
 def _error_text(exc: BaseException) -> str:
