@@ -145,6 +145,25 @@ def test_release_frees_the_planted_leak_and_keeps_the_process_usable():
     assert memory_now()["rss_mb"] > 0
 
 
+def test_release_drops_compiled_code_after_a_compiled_run_only():
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from trainables.resident.serve import release
+
+    torch._dynamo.reset()
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    double(torch.ones(2))
+    graphs = counters["stats"]["unique_graphs"]
+    release(TrialConfig())  # an eager run compiled nothing: no reset (its first costs 2-4 s)
+    double(torch.ones(2))
+    assert counters["stats"]["unique_graphs"] == graphs
+    release(TrialConfig(torch_compile=True))  # the next run starts from nothing compiled
+    double(torch.ones(2))
+    assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
 def test_a_stuck_resident_worker_writes_its_stacks_then_ends_its_process(tmp_path):
     child = textwrap.dedent(
         f"""

@@ -218,3 +218,25 @@ def test_the_startup_clock_splits_the_time_to_the_first_step():
     assert StartupClock(start - 2.0, start, process_ts=start - 9.0).parts == pytest.approx(
         {"ray_workers": 2.0}
     )
+
+
+def test_the_device_warm_up_runs_the_steps_kinds_of_ops_and_never_raises(monkeypatch):
+    import types
+
+    import torch
+
+    from trainables import startup
+
+    # Nothing to warm on a CPU: no thread, nothing waited for.
+    assert startup.DeviceWarmUp(torch.device("cpu")).join() == 0.0
+    # The ops it runs (forward, backward, a fused AdamW step on a GPU) in both precisions.
+    for dtype in (None, torch.bfloat16):
+        startup._first_uses(torch.device("cpu"), dtype)
+    # A failure on its thread (here: no CUDA to ask for the precision) is a note for the
+    # record; the first step meets a real problem itself.
+    monkeypatch.setattr(startup.DeviceWarmUp, "_warmed", set())
+    fake = types.SimpleNamespace(type="cuda", index=7)
+    warm = startup.DeviceWarmUp(fake)
+    assert warm.join() >= 0.0 and warm.error
+    # A device is warmed once per process (a resident worker's later runs start no thread).
+    assert startup.DeviceWarmUp(fake)._thread is None

@@ -30,7 +30,7 @@ from trainables.gc_control import CollectorClock
 from trainables.model import contrastive_loss
 from trainables.run_files import RunFiles
 from trainables.run_state import RunState, load_checkpoint, resume, resume_position, save
-from trainables.startup import StartupClock, import_model_code, process_start
+from trainables.startup import DeviceWarmUp, StartupClock, import_model_code, process_start
 from trainables.telemetry import collect_env, start_telemetry
 from trainables.validation import build_val_dataset, evaluate
 from trainables.watchdog import StallWatchdog, resident_end_after
@@ -90,8 +90,11 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     state, resume_from, meta = resume_position(cfg, worker)
     batches.start(int(meta["epoch"]), int(meta["offset"])) if meta else batches.start()
     clock.lap("loader_start")
+    warm = DeviceWarmUp(worker.device, cfg.precision)  # beside the imports (nothing on a CPU)
     import_model_code()
     clock.lap("imports")
+    if warm.join() > 0.05:
+        clock.lap("device_warm_up")  # what the GPU's first uses took beyond the imports
     if worker.imports_s:  # done by the resident group while the run waited for its workers
         clock.add("imports", worker.imports_s, out_of="ray_workers")
     cache = machine_cache(cfg.compile_cache_dir)  # compiled code, FLOPs per model shape

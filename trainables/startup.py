@@ -3,9 +3,10 @@ start to the end of its first step (the manifest's ``startup_breakdown``)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
-__all__ = ["StartupClock", "import_model_code", "process_start"]
+__all__ = ["DeviceWarmUp", "StartupClock", "import_model_code", "process_start"]
 
 
 class StartupClock:
@@ -54,3 +55,108 @@ def import_model_code() -> None:
     """The transformers model modules (a few seconds per process): timed as their own part."""
     import transformers.models.bert.modeling_bert  # noqa: F401
     import transformers.models.wav2vec2.modeling_wav2vec2  # noqa: F401
+
+
+class DeviceWarmUp:
+    """A GPU's first-use costs, paid on a thread of their own while the main thread imports
+    the model code: the CUDA context, the cuBLAS(Lt) and cuDNN handles (their libraries load on
+    first use) and the kernels of the step's kinds of ops (lazily loaded), each run once on
+    tiny tensors in the run's precision, forward and backward, with a fused AdamW step. Those
+    run in C++ with the GIL released, so they overlap the imports (pure Python) instead of
+    following them inside the first step. ``join`` waits for it; an error is kept as a note,
+    never raised (the real step meets a real problem itself). Nothing on a CPU."""
+
+    _warmed: set[str] = set()  # this process's devices warmed already (a resident worker's)
+
+    def __init__(self, device, precision: str = "auto"):
+        """``precision``: the run's (``auto``: bf16 where the GPU has it, else fp16)."""
+        self.error = ""
+        self.seconds = 0.0
+        self._thread = None
+        if getattr(device, "type", "cpu") != "cuda" or str(device) in self._warmed:
+            return
+        self._warmed.add(str(device))
+        self._thread = threading.Thread(
+            target=self._run, args=(device, precision), name="device-warm-up", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, device, precision: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            import torch
+
+            from trainables.engine.precision import resolve_precision
+
+            dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+            _first_uses(device, dtypes.get(resolve_precision(precision, device)))
+        except Exception as exc:  # noqa: BLE001 - a note; the first step meets it for real
+            self.error = f"{type(exc).__name__}: {exc}"[:200]
+        self.seconds = time.perf_counter() - t0
+
+    def join(self) -> float:
+        """Wait for the warm-up; the seconds waited."""
+        if self._thread is None:
+            return 0.0
+        t0 = time.perf_counter()
+        self._thread.join()
+        return time.perf_counter() - t0
+
+
+def _first_uses(device, dtype) -> None:
+    """(On a CPU too, for its test.) One forward and backward of small tensors through the ops
+    the stage-1 step runs, in its shapes' kinds: the wav2vec2 feature encoder's strided
+    convolutions and group norm, its grouped positional convolution, layer norm, GELU, linear
+    layers, attention as transformers calls it (SDPA with a padding mask and dropout: on a GPU
+    the memory-efficient kernels, whose first use cost the eager first step about 3 s on an
+    H100; and without a mask), embeddings and the contrastive loss, under autocast to
+    ``dtype`` (None: fp32), then a fused AdamW step; synchronised, and the caching allocator's
+    blocks given back."""
+    import torch
+    import torch.nn.functional as F
+
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.cuda.set_device(device)
+
+    def param(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, device=device) * 0.02).requires_grad_(True)
+
+    params = {
+        "conv0": param(64, 1, 10),
+        "conv1": param(64, 64, 3),
+        "positional": param(64, 4, 16),
+        "norm": torch.ones(64, device=device, requires_grad=True),
+        "qkv": param(3 * 128, 64),
+        "embed": param(32, 64),
+    }
+    audio = torch.randn(2, 1, 800, device=device)
+    heads, width = 2, 64  # the base encoders' head width
+    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        x = F.conv1d(audio, params["conv0"], stride=5)
+        x = F.gelu(F.group_norm(x, 64, params["norm"]))
+        x = F.gelu(F.conv1d(x, params["conv1"], stride=2))
+        x = x + F.conv1d(x, params["positional"], padding=8, groups=16)[..., : x.shape[-1]]
+        x = F.layer_norm(x.transpose(1, 2), (64,), params["norm"])
+        n = x.shape[1]
+        q, k, v = F.linear(x, params["qkv"]).view(2, n, 3, heads, width).unbind(2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        mask = torch.ones(2, 1, n, n, dtype=torch.bool, device=device)
+        mask[1, ..., n // 2 :] = False  # a padded row, as a batch of unequal lengths has
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.1)
+        a = a + F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+        a = a.transpose(1, 2).reshape(2, n, heads * width)
+        t = F.embedding(torch.arange(4, device=device).view(1, 4), params["embed"])
+        s = F.normalize(a.mean(1)[:, :64], dim=-1)
+        u = F.normalize(t.mean(1).expand(2, 64), dim=-1)
+        logits = s.float() @ u.float().t()
+        labels = torch.arange(2, device=device)
+        loss = F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)
+    loss.backward()
+    optimizer = torch.optim.AdamW(list(params.values()), lr=1e-3, fused=on_gpu)
+    optimizer.step()
+    if on_gpu:
+        torch.cuda.synchronize(device)
+    del optimizer, params, audio, x, q, k, v, mask, a, t, s, u, logits, loss
+    if on_gpu:
+        torch.cuda.empty_cache()

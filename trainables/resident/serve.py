@@ -29,7 +29,7 @@ from trainables.loop import WorkerContext, run_training
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
 from trainables.resident.messages import Assignment, Outcome, Shutdown
 from trainables.resident.shape import GroupShape
-from trainables.startup import import_model_code
+from trainables.startup import DeviceWarmUp, import_model_code
 from trainables.ticket import GroupTicket
 
 __all__ = ["RunStopped", "build_group_trainer", "memory_now", "release", "serve_loop_per_worker"]
@@ -67,22 +67,22 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point of a resident group: serve runs until the pool says stop."""
     import ray
     import ray.train
+    import ray.train.torch
 
     quiet_report_log()
     mine = GroupTicket.decode(loop_config)
     pool, group = ray.get_actor(mine.pool), mine.group
     rank = ray.train.get_context().get_world_rank()
     torch_seed = torch.initial_seed()  # a new process's default seed, before any run
-    # The model code first (the first run's "imports" part), then every object alive is the
-    # process's own (torch, transformers, Ray): frozen out of the collector, so no release and
-    # no collection inside a run walks them again (the first release took 5.2 s on an H100,
-    # the later ones 1.2-1.5 s, before this).
+    # The model code first (the first run's "imports" part), with the GPU's first uses on a
+    # thread beside it (DeviceWarmUp), then every object alive is the process's own (torch,
+    # transformers, Ray): frozen out of the collector, so no release and no collection inside
+    # a run walks them again (the first release took 5.2 s on an H100, the later ones 1.2-1.5 s,
+    # before this).
     t0 = time.monotonic()
+    warm = DeviceWarmUp(ray.train.torch.get_device())
     import_model_code()
-    if _dynamo_loaded():  # its first reset imports more (3.6 s of the first release on an H100)
-        import torch._dynamo as dynamo
-
-        dynamo.reset()
+    warm.join()
     gc.collect()
     gc.freeze()
     imports_s = time.monotonic() - t0
@@ -196,7 +196,7 @@ def release(cfg: TrialConfig) -> dict[str, float]:
     faults.release()
     gc.collect()
     lap("collect")
-    if cfg.torch_compile or _dynamo_loaded():
+    if cfg.torch_compile:  # an eager run compiled nothing (and the first reset imports 2-4 s)
         import torch._dynamo as dynamo
 
         dynamo.reset()
@@ -242,12 +242,6 @@ def _trim_heap() -> None:
     libc = ctypes.CDLL(name) if name else None
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
-
-
-def _dynamo_loaded() -> bool:
-    import sys
-
-    return "torch._dynamo" in sys.modules
 
 
 def _reset_deepspeed() -> None:
