@@ -157,7 +157,10 @@ def collate_padded(
 ) -> dict[str, torch.Tensor]:
     """Pad audio (zeros) and token ids (``pad_id``) to the longest in the batch (token ids to
     ``text_to`` when given: one text shape for every batch); masks come from each item's valid
-    length (items carry a length, not a mask as long as their audio)."""
+    length (items carry a length, not a mask as long as their audio). The audio mask is bool:
+    as long as the audio, an int64 one was twice the audio's bytes (61 MB of a 91 MB batch at
+    mb 160 and 3 s), all of it pinned and copied to the GPU by the loader, and the model reads
+    only its lengths (transformers' feature-vector mask takes a bool one as it is)."""
     from torch.nn.utils.rnn import pad_sequence
 
     audio = pad_sequence([it["audio"] for it in items], batch_first=True)
@@ -168,7 +171,7 @@ def collate_padded(
     text_len = torch.tensor([len(it["input_ids"]) for it in items])
     return {
         "audio": audio,
-        "audio_mask": (torch.arange(audio.shape[1]) < audio_len[:, None]).long(),
+        "audio_mask": torch.arange(audio.shape[1]) < audio_len[:, None],
         "input_ids": ids,
         "text_mask": (torch.arange(ids.shape[1]) < text_len[:, None]).long(),
     }

@@ -17,7 +17,7 @@ def shape_batch(
     counting FLOPs and for the compile warm-up, where only shapes and dtypes matter."""
     return {
         "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
-        "audio_mask": torch.ones(rows, audio_n, dtype=torch.long, device=device),
+        "audio_mask": torch.ones(rows, audio_n, dtype=torch.bool, device=device),
         "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
         "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
     }
