@@ -5,8 +5,9 @@
 # reduce-overhead: CUDA graphs, mb 128, every GPU), three times on one machine cache folder:
 # a sweep into a new root (cold), the same sweep into another new root, and platform.train with
 # the second sweep's winner. Each one's compile_s and compile_cache (graphs found / compiled)
-# into $OUT/compile_once.tsv; the logs beside it. COMPILE_STEPS (60) steps per run;
-# COMPILE_TRAIN=0 leaves out platform.train (a shorter call).
+# into $OUT/compile_once.tsv; the logs beside it. COMPILE_STEPS (60) steps per run (the training
+# run too, at most 50); COMPILE_MODE (reduce-overhead) the compile mode (`default`: no CUDA
+# graphs); COMPILE_TRAIN=0 leaves out platform.train (a shorter call).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -15,7 +16,7 @@ export STAGE1_CACHE_DIR=/tmp/stage1-machine-cache
 rm -rf "$STAGE1_CACHE_DIR" /tmp/compile_a /tmp/compile_b /tmp/compile_train
 SETS=(--set manifest_path=$M --set train_workers="$GPUS" --set micro_batch=128 --set num_workers=6
   --set crop_buckets_s=1.0,1.5,2.0,2.5,3.0 --set torch_compile=true --set compile_scope=layers
-  --set compile_mode=reduce-overhead --set max_steps=${COMPILE_STEPS:-60} --set log_every=10 --set repeats=1)
+  --set compile_mode=${COMPILE_MODE:-reduce-overhead} --set max_steps=${COMPILE_STEPS:-60} --set log_every=10 --set repeats=1)
 printf 'step\tstatus\tstartup_s\tcompile_s\tcompile_parts\tcompile_cache\ttail_samples_per_s\twall_s\n' > "$OUT/compile_once.tsv"
 row() {  # row STEP ROOT WALL
   python - "$@" >> "$OUT/compile_once.tsv" <<'PY'
@@ -36,7 +37,7 @@ done
 [ "${COMPILE_TRAIN:-1}" = 0 ] && exit 0  # COMPILE_TRAIN=0: the two sweeps only
 SECONDS=0
 python -m platform.train --config /tmp/compile_b/best_config.json --output-root /tmp/compile_train \
-  --set max_steps=50 --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
+  --set max_steps=$(( ${COMPILE_STEPS:-60} < 50 ? ${COMPILE_STEPS:-60} : 50 )) --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
   > "$OUT/train.log"
 row train /tmp/compile_train $SECONDS
 cat "$OUT/compile_once.tsv"

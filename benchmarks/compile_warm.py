@@ -38,6 +38,20 @@ VARIANTS: dict[str, tuple[str, dict, dict, int, bool]] = {
         False,
     ),
     "layers_ro_profiled": ("layers_ro", {}, {}, 3, True),
+    # cudagraph trees' alias lookup by an index per recording (one pass over the path instead
+    # of one per output): how much of the recording that quadratic walk is
+    "layers_ro_index": ("layers_ro", {}, {"patch.alias_index": True}, 3, False),
+    "layers_ro_fast": (  # the three above together (their knobs are in the graphs' cache key)
+        "layers_ro_fast",
+        {},
+        {
+            "patch.alias_index": True,
+            "inductor.triton.slow_path_cudagraph_asserts": False,
+            "inductor.triton.skip_cudagraph_warmup": True,
+        },
+        2,
+        False,
+    ),
     "layers_ro_split": ("layers_ro_split", {}, {"dynamo.optimize_ddp": True}, 3, False),
     "layers_ro_notrees": (  # CUDA graphs without cudagraph trees: one pool per graph
         "layers_ro_notrees",
@@ -80,11 +94,46 @@ def _config(overrides: dict, on_gpu: bool) -> dict:
     return {**cfg, **overrides}
 
 
+def _index_alias_lookup() -> None:
+    """An experiment, not the platform's: cudagraph trees' ``_is_alias_of_live_recorded_tensor``
+    walks every live output of the path for each output of a graph being recorded; here one
+    index of the path's live storages per recording answers each output (the same first match
+    in the same order: nothing on the path dies while a recording's outputs are added)."""
+    from torch._inductor import cudagraph_trees as trees
+
+    node = trees.CUDAGraphNode
+    linear, add_first = node._is_alias_of_live_recorded_tensor, node._add_first_outputs
+
+    def indexed(self, t):
+        index = getattr(self, "_alias_index", None)
+        if index is None:
+            return linear(self, t)
+        return index.get(t.untyped_storage().data_ptr())
+
+    def add_first_outputs(self, outputs, static_ptrs):
+        index: dict = {}
+        for depth, refs in enumerate(self.path_weakrefs):
+            for i, ref in enumerate(refs):
+                if (live := trees.maybe_deref(ref)) is not None:
+                    index.setdefault(live[1], (depth, i))
+        self._alias_index = index
+        try:
+            return add_first(self, outputs, static_ptrs)
+        finally:
+            self._alias_index = None
+
+    node._is_alias_of_live_recorded_tensor = indexed
+    node._add_first_outputs = add_first_outputs
+
+
 def _set_knobs(knobs: dict) -> None:
     import torch._dynamo.config
     import torch._inductor.config
 
-    for path, value in knobs.items():  # "dynamo.NAME" or "inductor.[GROUP.]NAME"
+    for path, value in knobs.items():  # "dynamo.NAME", "inductor.[GROUP.]NAME" or a patch
+        if path == "patch.alias_index":
+            _index_alias_lookup()
+            continue
         family, _, name = path.partition(".")
         target = torch._dynamo.config if family == "dynamo" else torch._inductor.config
         for part in name.split(".")[:-1]:
