@@ -200,6 +200,7 @@ class RunFolder:
     # train without them (trainables/faults.py).
     FAULTS_ARMED = "faults_armed-rank{rank}.json"
     CURVES = "curves.png"  # platform.train's plot
+    PROFILE = "profile-rank{rank}.json"  # profile_steps: a torch profiler trace (Chrome's format)
     # workers/: one record per rank (pid, node, log files: trainables/worker_logs.py) and, for a
     # root on object storage, its log tails; workers/previous/: the records of the attempt
     # before this one (a restarted worker group moves them there).
@@ -219,7 +220,7 @@ class RunFolder:
     # checkpoint folders and Ray Train's own checkpoint_manager_snapshot.json.
     CHECKPOINT_PREFIX = "checkpoint_"
     NAMES = (
-        CONFIG, ENV, FAIL_TAIL, RESTART_TAIL, STACKS, FAULTS_ARMED, CURVES, WORKERS,
+        CONFIG, ENV, FAIL_TAIL, RESTART_TAIL, STACKS, FAULTS_ARMED, CURVES, PROFILE, WORKERS,
         WORKERS_PREVIOUS, WORKER, WORKER_LOG, EXPORT, EXPORT_RECORD, EXPORT_HEADS, EXPORT_SPEECH,
         EXPORT_TEXT, CHECKPOINT, CHECKPOINT_PREFIX,
     )  # fmt: skip
@@ -256,6 +257,9 @@ class RunFolder:
 
     def faults_armed(self, rank: int | str = "*") -> Path:
         return self.path / self.FAULTS_ARMED.format(rank=rank)
+
+    def profile(self, rank: int | str = "*") -> Path:
+        return self.path / self.PROFILE.format(rank=rank)
 
     def workers(self, *, previous: bool = False) -> Path:
         """``workers/`` (``workers/previous/`` with ``previous``)."""

@@ -119,6 +119,14 @@ class TrialConfig(WorkloadConfig):
         "Synchronize the GPU after each step so step_ms is exact (otherwise launch time).",
         default=False,
     )
+    profile_steps: int = _doc(
+        "Rank 0 records this many steps with the torch profiler after the first window (one "
+        "warm-up step before them), their forward, backward and optimizer marked, into "
+        "runs/<run>/profile-rank0.json (a Chrome trace; python -m benchmarks.step_profile "
+        "splits it into the phases' GPU time, communication and GPU idle time); 0: off. The "
+        "window must end before the tail windows (it slows its steps).",
+        default=0,
+    )
     timing_ranks: vocab.TimingRanks = _doc(
         "`rank0`: rank 0's windows only; `all`: every rank's windows, gathered to rank 0 at each "
         "report (one more collective per window), one timing row per rank.",

@@ -36,6 +36,7 @@ _MINIMUMS = {
     "max_steps": 1,
     "log_every": 1,
     "tail_timing_points": 1,
+    "profile_steps": 0,
     "pg_timeout_s": 1,
     "length_bucketing_pool": 1,
     "inject_sleep_at_step": 0,
@@ -135,6 +136,21 @@ def _check_strategy(cfg) -> None:
         raise ConfigError("precision: fp16 needs a GPU; on the CPU use fp32, bf16 or auto")
 
 
+def _check_profile_window(cfg) -> None:
+    """The profiler's window (after the first window) ends before the tail windows start: its
+    steps are slower, and the tail figures are the run's."""
+    from trainables.profiling import profile_window
+
+    first, last = profile_window(cfg.log_every, cfg.profile_steps)
+    tail_from = cfg.max_steps - cfg.tail_timing_points * cfg.log_every + 1
+    if last >= tail_from:
+        raise ConfigError(
+            f"profile_steps: the profiler's steps {first}-{last} reach the tail windows (from "
+            f"step {max(1, tail_from)}); set max_steps to at least "
+            f"{last + cfg.tail_timing_points * cfg.log_every} or lower profile_steps"
+        )
+
+
 def _check_shapes(cfg) -> None:
     """The schedule, transcripts and crops."""
     if cfg.log_every > cfg.max_steps:
@@ -142,6 +158,8 @@ def _check_shapes(cfg) -> None:
             f"log_every: {cfg.log_every} is larger than max_steps {cfg.max_steps}, so no "
             "window would ever be reported; set log_every <= max_steps"
         )
+    if cfg.profile_steps:
+        _check_profile_window(cfg)
     if not cfg.text_pretrained_path and cfg.text_tokens > MAX_TEXT_TOKENS[cfg.model_size]:
         raise ConfigError(
             f"text_tokens: {cfg.text_tokens} exceeds the {MAX_TEXT_TOKENS[cfg.model_size]} "

@@ -28,6 +28,7 @@ from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.gc_control import CollectorClock
 from trainables.model import contrastive_loss
+from trainables.profiling import StepProfiler
 from trainables.run_files import RunFiles
 from trainables.run_state import RunState, load_checkpoint, resume, resume_position, save
 from trainables.startup import DeviceWarmUp, StartupClock, import_model_code, process_start
@@ -151,9 +152,13 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             val_data=val_data,
             val_collate=None if val_data is None else collate_for(cfg, val_data.pad_id),
             faults=build_faults(cfg, worker.rank, worker.run_dir),
+            profiler=StepProfiler(cfg.profile_steps, cfg.log_every, _profile_trace(worker)),
             writer=writer,
         )
-        _train(run)
+        try:
+            _train(run)
+        finally:
+            run.profiler.close()
         if cfg.export_model != "none" and worker.run_dir is not None:
             _export(cfg, worker, engine, state)
     finally:
@@ -162,6 +167,13 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         watchdog.stop()
         if telemetry is not None:
             telemetry.stop()
+
+
+def _profile_trace(worker: WorkerContext) -> Path | None:
+    """Where rank 0 writes its profiler trace (profile_steps); None on the other ranks."""
+    if worker.rank != 0 or worker.run_dir is None:
+        return None
+    return RunFolder(worker.run_dir).profile(worker.rank)
 
 
 def _start_observing(cfg: TrialConfig, worker: WorkerContext, loader) -> tuple[Any, dict]:
@@ -204,6 +216,7 @@ class _Run:
     val_data: Any
     val_collate: Any
     faults: NoFaults
+    profiler: StepProfiler
     writer: CheckpointWriter | None = None  # with checkpoint_every
 
 
@@ -216,9 +229,11 @@ def _train(run: _Run) -> None:
     with CollectorClock() as collector:
         while state.step < cfg.max_steps:
             state.step = step = state.step + 1
+            run.profiler.before_step(step)
             t0, cpu0 = time.perf_counter(), time.thread_time()
             data_s = _step(run, window)
             run.faults.after_step(step)  # fault injection (tests); a no-op object otherwise
+            run.profiler.after_step(step)
             if cfg.cuda_sync_timing and device.type == "cuda":
                 torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
             t2 = time.perf_counter()
@@ -265,17 +280,21 @@ def _step(run: _Run, window: Window) -> float:
         batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         data_s += time.perf_counter() - td
         window.add_audio(cpu_batch["audio_mask"])
+        phase = run.profiler.phase  # the profiler's marks (profile_steps), else no-ops
         with engine.accumulating(last):
-            speech_emb, text_emb, logit_scale = engine(batch)
-            # The loss in fp32 whatever the compute precision: softmax over the global batch.
-            loss = contrastive_loss(
-                speech_emb.float(),
-                text_emb.float(),
-                logit_scale.float(),
-                scope=cfg.contrastive_scope,
-            )
-            engine.backward(loss)
-        engine.step(last)
+            with phase("forward"):
+                speech_emb, text_emb, logit_scale = engine(batch)
+                # The loss in fp32 whatever the compute precision: softmax over the global batch.
+                loss = contrastive_loss(
+                    speech_emb.float(),
+                    text_emb.float(),
+                    logit_scale.float(),
+                    scope=cfg.contrastive_scope,
+                )
+            with phase("backward"):
+                engine.backward(loss)
+        with phase("optimizer"):
+            engine.step(last)
         window.loss_sum += loss.detach() / accum
     return data_s
 

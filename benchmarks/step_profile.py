@@ -1,0 +1,161 @@
+"""Where a training step's time goes, from a torch profiler window (issue 42): a Chrome trace
+(``torch.profiler`` ``export_chrome_trace``, one ``ProfilerStep#N`` per step, the step's phases
+under ``record_function("forward" | "backward" | "optimizer")``, as
+benchmarks/strategy_reference.py and the platform's ``profile_steps`` write them) summarised
+per step, in milliseconds:
+
+- ``step``: the wall time of a step (its ``ProfilerStep#`` span);
+- ``forward``, ``backward``, ``optimizer``: the GPU time of the kernels each phase launched
+  (a kernel belongs to the phase whose span holds its launch, on any thread: the backward's
+  kernels are launched by autograd's own thread while the loop waits in ``backward``), other
+  than communication;
+- ``comm``: the communication kernels' time (NCCL's), ``comm_exposed`` the part of it when no
+  other kernel ran (communication the step waited for);
+- ``gpu_idle``: the step's wall time when no kernel, copy or set ran on the GPU (the host's
+  share: Python, launches, hooks, synchronisation).
+
+    python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--markdown]
+
+Each trace is one row; with several, one table (the name of each trace file labels its row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+
+PHASES = ("forward", "backward", "optimizer")
+COLUMNS = ("step", *PHASES, "comm", "comm_exposed", "gpu_idle")
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(spans: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in spans)
+
+
+def _clip(spans, lo: float, hi: float) -> list[tuple[float, float]]:
+    return [(max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi]
+
+
+def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Length of union ``a`` outside union ``b`` (both merged)."""
+    left, j = 0.0, 0
+    for start, end in a:
+        cursor = start
+        while j < len(b) and b[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            if b[k][0] > cursor:
+                left += b[k][0] - cursor
+            cursor = max(cursor, b[k][1])
+            k += 1
+        if cursor < end:
+            left += end - cursor
+    return left
+
+
+def is_comm(name: str) -> bool:
+    return "nccl" in name.lower()
+
+
+def summarise(events: list[dict]) -> dict[str, float]:
+    """Milliseconds per step of each column (COLUMNS), averaged over the trace's steps, and
+    ``steps``: how many."""
+    complete = [e for e in events if e.get("ph") == "X"]
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in complete
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
+    if not steps:
+        raise ValueError("no ProfilerStep# span in the trace: profile with prof.step() per step")
+    phases = {
+        p: [
+            (e["ts"], e["ts"] + e["dur"])
+            for e in complete
+            if e.get("name") == p and e.get("cat") in ("user_annotation", "cpu_op")
+        ]
+        for p in PHASES
+    }
+    launches = {
+        e["args"]["correlation"]: e["ts"]
+        for e in complete
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    gpu = [e for e in complete if e.get("cat") in _GPU_CATS]
+    comm = _union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if is_comm(e["name"])])
+    compute = _union([(e["ts"], e["ts"] + e["dur"]) for e in gpu if not is_comm(e["name"])])
+    busy = _union(comm + compute)
+    out = dict.fromkeys(COLUMNS, 0.0)
+    for lo, hi in steps:
+        out["step"] += hi - lo
+        out["comm"] += _length(_clip(comm, lo, hi))
+        out["comm_exposed"] += _minus(_clip(comm, lo, hi), _clip(compute, lo, hi))
+        out["gpu_idle"] += (hi - lo) - _length(_clip(busy, lo, hi))
+    for e in gpu:
+        if is_comm(e["name"]) or e.get("cat") != "kernel":
+            continue
+        launched = launches.get(e.get("args", {}).get("correlation"))
+        if launched is None or not any(lo <= launched < hi for lo, hi in steps):
+            continue
+        for phase, spans in phases.items():
+            if any(lo <= launched < hi for lo, hi in spans):
+                out[phase] += e["dur"]
+                break
+    n = len(steps)
+    summary = {k: round(v / n / 1e3, 2) for k, v in out.items()}  # us -> ms per step
+    summary["steps"] = n
+    return summary
+
+
+def read_trace(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        data = json.load(fh)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def table(rows: dict[str, dict[str, float]]) -> str:
+    head = "| trace | steps | " + " | ".join(f"{c} ms" for c in COLUMNS) + " |"
+    lines = [head, "| --- " * (len(COLUMNS) + 2) + "|"]
+    for label, s in rows.items():
+        lines.append(
+            f"| {label} | {s['steps']} | " + " | ".join(f"{s[c]:.1f}" for c in COLUMNS) + " |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces", type=Path, nargs="+")
+    parser.add_argument("--json", type=Path, help="write the summaries here")
+    args = parser.parse_args(argv)
+    rows = {}
+    for path in args.traces:
+        try:
+            rows[path.name.split(".")[0]] = summarise(read_trace(path))
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"step_profile: error: {path}: {exc}", file=sys.stderr)
+            return 2
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
