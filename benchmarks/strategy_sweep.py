@@ -41,6 +41,7 @@ def table(root: Path) -> list[dict]:
                 "fsdp_reshard_after_forward": rec["fsdp_reshard_after_forward"],
                 "status": rec["status"],
                 "strategy_effective": rec.get("strategy_effective", ""),
+                "compile": rec.get("compile_effective", ""),
                 "tail_samples_per_s": fig.get("tail_samples_per_sec_mean"),
                 "peak_mem_gib": fig.get("peak_mem_gib"),
                 "mfu": fig.get("mfu"),
@@ -56,13 +57,13 @@ def table(root: Path) -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     f = lambda v, fmt: "" if v is None or v != v else format(v, fmt)  # noqa: E731
     out = [
-        "| strategy | ZeRO | reshard | status | samples/s | vs first | peak GiB | MFU |",
-        "|" + " --- |" * 8,
+        "| strategy | ZeRO | reshard | compile | status | samples/s | vs first | peak GiB | MFU |",
+        "|" + " --- |" * 9,
     ]
     for r in rows:
         reshard = r["fsdp_reshard_after_forward"] if r["strategy"] == "fsdp2" else ""
         out.append(
-            f"| {r['strategy']} | {r['zero_stage']} | {reshard} | {r['status']} | "
+            f"| {r['strategy']} | {r['zero_stage']} | {reshard} | {r['compile']} | {r['status']} | "
             f"{f(r['tail_samples_per_s'], '.1f')} | {f(r['vs_first'], '.3f')} | "
             f"{f(r['peak_mem_gib'], '.2f')} | {f(r['mfu'], '.3f')} |"
         )
