@@ -2,14 +2,11 @@
 steps' forward, backward and optimizer marked, into runs/<run>/profile-rank0.json, which
 benchmarks/step_profile.py summarises; the window must end before the tail windows."""
 
-import multiprocessing as mp
-
 import pytest
 
 from benchmarks.step_profile import read_trace, summarise
 from stage1_common.output_root import RunFolder
-from tests import _forked, _gloo_loss_worker
-from tests.test_model import free_port
+from tests.test_checkpoint_resume import BASE, train
 from trainables.config import ConfigError, TrialConfig
 
 
@@ -27,24 +24,10 @@ def test_the_profiler_window_must_end_before_the_tail_windows():
 
 
 def test_rank_0_writes_a_trace_of_the_window_with_the_steps_phases_marked(tmp_path):
-    config = dict(
-        model_size="tiny",
-        proj_dim=16,
-        use_gpu=False,
-        train_workers=2,
-        micro_batch=2,
-        text_tokens=8,
-        audio_s=0.5,
-        telemetry=False,
-        stall_timeout_s=0,
-        max_steps=8,
-        log_every=2,
-        tail_timing_points=1,
-        profile_steps=3,  # steps 3 (warm-up) and 4-6
-    )
-    out = mp.Manager().dict()
-    _forked.start(_gloo_loss_worker.train, (2, free_port(), config, str(tmp_path), out), 2)
-    assert [w["step"] for w in out[0]] == [2, 4, 6, 8]  # every window still reported
+    # Steps 3 (the profiler's warm-up) and 4-6, before the tail window (7-8).
+    config = {**BASE, "max_steps": 8, "tail_timing_points": 1, "profile_steps": 3}
+    windows = train(config, tmp_path)
+    assert [w["step"] for w in windows] == [2, 4, 6, 8]  # every window still reported
     folder = RunFolder(tmp_path)
     assert [p.name for p in sorted(tmp_path.glob(folder.PROFILE.format(rank="*")))] == [
         folder.profile(0).name
