@@ -61,7 +61,7 @@ def child(variant: str) -> dict:
     lap("process_group")
     from trainables.startup import DeviceWarmUp, import_model_code
 
-    warm = DeviceWarmUp(device, torch.bfloat16 if on_gpu else None) if variant == "warm" else None
+    warm = DeviceWarmUp(device, "auto") if variant == "warm" else None
     import_model_code()
     lap("imports")
     if warm is not None:

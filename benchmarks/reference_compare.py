@@ -31,6 +31,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from stage1_common.output_root import OutputRoot, RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "benchmarks" / "spaces" / "strategy_references.yaml"
 # The platform's case of each reference strategy.
@@ -157,8 +159,10 @@ def _profiles(out: Path, root: Path) -> str:
     rows = {}
     for trace in sorted(out.glob("*.trace.json")):
         rows[f"reference {trace.name.split('.')[0]}"] = summarise(read_trace(trace))
-    for trace in sorted((root / "runs").glob("*/profile-rank0.json")):
-        rows[f"platform {trace.parent.name}"] = summarise(read_trace(trace))
+    for run in sorted((root / OutputRoot.RUNS).glob("*")):
+        trace = RunFolder(run).profile(0)
+        if trace.is_file():
+            rows[f"platform {run.name}"] = summarise(read_trace(trace))
     return table(rows) + "\n" if rows else ""
 
 
@@ -183,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in strategies if s not in CASES]
     if unknown:
         p.error(f"--strategies: unknown {', '.join(unknown)}; known: {', '.join(CASES)}")
+    if args.profile_steps >= args.window and args.profile_steps:
+        p.error(
+            f"--profile-steps {args.profile_steps}: the platform profiles inside its second window "
+            f"of --window {args.window} steps (after a warm-up step); lower it below --window"
+        )
     if args.output_root.exists() and any(args.output_root.iterdir()):
         p.error(f"--output-root {args.output_root} is not empty; name a new folder")
     out = args.output_root / "references"

@@ -14,9 +14,10 @@ per step, in milliseconds:
 - ``gpu_idle``: the step's wall time when no kernel, copy or set ran on the GPU (the host's
   share: Python, launches, hooks, synchronisation).
 
-    python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--markdown]
+    python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--json OUT.json]
 
-Each trace is one row; with several, one table (the name of each trace file labels its row).
+One row a trace, labelled by its file's name (a platform run's ``profile-rank0.json`` by its
+run's folder).
 """
 
 from __future__ import annotations
@@ -48,24 +49,6 @@ def _length(spans: list[tuple[float, float]]) -> float:
 
 def _clip(spans, lo: float, hi: float) -> list[tuple[float, float]]:
     return [(max(s, lo), min(e, hi)) for s, e in spans if e > lo and s < hi]
-
-
-def _minus(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Length of union ``a`` outside union ``b`` (both merged)."""
-    left, j = 0.0, 0
-    for start, end in a:
-        cursor = start
-        while j < len(b) and b[j][1] <= cursor:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            if b[k][0] > cursor:
-                left += b[k][0] - cursor
-            cursor = max(cursor, b[k][1])
-            k += 1
-        if cursor < end:
-            left += end - cursor
-    return left
 
 
 def is_comm(name: str) -> bool:
@@ -104,8 +87,9 @@ def summarise(events: list[dict]) -> dict[str, float]:
     for lo, hi in steps:
         out["step"] += hi - lo
         out["comm"] += _length(_clip(comm, lo, hi))
-        out["comm_exposed"] += _minus(_clip(comm, lo, hi), _clip(compute, lo, hi))
-        out["gpu_idle"] += (hi - lo) - _length(_clip(busy, lo, hi))
+        busy_ms, compute_ms = _length(_clip(busy, lo, hi)), _length(_clip(compute, lo, hi))
+        out["comm_exposed"] += busy_ms - compute_ms  # communication while nothing else ran
+        out["gpu_idle"] += (hi - lo) - busy_ms
     for e in gpu:
         if is_comm(e["name"]) or e.get("cat") != "kernel":
             continue
@@ -146,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = {}
     for path in args.traces:
+        label = path.parent.name if path.name.startswith("profile-rank") else path.name
         try:
-            rows[path.name.split(".")[0]] = summarise(read_trace(path))
+            rows[label.split(".")[0]] = summarise(read_trace(path))
         except (OSError, ValueError, KeyError) as exc:
             print(f"step_profile: error: {path}: {exc}", file=sys.stderr)
             return 2

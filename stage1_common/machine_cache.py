@@ -38,8 +38,10 @@ def machine_cache(configured: str = "") -> Path:
 def bytecode_env(
     environ: Mapping[str, str] | None = None, packages: tuple[str, ...] = BYTECODE_PACKAGES
 ) -> dict[str, str]:
-    """The environment that lets the job's processes keep Python's bytecode in the machine
-    cache (``pycache/``, Python's ``PYTHONPYCACHEPREFIX``), or {} when there is nothing to fix.
+    """The environment that lets a process and those it starts keep Python's bytecode in the
+    machine cache (``pycache/``, Python's ``PYTHONPYCACHEPREFIX``), or {} when there is nothing
+    to fix. The folder is the machine cache of ``environ`` (``STAGE1_CACHE_DIR``, else the
+    user's cache folder: the driver's, before any run's ``compile_cache_dir`` is known).
 
     Container images often set ``PYTHONDONTWRITEBYTECODE`` and install packages without
     bytecode: then every process compiles every module it imports from source, every time (on
@@ -48,7 +50,9 @@ def bytecode_env(
     processes). Where that setting is on and one of ``packages`` has no bytecode beside its
     source, the processes write theirs to the machine cache, once per machine, and read it
     from there after: nothing is written beside the sources, which is what the setting
-    protects. A user's own ``PYTHONPYCACHEPREFIX`` wins."""
+    protects. A user's own ``PYTHONPYCACHEPREFIX`` wins. (With a prefix Python reads no
+    ``__pycache__`` beside a source at all: the machine's first processes compile what they
+    import once, into the prefix.)"""
     environ = os.environ if environ is None else environ
     if not environ.get("PYTHONDONTWRITEBYTECODE") or environ.get("PYTHONPYCACHEPREFIX"):
         return {}

@@ -10,24 +10,38 @@ from tests.test_checkpoint_resume import BASE, train
 from trainables.config import ConfigError, TrialConfig
 
 
-def test_the_profiler_window_must_end_before_the_tail_windows():
-    # Steps 6-9 (a warm-up step, then 3) against a tail that starts at step 11: fine.
+def test_the_profiler_window_stays_in_the_second_window_and_out_of_the_tail():
+    # Steps 6-9 (a warm-up step, then 3) inside the second window (6-10), the tail from 11.
     TrialConfig(max_steps=20, log_every=5, tail_timing_points=2, profile_steps=3)
     with pytest.raises(
         ConfigError,
-        match=r"^profile_steps: the profiler's steps 6-12 reach .*"
-        r"from step 11\); set max_steps to at least 22 or lower profile_steps",
+        match=r"^profile_steps: 5 steps and the profiler's warm-up step do not fit in the second "
+        r"timing window \(steps 6-10\); set log_every to at least 6 or lower profile_steps",
     ):
-        TrialConfig(max_steps=20, log_every=5, tail_timing_points=2, profile_steps=6)
+        TrialConfig(max_steps=40, log_every=5, tail_timing_points=2, profile_steps=5)
+    with pytest.raises(
+        ConfigError,
+        match=r"^profile_steps: the profiler's steps 6-9 reach the tail windows \(from step 7\); "
+        r"set max_steps to at least 19 or lower profile_steps",
+    ):
+        TrialConfig(max_steps=16, log_every=5, tail_timing_points=2, profile_steps=3)
     with pytest.raises(ConfigError, match="profile_steps"):
         TrialConfig(profile_steps=-1)
 
 
+def test_a_profiled_run_gets_processes_of_its_own():
+    from trainables.config_checks import needs_own_processes
+
+    assert "profile_steps" in needs_own_processes(TrialConfig(max_steps=30, profile_steps=3))
+    with pytest.raises(ConfigError, match="^executor: resident cannot run this run: it runs the"):
+        TrialConfig(max_steps=30, profile_steps=3, executor="resident")
+
+
 def test_rank_0_writes_a_trace_of_the_window_with_the_steps_phases_marked(tmp_path):
-    # Steps 3 (the profiler's warm-up) and 4-6, before the tail window (7-8).
-    config = {**BASE, "max_steps": 8, "tail_timing_points": 1, "profile_steps": 3}
+    # Steps 5 (the profiler's warm-up) and 6-8: the second window; the tail is steps 9-12.
+    config = {**BASE, "max_steps": 12, "log_every": 4, "tail_timing_points": 1, "profile_steps": 3}
     windows = train(config, tmp_path)
-    assert [w["step"] for w in windows] == [2, 4, 6, 8]  # every window still reported
+    assert [w["step"] for w in windows] == [4, 8, 12]  # every window still reported
     folder = RunFolder(tmp_path)
     assert [p.name for p in sorted(tmp_path.glob(folder.PROFILE.format(rank="*")))] == [
         folder.profile(0).name

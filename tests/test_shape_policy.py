@@ -220,7 +220,7 @@ def test_the_startup_clock_splits_the_time_to_the_first_step():
     )
 
 
-def test_the_device_warm_up_runs_the_steps_kinds_of_ops_and_never_raises(monkeypatch):
+def test_the_device_warm_up_runs_the_steps_kinds_of_ops_and_never_raises(monkeypatch, capsys):
     import types
 
     import torch
@@ -237,6 +237,9 @@ def test_the_device_warm_up_runs_the_steps_kinds_of_ops_and_never_raises(monkeyp
     monkeypatch.setattr(startup.DeviceWarmUp, "_warmed", set())
     fake = types.SimpleNamespace(type="cuda", index=7)
     warm = startup.DeviceWarmUp(fake)
-    assert warm.join() >= 0.0 and warm.error
+    warm.join()
+    assert warm.error and f"device warm-up failed (the first step pays it): {warm.error}" in (
+        capsys.readouterr().err
+    )
     # A device is warmed once per process (a resident worker's later runs start no thread).
     assert startup.DeviceWarmUp(fake)._thread is None

@@ -120,11 +120,12 @@ class TrialConfig(WorkloadConfig):
         default=False,
     )
     profile_steps: int = _doc(
-        "Rank 0 records this many steps with the torch profiler after the first window (one "
-        "warm-up step before them), their forward, backward and optimizer marked, into "
-        "runs/<run>/profile-rank0.json (a Chrome trace; python -m benchmarks.step_profile "
-        "splits it into the phases' GPU time, communication and GPU idle time); 0: off. The "
-        "window must end before the tail windows (it slows its steps).",
+        "Rank 0 records this many steps with the torch profiler in the second timing window "
+        "(one warm-up step before them; log_every must be larger), their forward, backward and "
+        "optimizer marked, into runs/<run>/profile-rank0.json (a Chrome trace; python -m "
+        "benchmarks.step_profile splits it into the phases' GPU time, communication and GPU "
+        "idle time); 0: off. The run gets processes of its own, and the window must end before "
+        "the tail windows.",
         default=0,
     )
     timing_ranks: vocab.TimingRanks = _doc(

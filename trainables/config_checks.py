@@ -137,11 +137,18 @@ def _check_strategy(cfg) -> None:
 
 
 def _check_profile_window(cfg) -> None:
-    """The profiler's window (after the first window) ends before the tail windows start: its
-    steps are slower, and the tail figures are the run's."""
+    """The profiler's window stays inside the second timing window (which no race, ASHA or
+    stall alert judges: they start with the third) and ends before the tail windows: its steps
+    are slower, and the tail figures are the run's."""
     from trainables.profiling import profile_window
 
     first, last = profile_window(cfg.log_every, cfg.profile_steps)
+    if last > 2 * cfg.log_every:
+        raise ConfigError(
+            f"profile_steps: {cfg.profile_steps} steps and the profiler's warm-up step do not fit "
+            f"in the second timing window (steps {cfg.log_every + 1}-{2 * cfg.log_every}); set "
+            f"log_every to at least {cfg.profile_steps + 1} or lower profile_steps"
+        )
     tail_from = cfg.max_steps - cfg.tail_timing_points * cfg.log_every + 1
     if last >= tail_from:
         raise ConfigError(
@@ -364,6 +371,8 @@ def needs_own_processes(cfg) -> str:
         return "it saves checkpoints through Ray Train (checkpoint_every)"
     if cfg.inject_leak_mb_per_step:
         return "it plants a host-memory leak (inject_leak_mb_per_step), which must be its own"
+    if cfg.profile_steps:  # the profiler (CUPTI) may slow a process's later launches
+        return "it runs the profiler (profile_steps), whose after-effects must not reach other runs"
     return ""
 
 

@@ -233,7 +233,6 @@ def _train(run: _Run) -> None:
             t0, cpu0 = time.perf_counter(), time.thread_time()
             data_s = _step(run, window)
             run.faults.after_step(step)  # fault injection (tests); a no-op object otherwise
-            run.profiler.after_step(step)
             if cfg.cuda_sync_timing and device.type == "cuda":
                 torch.cuda.synchronize()  # note: a CPU-GPU sync point, only when asked for
             t2 = time.perf_counter()
@@ -247,6 +246,8 @@ def _train(run: _Run) -> None:
                 iter_ms=(t2 - prev_end) * 1e3,
             )
             prev_end = t2
+            if run.profiler.after_step(step):  # profile_steps: its sync and trace, untimed
+                prev_end = time.perf_counter()
             if first_step_ts is None:
                 first_step_ts = time.time()
                 run.clock.lap("first_step")

@@ -1,19 +1,22 @@
 """``profile_steps``: a torch profiler window on rank 0, to see where a step's time goes.
 
-The window opens after the run's first timing window (compilation, the first steps' one-off
-costs and the loader's start are over): one warm-up step, then ``profile_steps`` recorded steps,
-each under its ``ProfilerStep#`` span with its phases marked (``forward``: the model and the
-loss; ``backward``; ``optimizer``), written as a Chrome trace to ``runs/<run>/profile-rank0.json``
-(``RunFolder.profile``). ``python -m benchmarks.step_profile`` splits it into the phases' GPU
-time, communication (and what of it no kernel hid) and the GPU's idle time, as it does for the
-strategies' references (benchmarks/strategy_reference.py). The config check keeps the window
-out of the tail windows, whose figures it would slow.
+The window is in the run's second timing window (compilation, the first steps' one-off costs
+and the loader's start are over, and no race, ASHA or stall alert judges that window): one
+warm-up step, then ``profile_steps`` recorded steps, each under its ``ProfilerStep#`` span with
+its phases marked (``forward``: the model and the loss; ``backward``; ``optimizer``), written as
+a Chrome trace to ``runs/<run>/profile-rank0.json`` (``RunFolder.profile``). ``python -m
+benchmarks.step_profile`` splits it into the phases' GPU time, communication (and what of it no
+kernel hid) and the GPU's idle time, as it does for the strategies' references
+(benchmarks/strategy_reference.py). The config checks keep the window inside the second window
+and out of the tail, and give the run processes of its own (the profiler may slow a process's
+later launches). The window's bookkeeping (one device sync at its end, the trace's export) is
+kept out of the steps' times.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +30,8 @@ def profile_window(log_every: int, profile_steps: int) -> tuple[int, int]:
 
 
 class StepProfiler:
-    """Marks a step's phases (``phase(name)``, a no-op context when not profiling) and runs the
-    window (``after_step(step)`` after every step)."""
-
-    PHASES = ("forward", "backward", "optimizer")
+    """Runs the window (``before_step``/``after_step`` around every step) and marks a step's
+    phases inside it (``phase(name)``; a no-op outside it, and on ranks that do not profile)."""
 
     def __init__(self, profile_steps: int, log_every: int, trace: Path | None):
         """``trace``: where rank 0 writes it (None: this rank does not profile)."""
@@ -38,11 +39,13 @@ class StepProfiler:
         self.first, self.last = profile_window(log_every, profile_steps)
         self._prof: Any = None
         self._done = not (profile_steps and trace is not None)
-        self.phase: Callable[[str], contextlib.AbstractContextManager] = _no_phase
-        if not self._done:
-            from torch.profiler import record_function
 
-            self.phase = record_function
+    def phase(self, name: str) -> contextlib.AbstractContextManager:
+        if self._prof is None:
+            return contextlib.nullcontext()
+        from torch.profiler import record_function
+
+        return record_function(name)
 
     def before_step(self, step: int) -> None:
         if self._done or step != self.first:
@@ -62,25 +65,30 @@ class StepProfiler:
         )
         self._prof.__enter__()
 
-    def after_step(self, step: int) -> None:
+    def after_step(self, step: int) -> bool:
+        """The window's bookkeeping after ``step``; whether there was any (the caller keeps
+        its time out of the next step's)."""
         if self._prof is None:
-            return
-        import torch
+            return False
+        if step >= self.last:
+            import torch
 
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()  # note: a sync per profiled step (their kernels end in it)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()  # note: the window's one sync: its last kernels end
         self._prof.step()
         if step >= self.last:
             self.close()
+        return True
 
     def close(self) -> None:
-        """End the window (a run that stops inside it keeps what was recorded)."""
-        if self._prof is not None:
-            prof, self._prof = self._prof, None
-            prof.__exit__(None, None, None)
+        """End the window (a run that stops inside it keeps what was recorded). A failure to
+        write the trace is said on stderr, never raised: it must not hide the run's own
+        error, nor end a run that trains on."""
         self._done = True
-
-
-@contextlib.contextmanager
-def _no_phase(name: str):
-    yield
+        if self._prof is None:
+            return
+        prof, self._prof = self._prof, None
+        try:
+            prof.__exit__(None, None, None)
+        except Exception as exc:  # noqa: BLE001 - the trace is a diagnostic
+            print(f"profile_steps: no trace written to {self.trace}: {exc}", file=sys.stderr)

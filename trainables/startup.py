@@ -63,8 +63,9 @@ class DeviceWarmUp:
     first use) and the kernels of the step's kinds of ops (lazily loaded), each run once on
     tiny tensors in the run's precision, forward and backward, with a fused AdamW step. Those
     run in C++ with the GIL released, so they overlap the imports (pure Python) instead of
-    following them inside the first step. ``join`` waits for it; an error is kept as a note,
-    never raised (the real step meets a real problem itself). Nothing on a CPU."""
+    following them inside the first step. ``join`` waits for it; an error is said on stderr
+    (the worker's log), never raised (the real step meets a real problem itself). Nothing on a
+    CPU."""
 
     _warmed: set[str] = set()  # this process's devices warmed already (a resident worker's)
 
@@ -100,6 +101,10 @@ class DeviceWarmUp:
             return 0.0
         t0 = time.perf_counter()
         self._thread.join()
+        if self.error:
+            import sys
+
+            print(f"device warm-up failed (the first step pays it): {self.error}", file=sys.stderr)
         return time.perf_counter() - t0
 
 

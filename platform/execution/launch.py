@@ -83,10 +83,10 @@ def launch(request: LaunchRequest) -> int:
 
     local_auth_mode(request.address)  # before Ray is imported
     # Before Ray is imported too: where this environment would compile every module from source
-    # in every process, the driver, a local cluster's processes and the job's workers keep their
-    # bytecode in the machine cache (stage1_common/machine_cache.py).
-    bytecode = bytecode_env()
-    keep_bytecode(bytecode)
+    # in every process, the driver and the processes of a local cluster it starts (they inherit
+    # its environment) keep their bytecode in the machine cache (stage1_common/machine_cache.py).
+    # Not passed to a joined cluster: its nodes have packages and home folders of their own.
+    keep_bytecode(bytecode_env())
     _set_ray_environment()
     import ray
 
@@ -97,7 +97,7 @@ def launch(request: LaunchRequest) -> int:
     staged = f" (staged in {root.path}, mirrored there)" if root.remote else ""
     print(f"output root: {root.shown}{staged}", flush=True)
     try:
-        cluster = _connect(request, bytecode)
+        cluster = _connect(request)
         try:
             multi_node = cluster.joined or len(alive_nodes()) > 1
             runs = _fit_to_cluster(request, multi_node)
@@ -147,9 +147,8 @@ def _refuse(request: LaunchRequest, exc: Exception, *, clean: bool = True) -> No
 
 
 # --- step 1: connect ---
-def _connect(request: LaunchRequest, bytecode: dict[str, str]):
-    """Start a local Ray cluster, or join ``address``; ``bytecode``: where the job's workers
-    keep Python's bytecode (also on the nodes of a joined cluster), or {}."""
+def _connect(request: LaunchRequest):
+    """Start a local Ray cluster, or join ``address``."""
     from platform.execution.cluster import start_cluster, train_env_vars
     from stage1_common.cluster import joining
 
@@ -159,7 +158,7 @@ def _connect(request: LaunchRequest, bytecode: dict[str, str]):
             dashboard_host=request.dashboard_host,
             dashboard_port=request.dashboard_port,
             metrics_port=request.metrics_port,
-            env_vars=train_env_vars(local=not joining(request.address)) | bytecode,
+            env_vars=train_env_vars(local=not joining(request.address)),
         )
     except ConnectionError as exc:
         print(

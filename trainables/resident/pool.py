@@ -135,7 +135,7 @@ class GroupPool:
         # first run's start-up. A group that closed cleanly leaves its host here for the next
         # group (another shape: a sweep over train_workers); a failed group's host is killed.
         # No other host starts ahead, so that no import competes with a run being timed.
-        self.idle_hosts: list[Any] = [host if host is not None else self._new_host()]
+        self.idle_hosts: list[Any] = [host if host is not None else new_host(node_id)]
         if first is not None:
             self._start_group(first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
@@ -304,16 +304,13 @@ class GroupPool:
     def _start_group(self, shape: GroupShape) -> _Group:
         """A new group of ``shape`` (its TorchTrainer's workers, trainables/resident/serve.py)."""
         gid = f"g{len(self.groups) + 1}"
-        host = self.idle_hosts.pop() if self.idle_hosts else self._new_host()
+        host = self.idle_hosts.pop() if self.idle_hosts else new_host(self.node_id)
         group = _Group(id=gid, shape=shape, host=host, started=time.time())
         self.groups[gid] = group
         ticket = GroupTicket(pool=self.name, group=gid, cpus=shape.cpus_per_worker)
         ref = host.run.remote(shape, ticket, self.storage_path)
         threading.Thread(target=self._watch, args=(group, ref), daemon=True).start()
         return group
-
-    def _new_host(self):
-        return new_host(self.node_id)
 
     def _watch(self, group: _Group, ref) -> None:
         """Wait for the group's fit() to end; an error fails the run it was training."""

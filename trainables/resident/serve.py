@@ -75,7 +75,8 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     rank = ray.train.get_context().get_world_rank()
     torch_seed = torch.initial_seed()  # a new process's default seed, before any run
     # The model code first (the first run's "imports" part), with the GPU's first uses on a
-    # thread beside it (DeviceWarmUp), then every object alive is the process's own (torch,
+    # thread beside it (DeviceWarmUp, in the device's own low precision: the group serves runs
+    # of any precision), then every object alive is the process's own (torch,
     # transformers, Ray): frozen out of the collector, so no release and no collection inside
     # a run walks them again (the first release took 5.2 s on an H100, the later ones 1.2-1.5 s,
     # before this).
