@@ -18,6 +18,7 @@ done files' and ``meta.json``'s times and folder name, ``checkpoints.parquet``'s
 Issue 40 moved the FLOPs cache (``cache/flops-*.json``) out of the output root into the machine's
 cache folder, added the config key ``compile_cache_dir`` and the manifest's ``compile_parts``.
 Issue 43 added ``checkpoints.parquet``'s ``checkpoint_registered`` (false: overtaken, deleted).
+Issue 42 added the config key ``profile_steps`` (a manifest column like every key).
 """
 
 from __future__ import annotations
