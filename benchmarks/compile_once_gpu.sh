@@ -7,7 +7,8 @@
 # the second sweep's winner. Each one's compile_s and compile_cache (graphs found / compiled)
 # into $OUT/compile_once.tsv; the logs beside it. COMPILE_STEPS (60) steps per run (the training
 # run too, at most 50); COMPILE_MODE (reduce-overhead) the compile mode (`default`: no CUDA
-# graphs); COMPILE_TRAIN=0 leaves out platform.train (a shorter call).
+# graphs); COMPILE_TRAIN=0 leaves out platform.train (a shorter call); COMPILE_TRAIN_REPEATS
+# (1) platform.train that many times, each into a new root.
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -35,10 +36,13 @@ for step in a b; do
   row "sweep_$step" /tmp/compile_$step $SECONDS
 done
 [ "${COMPILE_TRAIN:-1}" = 0 ] && exit 0  # COMPILE_TRAIN=0: the two sweeps only
-SECONDS=0
-python -m platform.train --config /tmp/compile_b/best_config.json --output-root /tmp/compile_train \
-  --set max_steps=$(( ${COMPILE_STEPS:-60} < 50 ? ${COMPILE_STEPS:-60} : 50 )) --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
-  > "$OUT/train.log"
-row train /tmp/compile_train $SECONDS
+for i in $(seq "${COMPILE_TRAIN_REPEATS:-1}"); do  # each into a new root of its own
+  SECONDS=0
+  rm -rf /tmp/compile_train
+  python -m platform.train --config /tmp/compile_b/best_config.json --output-root /tmp/compile_train \
+    --set max_steps=$(( ${COMPILE_STEPS:-60} < 50 ? ${COMPILE_STEPS:-60} : 50 )) --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
+    > "$OUT/train.log"
+  row train /tmp/compile_train $SECONDS
+done
 cat "$OUT/compile_once.tsv"
 du -sh "$STAGE1_CACHE_DIR"/* | tee -a "$OUT/compile_once.tsv"

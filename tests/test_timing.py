@@ -114,3 +114,36 @@ def test_the_collector_clock_times_collections_inside_it_only():
     gc.collect()  # after the run: not counted, and the callback is gone
     assert clock.take()["gc_collections"] == 0
     assert clock._callback not in gc.callbacks
+
+
+def test_the_collector_is_paused_for_imports_and_put_back_as_it_was():
+    import gc
+
+    from trainables.gc_control import CollectorClock, collector_paused
+
+    assert gc.isenabled()
+    with CollectorClock() as clock:
+        with collector_paused():
+            assert not gc.isenabled()
+            cycles = []
+            for _ in range(50_000):  # far past generation 0's threshold: no automatic pass
+                node: list = []
+                node.append(node)
+                cycles.append(node)
+            with collector_paused():  # nested (an import inside an import): still paused
+                pass
+            assert not gc.isenabled() and clock.take()["gc_collections"] == 0
+        assert gc.isenabled()  # and the next allocations collect again
+        del cycles
+        for _ in range(2_000):
+            node = []
+            node.append(node)
+        assert clock.take()["gc_collections"] > 0
+        with pytest.raises(ValueError), collector_paused():
+            raise ValueError("an import that failed")
+        assert gc.isenabled()  # back on after an error too
+        gc.disable()  # paused by someone else before: left paused
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+        gc.enable()

@@ -10,13 +10,15 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainables.config import TrialConfig
-from trainables.loop import WorkerContext, run_training
 from trainables.run_files import RunFiles
 from trainables.startup import process_start
 from trainables.ticket import RunTicket
+
+if TYPE_CHECKING:
+    from trainables.loop import WorkerContext
 
 __all__ = ["quiet_report_log", "ray_gauges", "ray_worker_context", "train_loop_per_worker"]
 
@@ -36,6 +38,13 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     ``RunTicket`` (trainables/trial.py: build_trainer), decoded here once."""
     entry_ts = time.time()
     import ray.train
+
+    from trainables.gc_control import collector_paused
+
+    # The loop (torch, the engine, the data) imported where it trains, not where the trainer
+    # is built (trainables/trial.py), the collector paused meanwhile.
+    with collector_paused():
+        from trainables.loop import run_training
 
     quiet_report_log()
     ticket = RunTicket.decode(loop_config)
@@ -118,6 +127,8 @@ def ray_worker_context(
     time set); registers the worker's log files first, before anything can fail."""
     import ray.train
     import ray.train.torch
+
+    from trainables.loop import WorkerContext
 
     ctx = ray.train.get_context()
     files = files or RunFiles(ticket.name, ticket.storage)

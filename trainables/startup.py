@@ -52,9 +52,13 @@ def process_start() -> float:
 
 
 def import_model_code() -> None:
-    """The transformers model modules (a few seconds per process): timed as their own part."""
-    import transformers.models.bert.modeling_bert  # noqa: F401
-    import transformers.models.wav2vec2.modeling_wav2vec2  # noqa: F401
+    """The transformers model modules (a few seconds per process, the collector paused):
+    timed as their own part."""
+    from trainables.gc_control import collector_paused
+
+    with collector_paused():
+        import transformers.models.bert.modeling_bert  # noqa: F401
+        import transformers.models.wav2vec2.modeling_wav2vec2  # noqa: F401
 
 
 class DeviceWarmUp:

@@ -1,4 +1,4 @@
-"""The Tune trial function: one run of the sweep, trained in a Ray Train ``TorchTrainer`` of its
+"""The Tune trial function: one run of the sweep, trained in a Ray Train trainer of its
 own (``executor: fresh``) or in the sweep's resident group of its shape (``resident``: the trial
 submits the run to the group pool and relays its windows to Tune, trainables/resident/relay.py)."""
 
@@ -15,13 +15,14 @@ __all__ = ["build_trainer", "run_trial"]
 
 
 def build_trainer(ticket: RunTicket):
-    """A fresh run's ``TorchTrainer``: its workers receive ``ticket`` (started: its trial's
-    start time set) encoded, and decode it once each (trainables/ray_worker.py)."""
+    """A fresh run's Ray Train trainer (torch's backend, trainables/torch_backend.py: nothing
+    here imports torch): its workers receive ``ticket`` (started: its trial's start time set)
+    encoded, and decode it once each (trainables/ray_worker.py)."""
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from trainables.ray_worker import train_loop_per_worker  # torch: only where it trains
+    from trainables.ray_worker import train_loop_per_worker  # torch-free until it runs
+    from trainables.torch_backend import torch_trainer
 
     cfg = ticket.config
     shape = GroupShape.of(cfg)  # the run's own CPUs: a fresh run's worker group
@@ -29,11 +30,11 @@ def build_trainer(ticket: RunTicket):
     # Forwards rank 0's window reports to the Tune trial, where the platform's Tune callback
     # (in the driver) records them.
     callbacks = [TuneReportCallback()]
-    return TorchTrainer(
+    return torch_trainer(
         train_loop_per_worker,
         train_loop_config=ticket.encode(),
         scaling_config=shape.scaling_config(),
-        torch_config=TorchConfig(timeout_s=shape.pg_timeout_s),
+        timeout_s=shape.pg_timeout_s,
         run_config=RunConfig(
             name=ticket.name,
             storage_path=ticket.storage.runs,

@@ -15,6 +15,7 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.engine.shapes import shape_batch
+from trainables.gc_control import collector_paused
 from trainables.model import contrastive_loss
 
 __all__ = [
@@ -323,7 +324,8 @@ def warm_up(engine, cfg: TrialConfig) -> CompileTime:
     before = _phase_seconds()
     t0 = time.perf_counter()
     devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    # The collector paused: tracing and loading graphs make many objects, little garbage.
+    with torch.random.fork_rng(devices=devices), collector_paused():
         for audio_n, text_n in shapes:
             for i in range(len(passes)):
                 t_pass = time.perf_counter()

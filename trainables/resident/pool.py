@@ -5,8 +5,9 @@ and the runs they train.
 shape (``GroupShape``, trainables/resident/shape.py: workers, GPUs, CPUs, placement, nodes,
 process-group timeout; the CPUs are the most any planned run of the sweep with the same key
 needs, the run's ``group_cpus``, so runs that differ in loader workers or prefetch share a
-group), at most ``max_groups`` at a time. Each group is a ``TorchTrainer`` whose train function
-serves runs (trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its
+group), at most ``max_groups`` at a time. Each group is a Ray Train trainer with torch's backend
+(trainables/resident/group_trainer.py) whose train function serves runs
+(trainables/resident/serve.py), started by a ``GroupHost`` actor that calls its
 ``fit()``. A Tune trial submits its run and relays the windows (trainables/resident/relay.py);
 what they say to each other, and the states of groups and runs, are
 trainables/resident/messages.py.
@@ -87,19 +88,22 @@ class _Group:
 
 @ray.remote(num_cpus=0)
 class GroupHost:
-    """Runs one resident group's ``TorchTrainer.fit()``; killing this actor ends the group (the
+    """Runs one resident group's trainer's ``fit()``; killing this actor ends the group (the
     Ray Train controller and its workers are owned by it)."""
 
     def __init__(self) -> None:
-        # What building the group's TorchTrainer needs (torch among it: ~2.5 CPU-s), imported
-        # as the actor starts: the host the pool starts with the sweep has it done before the
-        # first run is submitted (GroupPool.__init__).
-        import ray.train.torch  # noqa: F401
+        # What building the group's trainer needs, imported as the actor starts: the host the
+        # pool starts with the sweep has it done before the first run is submitted. No torch
+        # (trainables/torch_backend.py): 3 s of a GPU host's single thread off the first run.
+        from trainables.gc_control import collector_paused
 
-        import trainables.resident.serve  # noqa: F401
+        with collector_paused():
+            import ray.train.v2.api.data_parallel_trainer  # noqa: F401
+
+            import trainables.resident.group_trainer  # noqa: F401
 
     def run(self, shape: GroupShape, group: GroupTicket, storage_path: str) -> str:
-        from trainables.resident.serve import build_group_trainer
+        from trainables.resident.group_trainer import build_group_trainer
 
         build_group_trainer(shape, group, storage_path).fit()
         return "closed"
@@ -302,7 +306,7 @@ class GroupPool:
         self.cond.notify_all()
 
     def _start_group(self, shape: GroupShape) -> _Group:
-        """A new group of ``shape`` (its TorchTrainer's workers, trainables/resident/serve.py)."""
+        """A new group of ``shape`` (its trainer's workers, trainables/resident/serve.py)."""
         gid = f"g{len(self.groups) + 1}"
         host = self.idle_hosts.pop() if self.idle_hosts else new_host(self.node_id)
         group = _Group(id=gid, shape=shape, host=host, started=time.time())

@@ -1,4 +1,4 @@
-"""A resident worker group's ``TorchTrainer`` (``build_group_trainer``) and its train function:
+"""A resident worker group's train function (its trainer: trainables/resident/group_trainer.py):
 the Ray Train workers of one resource shape stay alive across a sweep's runs and train each run
 the group pool hands them (trainables/resident/pool.py), one after the other.
 
@@ -28,39 +28,16 @@ from trainables.distributed import broadcast_from_rank0
 from trainables.loop import WorkerContext, run_training
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
 from trainables.resident.messages import Assignment, Outcome, Shutdown
-from trainables.resident.shape import GroupShape
 from trainables.startup import DeviceWarmUp, import_model_code
 from trainables.ticket import GroupTicket
 
-__all__ = ["RunStopped", "build_group_trainer", "memory_now", "release", "serve_loop_per_worker"]
+__all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]
 
 POLL_S = 2.0  # how long one ask for the next run waits in the pool
 
 
 class RunStopped(Exception):
     """The run's trial was stopped from outside (the pool said so at a window)."""
-
-
-def build_group_trainer(shape: GroupShape, group: GroupTicket, storage_path: str):
-    """A resident group's ``TorchTrainer`` of ``shape`` (its CPUs: the sweep's ``group_cpus``
-    for its key, which the driver puts in every run's ticket): its workers serve runs until the
-    pool closes the group. No restarts: a failed worker ends the group (the pool fails its run
-    and builds a new group for the next)."""
-    from ray.train import FailureConfig, LoggingConfig, RunConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    return TorchTrainer(
-        serve_loop_per_worker,
-        train_loop_config=group.encode(),
-        scaling_config=shape.scaling_config(),
-        torch_config=TorchConfig(timeout_s=shape.pg_timeout_s),
-        run_config=RunConfig(
-            name=group.group,
-            storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=0),
-            logging_config=LoggingConfig(log_level="WARNING"),
-        ),
-    )
 
 
 def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
