@@ -32,7 +32,7 @@ from trainables.resident.shape import GroupKey, GroupShape, group_cpus
 from trainables.ticket import RunStorage, RunTicket
 from trainables.trial import run_trial
 
-__all__ = ["ResidentPool", "Sweep", "build_sweep", "start_pool"]
+__all__ = ["ResidentPool", "Sweep", "build_sweep", "start_host", "start_pool"]
 
 # Held while a sweep's last rows and manifest are written (Sweep.finish_files), by the main
 # thread or the stop that found Ray gone. Not a field: Tune pickles what refers to the sweep.
@@ -243,11 +243,28 @@ def _search_and_stop(
     return tune_config, SweepStopper(runs, trial_runs, race)
 
 
-def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> ResidentPool | None:
+def start_host(todo: list[RunSpec]):
+    """The first resident group's ``GroupHost`` (trainables/resident/pool.py), on the driver's
+    node, before anything else the driver prepares (the corpus, the tokenizers): its process
+    start and imports, 2-3 s on 2 busy cores, are over when the pool hands it the first group.
+    None when no run of ``todo`` is resident."""
+    if not any(r.config.executor == "resident" for r in todo):
+        return None
+    import ray
+
+    from trainables.resident.pool import new_host
+
+    return new_host(ray.get_runtime_context().get_node_id())
+
+
+def start_pool(
+    root: OutputRoot, space: SearchSpace, todo: list[RunSpec], host: Any = None
+) -> ResidentPool | None:
     """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node: at most
     max_concurrent_trials resident groups, their Ray Train state under tune/groups/. The group
     of the first resident run to run starts at once (its workers start while Tune starts the
-    run's trial). None when no run of ``todo`` is resident."""
+    run's trial), on ``host`` (``start_host``) or a host started now. None when no run of
+    ``todo`` is resident (``host`` is then stopped)."""
     import uuid
 
     import ray
@@ -257,6 +274,8 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
 
     resident = [r for r in todo if r.config.executor == "resident"]
     if not resident:
+        if host is not None:
+            ray.kill(host)
         return None
     cpus = group_cpus(r.config for r in resident)
     first = resident[0]
@@ -276,10 +295,10 @@ def start_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Res
             RunStorage.of(root).groups,
             node,
             GroupShape.of(first.config, cpus[GroupKey.of(first.config)]),
-            # The first group's host starts now, beside the pool (not once the pool's process
-            # has started and imported): its imports (ray.train.torch, torch: 3.7 s on a 2x
-            # H100 host) come before Ray Train's controller can start.
-            new_host(node),
+            # The first group's host, started before the pool (not once the pool's process
+            # has started and imported): its process start and imports come before Ray
+            # Train's controller can start.
+            host if host is not None else new_host(node),
         )
     )
     return ResidentPool(name=name, actor=actor, cpus=cpus)
