@@ -89,3 +89,15 @@ def test_gpu_runs_get_nccl_and_the_runs_process_group_timeout(tmp_path):
         [{"backend": "nccl", "init_method": "env", "timeout_s": int(timeout)}] * 2
     )
     assert lines[-1] == "[]"
+
+
+def test_the_ray_functions_the_workers_call_exist_in_this_ray():
+    from ray.train.torch import config
+
+    from trainables import torch_backend
+
+    names = ("_setup_torch_process_group", "_set_torch_distributed_env_vars", "_shutdown_torch")
+    assert all(callable(getattr(config, n, None)) for n in names)
+    assert callable(config.TorchConfigContextManager().__enter__)
+    assert torch_backend._TorchBackend.share_cuda_visible_devices  # as Ray's _TorchBackend
+    assert config._TorchBackend.share_cuda_visible_devices

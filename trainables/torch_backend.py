@@ -11,7 +11,9 @@ rendezvous on rank 0's address; ``timeout_s``), in a module that imports no torc
 what runs on the workers is Ray's own code (``_setup_torch_process_group``,
 ``_set_torch_distributed_env_vars``, ``_shutdown_torch``, ``TorchConfigContextManager``), imported
 there, where torch is imported anyway. ``torch_trainer`` builds the V2 ``DataParallelTrainer``
-with it, which is what ``TorchTrainer`` is apart from its config.
+with it, which is what ``TorchTrainer`` is apart from its config. Those worker functions are
+Ray's private names (Ray 2.60): tests/test_torch_backend.py fails when a Ray release renames
+one, before any group would.
 """
 
 from __future__ import annotations

@@ -201,18 +201,18 @@ def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
 
 # --- step 2: prepare the inputs ---
 def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool):
-    """The first resident group's host, the corpus (when the space makes one),
+    """The resident group pool and its first host, the corpus (when the space makes one),
     ``before_trials``, the resident groups (their first group starts now, while the driver
     goes on), every node reading the runs' manifests,
     the tokenizers, and ``runs/<run>/config.json`` of each planned run. Returns the runs and
     the resident pool (None when every run is fresh)."""
     from platform.execution.nodes import check_nodes
-    from platform.execution.tuner import start_host, start_pool
+    from platform.execution.tuner import open_pool, start_pool
 
     space, root = request.space, request.output_root
-    # The first group's host before everything else here: it reserves no CPU, and its process
-    # start and imports overlap the corpus and the checks.
-    host = start_host([r for r in runs if r.name not in request.done])
+    # The group pool and its first host before everything else here: they reserve no CPU, and
+    # their process starts and imports overlap the corpus and the checks.
+    opened = open_pool(root, space, [r for r in runs if r.name not in request.done])
     if needs_corpus(space, runs):
         manifest = prepare_corpus(space.data, root)
         runs = [
@@ -227,7 +227,7 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
         except (UsageError, ValueError) as exc:
             _refuse(request, exc, clean=False)
     # After the corpus (its Ray Data tasks need the CPUs a group reserves), before the rest.
-    pool = start_pool(root, space, [r for r in runs if r.name not in request.done], host)
+    pool = start_pool(root, space, [r for r in runs if r.name not in request.done], opened)
     if multi_node:
         try:
             check_nodes(manifests=run_manifests(runs))

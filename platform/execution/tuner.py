@@ -32,7 +32,7 @@ from trainables.resident.shape import GroupKey, GroupShape, group_cpus
 from trainables.ticket import RunStorage, RunTicket
 from trainables.trial import run_trial
 
-__all__ = ["ResidentPool", "Sweep", "build_sweep", "start_host", "start_pool"]
+__all__ = ["OpenedPool", "ResidentPool", "Sweep", "build_sweep", "open_pool", "start_pool"]
 
 # Held while a sweep's last rows and manifest are written (Sweep.finish_files), by the main
 # thread or the stop that found Ray gone. Not a field: Tune pickles what refers to the sweep.
@@ -243,28 +243,25 @@ def _search_and_stop(
     return tune_config, SweepStopper(runs, trial_runs, race)
 
 
-def start_host(todo: list[RunSpec]):
-    """The first resident group's ``GroupHost`` (trainables/resident/pool.py), on the driver's
-    node, before anything else the driver prepares (the corpus, the tokenizers): its process
-    start and imports, 2-3 s on 2 busy cores, are over when the pool hands it the first group.
-    None when no run of ``todo`` is resident."""
+@dataclass(frozen=True)
+class OpenedPool:
+    """The sweep's GroupPool actor and its first group's host, made before the driver prepares
+    the corpus and checks (``open_pool``); no group yet."""
+
+    name: str
+    actor: Any
+    host: Any
+
+
+def open_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> OpenedPool | None:
+    """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node (at most
+    max_concurrent_trials resident groups, their Ray Train state under tune/groups/), and the
+    host of its first group, made before anything else the driver prepares: both reserve no CPU,
+    and their process starts and imports (2-3 s each on 2 busy cores) overlap the corpus and
+    the checks instead of coming before Ray Train's controller can start. None when no run of
+    ``todo`` is resident."""
     if not any(r.config.executor == "resident" for r in todo):
         return None
-    import ray
-
-    from trainables.resident.pool import new_host
-
-    return new_host(ray.get_runtime_context().get_node_id())
-
-
-def start_pool(
-    root: OutputRoot, space: SearchSpace, todo: list[RunSpec], host: Any = None
-) -> ResidentPool | None:
-    """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node: at most
-    max_concurrent_trials resident groups, their Ray Train state under tune/groups/. The group
-    of the first resident run to run starts at once (its workers start while Tune starts the
-    run's trial), on ``host`` (``start_host``) or a host started now. None when no run of
-    ``todo`` is resident (``host`` is then stopped)."""
     import uuid
 
     import ray
@@ -272,15 +269,9 @@ def start_pool(
 
     from trainables.resident.pool import GroupPool, new_host
 
-    resident = [r for r in todo if r.config.executor == "resident"]
-    if not resident:
-        if host is not None:
-            ray.kill(host)
-        return None
-    cpus = group_cpus(r.config for r in resident)
-    first = resident[0]
     node = ray.get_runtime_context().get_node_id()
     name = f"stage1-groups-{uuid.uuid4().hex[:8]}"
+    host = new_host(node)
     actor = (
         ray.remote(GroupPool)
         .options(
@@ -289,19 +280,32 @@ def start_pool(
             max_concurrency=1000,  # every trial's poll and every rank's ask wait in a thread
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
-        .remote(
-            name,
-            space.max_concurrent_trials,
-            RunStorage.of(root).groups,
-            node,
-            GroupShape.of(first.config, cpus[GroupKey.of(first.config)]),
-            # The first group's host, started before the pool (not once the pool's process
-            # has started and imported): its process start and imports come before Ray
-            # Train's controller can start.
-            host if host is not None else new_host(node),
-        )
+        .remote(name, space.max_concurrent_trials, RunStorage.of(root).groups, node, host=host)
     )
-    return ResidentPool(name=name, actor=actor, cpus=cpus)
+    return OpenedPool(name=name, actor=actor, host=host)
+
+
+def start_pool(
+    root: OutputRoot, space: SearchSpace, todo: list[RunSpec], opened: OpenedPool | None = None
+) -> ResidentPool | None:
+    """The sweep's resident groups: the pool ``opened`` (``open_pool``) or one made now, and
+    the group of the first resident run to run started at once (after the corpus, whose Ray
+    Data tasks need the CPUs a group reserves; its workers start while Tune starts the run's
+    trial). None when no run of ``todo`` is resident (an opened pool and its host are then
+    stopped: say ``before_trials`` made every run fresh)."""
+    import ray
+
+    resident = [r for r in todo if r.config.executor == "resident"]
+    if not resident:
+        if opened is not None:
+            ray.kill(opened.actor)
+            ray.kill(opened.host)
+        return None
+    opened = opened or open_pool(root, space, todo)
+    cpus = group_cpus(r.config for r in resident)
+    first = resident[0]
+    opened.actor.start.remote(GroupShape.of(first.config, cpus[GroupKey.of(first.config)]))
+    return ResidentPool(name=opened.name, actor=opened.actor, cpus=cpus)
 
 
 def _trial_name(trial) -> str:

@@ -112,20 +112,11 @@ class GroupHost:
 class GroupPool:
     """The sweep's resident groups and the runs they train (a threaded Ray actor)."""
 
-    def __init__(
-        self,
-        name: str,
-        max_groups: int,
-        storage_path: str,
-        node_id: str,
-        first: GroupShape | None = None,
-        host: Any = None,
-    ):
+    def __init__(self, name: str, max_groups: int, storage_path: str, node_id: str, host=None):
         """``storage_path``: Ray Train's storage of the groups (``RunStorage.groups``);
-        ``first``: the group of the sweep's first resident run, started now, before Tune starts
-        the run's trial, so its workers' start and imports overlap the driver's last steps and
-        the trial's start; ``host``: a ``GroupHost`` the driver started beside this actor (its
-        process start and imports then overlap this actor's), else one is started here."""
+        ``host``: a ``GroupHost`` the driver started beside this actor (its process start and
+        imports then overlap this actor's), else one is started here. No group until ``start``
+        or a run's ``submit``."""
         self.name, self.max_groups = name, max(1, int(max_groups))
         self.storage_path, self.node_id = storage_path, node_id
         self.jobs: dict[str, _Job] = {}
@@ -134,15 +125,21 @@ class GroupPool:
         self.cond = threading.Condition()
         self.ids = itertools.count(1)
         self.closed = False
-        # Hosts with nothing to run. The first group's starts now, with the sweep, while Tune
-        # starts its first trial: its process start and imports (~3.5 s on 2 cores) are off the
+        # Hosts with nothing to run. The first group's starts with the pool, before the driver
+        # prepares the corpus: its process start and imports (~3.5 s on 2 cores) are off the
         # first run's start-up. A group that closed cleanly leaves its host here for the next
         # group (another shape: a sweep over train_workers); a failed group's host is killed.
         # No other host starts ahead, so that no import competes with a run being timed.
         self.idle_hosts: list[Any] = [host if host is not None else new_host(node_id)]
-        if first is not None:
-            self._start_group(first)
         threading.Thread(target=self._monitor, name="group-monitor", daemon=True).start()
+
+    def start(self, first: GroupShape) -> None:
+        """The group of the sweep's first resident run, started now, before Tune starts the
+        run's trial, so its workers' start and imports overlap the driver's last steps and the
+        trial's start (the pool itself was made before the corpus, whose tasks need the CPUs
+        a group reserves)."""
+        with self.cond:
+            self._start_group(first)
 
     # --- the trials' side ---
     def submit(self, ticket: RunTicket) -> str:
