@@ -34,9 +34,8 @@ shape = GroupShape.of(config, 3)
 ticket = RunTicket(name="r1", group="g", repeat=1, storage=storage, config=config)
 # A fresh run's trainer as trainables/trial.py builds it (less Tune's report callback, which
 # needs a Tune session), and a resident group's as its host does.
-fresh = torch_trainer(train_loop_per_worker, train_loop_config=ticket.encode(),
-                      scaling_config=shape.scaling_config(), timeout_s=shape.pg_timeout_s,
-                      run_config=RunConfig(name="r1", storage_path=storage.runs))
+fresh = torch_trainer(train_loop_per_worker, ticket.encode(), GroupShape.of(config),
+                      RunConfig(name="r1", storage_path=storage.runs))
 group = build_group_trainer(shape, GroupTicket(pool="p", group="g1", cpus=3), storage.groups)
 sent = [t.train_run_context for t in (fresh, group)]
 with open({out!r}, "wb") as f:

@@ -28,6 +28,7 @@ import ray
 from ray.train.backend import Backend, BackendConfig
 
 from trainables.gc_control import collector_paused
+from trainables.resident.shape import GroupShape
 
 __all__ = ["TorchBackendConfig", "torch_trainer"]
 
@@ -61,22 +62,21 @@ class TorchBackendConfig(BackendConfig):
 
 def torch_trainer(
     train_loop_per_worker: Callable[[dict[str, Any]], Any],
-    *,
     train_loop_config: dict[str, Any],
-    scaling_config: Any,
+    shape: GroupShape,
     run_config: Any,
-    timeout_s: int,
 ):
-    """What ``TorchTrainer(..., torch_config=TorchConfig(timeout_s=timeout_s))`` builds: a V2
-    ``DataParallelTrainer`` with nccl when ``scaling_config`` uses GPUs, else gloo."""
+    """A worker group of ``shape`` training ``train_loop_per_worker``: what
+    ``TorchTrainer(..., torch_config=TorchConfig(timeout_s=shape.pg_timeout_s))`` builds, a V2
+    ``DataParallelTrainer`` with nccl when the shape has GPUs, else gloo."""
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
-    backend = "nccl" if scaling_config.use_gpu else "gloo"
+    backend = "nccl" if shape.use_gpu else "gloo"
     return DataParallelTrainer(
         train_loop_per_worker,
         train_loop_config=train_loop_config,
-        backend_config=TorchBackendConfig(backend=backend, timeout_s=int(timeout_s)),
-        scaling_config=scaling_config,
+        backend_config=TorchBackendConfig(backend=backend, timeout_s=int(shape.pg_timeout_s)),
+        scaling_config=shape.scaling_config(),
         run_config=run_config,
     )
 

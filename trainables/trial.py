@@ -32,10 +32,9 @@ def build_trainer(ticket: RunTicket):
     callbacks = [TuneReportCallback()]
     return torch_trainer(
         train_loop_per_worker,
-        train_loop_config=ticket.encode(),
-        scaling_config=shape.scaling_config(),
-        timeout_s=shape.pg_timeout_s,
-        run_config=RunConfig(
+        ticket.encode(),
+        shape,
+        RunConfig(
             name=ticket.name,
             storage_path=ticket.storage.runs,
             callbacks=callbacks,

@@ -23,18 +23,13 @@ def build_group_trainer(shape: GroupShape, group: GroupTicket, storage_path: str
     new group for the next)."""
     from ray.train import FailureConfig, LoggingConfig, RunConfig
 
-    return torch_trainer(
-        serve_group,
-        train_loop_config=group.encode(),
-        scaling_config=shape.scaling_config(),
-        timeout_s=shape.pg_timeout_s,
-        run_config=RunConfig(
-            name=group.group,
-            storage_path=storage_path,
-            failure_config=FailureConfig(max_failures=0),
-            logging_config=LoggingConfig(log_level="WARNING"),
-        ),
+    run_config = RunConfig(
+        name=group.group,
+        storage_path=storage_path,
+        failure_config=FailureConfig(max_failures=0),
+        logging_config=LoggingConfig(log_level="WARNING"),
     )
+    return torch_trainer(serve_group, group.encode(), shape, run_config)
 
 
 def serve_group(loop_config: dict[str, Any]) -> None:
