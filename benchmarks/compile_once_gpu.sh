@@ -41,7 +41,7 @@ for i in $(seq "${COMPILE_TRAIN_REPEATS:-1}"); do  # each into a new root of its
   rm -rf /tmp/compile_train
   python -m platform.train --config /tmp/compile_b/best_config.json --output-root /tmp/compile_train \
     --set max_steps=$(( ${COMPILE_STEPS:-60} < 50 ? ${COMPILE_STEPS:-60} : 50 )) --set checkpoint_every=0 --set export_model=none 2>&1 | quiet \
-    > "$OUT/train.log"
+    > "$OUT/train_$i.log"
   row train /tmp/compile_train $SECONDS
 done
 cat "$OUT/compile_once.tsv"

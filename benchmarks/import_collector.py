@@ -1,8 +1,8 @@
 """A worker's big imports with Python's collector running and paused
 (trainables/gc_control.py: ``collector_paused``), side by side: each variant in a new process,
 alternating, ``--repeats`` times. A process imports torch, Ray Train and the model code
-(trainables/startup.py: ``import_model_code``) as a train worker does; prints the medians and
-their ratio.
+(trainables/startup.py: ``import_model_code``) as a train worker does, then one full
+collection (what a pause put off is counted); prints the medians and their ratio.
 
     python -m benchmarks.import_collector --repeats 5 \\
         --json benchmarks/results/import_collector_cpu2.json
@@ -36,6 +36,8 @@ if {paused}:
 else:
     import transformers.models.bert.modeling_bert
     import transformers.models.wav2vec2.modeling_wav2vec2
+import gc
+gc.collect()  # the collections the pause put off count too
 print(time.perf_counter() - t0)
 """
 

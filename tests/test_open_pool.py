@@ -49,5 +49,7 @@ def _dies_within(ray, actor, seconds: float) -> bool:
             ray.get(actor.__ray_ready__.remote(), timeout=seconds)
         except ray.exceptions.RayActorError:
             return True
+        except ray.exceptions.GetTimeoutError:
+            continue
         time.sleep(0.2)
     return False

@@ -143,7 +143,9 @@ def test_the_collector_is_paused_for_imports_and_put_back_as_it_was():
             raise ValueError("an import that failed")
         assert gc.isenabled()  # back on after an error too
         gc.disable()  # paused by someone else before: left paused
-        with collector_paused():
-            pass
-        assert not gc.isenabled()
-        gc.enable()
+        try:
+            with collector_paused():
+                pass
+            assert not gc.isenabled()
+        finally:
+            gc.enable()

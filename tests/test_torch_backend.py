@@ -5,6 +5,7 @@ context and the backend, does not import it either; the backend is the one ``Tor
 would choose. The real process groups are made by every Ray test that trains (the smoke sweep's
 resident group, test_checkpoint_resume's fresh runs, test_profiling's)."""
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -95,8 +96,12 @@ def test_the_ray_functions_the_workers_call_exist_in_this_ray():
 
     from trainables import torch_backend
 
-    names = ("_setup_torch_process_group", "_set_torch_distributed_env_vars", "_shutdown_torch")
-    assert all(callable(getattr(config, n, None)) for n in names)
+    # Each takes the arguments the backend passes (a renamed one fails here, not in a group).
+    inspect.signature(config._setup_torch_process_group).bind(
+        backend="gloo", world_rank=0, world_size=2, init_method="env://", timeout_s=60
+    )
+    inspect.signature(config._set_torch_distributed_env_vars).bind()
+    inspect.signature(config._shutdown_torch).bind(destroy_process_group=True)
     assert callable(config.TorchConfigContextManager().__enter__)
     assert torch_backend._TorchBackend.share_cuda_visible_devices  # as Ray's _TorchBackend
     assert config._TorchBackend.share_cuda_visible_devices

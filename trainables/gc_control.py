@@ -25,8 +25,9 @@ def collector_paused() -> Iterator[None]:
     """No automatic collection inside (then as before): for a process's big imports (torch,
     transformers, Ray Train), which make hundreds of thousands of long-lived objects and hardly
     any garbage, while the collector's full passes walk all of them again and again. Importing
-    torch, Ray Train and the model code took 2.58 s with it paused against 3.12 s without on
-    the 2-core CPU machine (medians of 5: benchmarks/import_collector.py, issue 40)."""
+    torch, Ray Train and the model code, then one full collection, took 2.92 s with it paused
+    against 3.41 s without on the 2-core CPU machine (medians of 5:
+    benchmarks/import_collector.py, issue 40)."""
     was_on = gc.isenabled()
     gc.disable()
     try:

@@ -36,15 +36,16 @@ def quiet_report_log() -> None:
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point: one call per worker; ``loop_config`` is the run's encoded
     ``RunTicket`` (trainables/trial.py: build_trainer), decoded here once."""
-    entry_ts = time.time()
     import ray.train
 
     from trainables.gc_control import collector_paused
 
     # The loop (torch, the engine, the data) imported where it trains, not where the trainer
-    # is built (trainables/trial.py), the collector paused meanwhile.
+    # is built (trainables/trial.py), the collector paused meanwhile; before the entry's
+    # time, as when the train function's unpickling imported it (the worker's part).
     with collector_paused():
         from trainables.loop import run_training
+    entry_ts = time.time()
 
     quiet_report_log()
     ticket = RunTicket.decode(loop_config)

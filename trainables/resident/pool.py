@@ -139,6 +139,8 @@ class GroupPool:
         trial's start (the pool itself was made before the corpus, whose tasks need the CPUs
         a group reserves)."""
         with self.cond:
+            if self.closed or any(g.state != GroupState.DEAD for g in self.groups.values()):
+                return  # a run's submit came first and started it
             self._start_group(first)
 
     # --- the trials' side ---
