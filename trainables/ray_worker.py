@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainables.config import TrialConfig
+from trainables.gc_control import collector_paused
 from trainables.run_files import RunFiles
 from trainables.startup import process_start
 from trainables.ticket import RunTicket
@@ -37,8 +38,6 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point: one call per worker; ``loop_config`` is the run's encoded
     ``RunTicket`` (trainables/trial.py: build_trainer), decoded here once."""
     import ray.train
-
-    from trainables.gc_control import collector_paused
 
     # The loop (torch, the engine, the data) imported where it trains, not where the trainer
     # is built (trainables/trial.py), the collector paused meanwhile; before the entry's

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+from trainables.gc_control import collector_paused
+
 __all__ = ["DeviceWarmUp", "StartupClock", "import_model_code", "process_start"]
 
 
@@ -54,8 +56,6 @@ def process_start() -> float:
 def import_model_code() -> None:
     """The transformers model modules (a few seconds per process, the collector paused):
     timed as their own part."""
-    from trainables.gc_control import collector_paused
-
     with collector_paused():
         import transformers.models.bert.modeling_bert  # noqa: F401
         import transformers.models.wav2vec2.modeling_wav2vec2  # noqa: F401

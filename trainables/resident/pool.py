@@ -37,6 +37,7 @@ from typing import Any
 
 import ray
 
+from trainables.gc_control import collector_paused
 from trainables.resident.messages import (
     LEASE_S,
     Assignment,
@@ -93,10 +94,9 @@ class GroupHost:
 
     def __init__(self) -> None:
         # What building the group's trainer needs, imported as the actor starts: the host the
-        # pool starts with the sweep has it done before the first run is submitted. No torch
-        # (trainables/torch_backend.py): 3 s of a GPU host's single thread off the first run.
-        from trainables.gc_control import collector_paused
-
+        # driver starts with the pool, before its corpus (platform/execution/tuner.py:
+        # open_pool), has it done before the first group. No torch (trainables/torch_backend.py):
+        # 3 s of a GPU host's single thread off the first run.
         with collector_paused():
             import ray.train.v2.api.data_parallel_trainer  # noqa: F401
 
