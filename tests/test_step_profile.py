@@ -51,3 +51,31 @@ def test_a_step_splits_into_its_phases_communication_and_idle_gpu(tmp_path):
 def test_a_trace_without_steps_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="prof.step"):
         summarise([_x("kernel", "k", 0, 1)])
+
+
+def test_host_ops_names_the_loop_threads_extra_op_and_the_slower_launches():
+    # benchmarks/host_ops.py: the same workload's traces, the second with a host-side sum on
+    # the loop's thread and slower launches on autograd's thread.
+    from benchmarks.host_ops import compare, per_thread, threads
+
+    def trace(extra_sum_us, launch_us):
+        events = []
+        for i in range(2):
+            t = 1000 * i
+            loop = [_x("user_annotation", "forward", t, 100), _x("cpu_op", "aten::linear", t, 50)]
+            if extra_sum_us:
+                loop.append(_x("cpu_op", "aten::sum", t + 60, extra_sum_us))
+            for e in loop:
+                e["tid"] = 1
+            grads = [_x("cpu_op", "AddmmBackward0", t + 200 + k, 20) for k in range(3)]
+            grads.append(_x("cuda_runtime", "cudaLaunchKernel", t + 300, launch_us))
+            for e in grads:
+                e["tid"] = 2
+            events += loop + grads
+        return events
+
+    base, other = trace(0, 5), trace(7000, 8)
+    assert threads(other) == {"loop": 1, "autograd": 2}
+    text = "\n".join(compare(per_thread(base), per_thread(other), top=1))
+    assert "| aten::sum | 0 -> 1 | - -> 7000.0 | 0.0 -> 7.0 |" in text
+    assert "autograd thread: cudaLaunchKernel median 5.0 -> 8.0 us" in text

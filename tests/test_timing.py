@@ -32,6 +32,27 @@ def test_reset_and_empty_window():
         timer.summary(global_batch=1)
 
 
+def test_a_windows_audio_count_stays_on_the_device_until_the_report():
+    # A CPU-side sum of the batch's mask read back every step held the loop's thread 7-20 ms
+    # per step on an H200 host (mb 128 of 2 s audio): time a launch-bound GPU waited for. On
+    # the meta device nothing can be read back: a count that reads the mask per step fails.
+    import torch
+
+    from trainables.window_metrics import Window
+
+    window = Window.on(torch.device("meta"))
+    window.add_audio(torch.ones(4, 32_000, dtype=torch.bool, device="meta"))
+    assert window.audio_valid.device.type == "meta" and window.audio_total == 4 * 32_000
+    cpu = Window.on(torch.device("cpu"))
+    for valid in (3, 5):
+        mask = torch.zeros(2, 4, dtype=torch.bool)
+        mask.view(-1)[:valid] = True
+        cpu.add_audio(mask)
+    assert (int(cpu.audio_valid), cpu.audio_total) == (8, 16)
+    cpu.next()
+    assert (int(cpu.audio_valid), cpu.audio_total) == (0, 0)
+
+
 def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
     import socket
 
