@@ -6,10 +6,11 @@ autograd threads spend CPU time that its reference's do not.
 Two Chrome traces of the same workload (benchmarks/strategy_reference.py's ``--profile`` and the
 platform's ``profile_steps``, as benchmarks/reference_compare.py makes them; ``.gz`` read too).
 Per trace, two threads: the loop's (the one that opens the ``forward`` phase) and autograd's
-(the other thread with the most CPU ops, which runs the backward). For each, per profiled step:
-its ops' CPU milliseconds and their launch calls' median microseconds; then the ops whose time
-differs most between the traces (count per step, median us, ms per step). A GPU that waits for
-the host (``gpu_idle`` in benchmarks/step_profile.py) waits for these.
+(the other thread with the most CPU ops, which runs the backward). For each: the median of its
+kernel launch calls (microseconds), then the ops whose own time (less the ops and runtime calls
+nested in them) differs most between the traces: calls per profiled step, median us, ms per
+step. A GPU that waits for the host (``gpu_idle`` in benchmarks/step_profile.py) waits for
+these.
 """
 
 from __future__ import annotations
@@ -26,28 +27,50 @@ from benchmarks.step_profile import read_trace
 
 def threads(events: list[dict]) -> dict[str, int]:
     """The loop's and autograd's thread ids."""
-    loop = next(
+    loops = [
         e["tid"] for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward"
-    )
-    ops = collections.Counter(e["tid"] for e in events if e.get("cat") == "cpu_op")
-    autograd = next(tid for tid, _ in ops.most_common() if tid != loop)
-    return {"loop": loop, "autograd": autograd}
+    ]
+    ops = collections.Counter(e.get("tid") for e in events if e.get("cat") == "cpu_op")
+    others = [tid for tid, _ in ops.most_common() if tid not in loops[:1]]
+    if not loops or not others:
+        raise ValueError(
+            "a trace without a 'forward' phase or a second thread of CPU ops: profile training "
+            "steps with record_function('forward') around the forward (as "
+            "benchmarks/strategy_reference.py --profile and profile_steps do) and a backward"
+        )
+    return {"loop": loops[0], "autograd": others[0]}
+
+
+def _self_us(spans: list[dict]) -> list[tuple[str, float]]:
+    """Each op of one thread with its own time: its duration less the ops and runtime calls
+    nested in it (an ``aten::to`` holds its ``aten::_to_copy``, which holds its ``copy_``)."""
+    stack: list[list] = []  # [end, index]
+    own = [[e["name"], float(e["dur"])] for e in spans]
+    for i, e in enumerate(spans):
+        while stack and stack[-1][0] <= e["ts"]:
+            stack.pop()
+        if stack:
+            own[stack[-1][1]][1] -= e["dur"]
+        stack.append([e["ts"] + e["dur"], i])
+    return [
+        (name, us) for (name, us), e in zip(own, spans, strict=True) if e.get("cat") == "cpu_op"
+    ]
 
 
 def per_thread(events: list[dict]) -> dict[str, dict]:
-    """Per thread role: steps, each op's durations (us), and cudaLaunchKernel's."""
+    """Per thread role: steps, each op's own durations (us), and cudaLaunchKernel's."""
     steps = sum(1 for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward")
     out = {}
     for role, tid in threads(events).items():
+        spans = sorted(
+            (e for e in events
+             if e.get("tid") == tid and "dur" in e and e.get("cat") in ("cpu_op", "cuda_runtime")),
+            key=lambda e: (e["ts"], -e["dur"]),
+        )  # fmt: skip
         ops: dict[str, list[float]] = collections.defaultdict(list)
-        launches = []
-        for e in events:
-            if e.get("tid") != tid or "dur" not in e:
-                continue
-            if e.get("cat") == "cpu_op":
-                ops[e["name"]].append(e["dur"])
-            elif e.get("cat") == "cuda_runtime" and e["name"].startswith("cudaLaunchKernel"):
-                launches.append(e["dur"])
+        for name, us in _self_us(spans):
+            ops[name].append(us)
+        launches = [e["dur"] for e in spans if e["name"].startswith("cudaLaunchKernel")]
         out[role] = {"steps": max(steps, 1), "ops": ops, "launch_us": launches}
     return out
 

@@ -61,14 +61,15 @@ def test_host_ops_names_the_loop_threads_extra_op_and_the_slower_launches():
     def trace(extra_sum_us, launch_us):
         events = []
         for i in range(2):
-            t = 1000 * i
+            t = 10_000 * i
             loop = [_x("user_annotation", "forward", t, 100), _x("cpu_op", "aten::linear", t, 50)]
-            if extra_sum_us:
+            if extra_sum_us:  # a sum whose cast (a copy nested in it) takes most of its time
                 loop.append(_x("cpu_op", "aten::sum", t + 60, extra_sum_us))
+                loop.append(_x("cpu_op", "aten::copy_", t + 61, extra_sum_us - 1000))
             for e in loop:
                 e["tid"] = 1
-            grads = [_x("cpu_op", "AddmmBackward0", t + 200 + k, 20) for k in range(3)]
-            grads.append(_x("cuda_runtime", "cudaLaunchKernel", t + 300, launch_us))
+            grads = [_x("cpu_op", "AddmmBackward0", t + 8000 + 30 * k, 20) for k in range(3)]
+            grads.append(_x("cuda_runtime", "cudaLaunchKernel", t + 8005, launch_us))
             for e in grads:
                 e["tid"] = 2
             events += loop + grads
@@ -76,6 +77,19 @@ def test_host_ops_names_the_loop_threads_extra_op_and_the_slower_launches():
 
     base, other = trace(0, 5), trace(7000, 8)
     assert threads(other) == {"loop": 1, "autograd": 2}
-    text = "\n".join(compare(per_thread(base), per_thread(other), top=1))
-    assert "| aten::sum | 0 -> 1 | - -> 7000.0 | 0.0 -> 7.0 |" in text
+    text = "\n".join(compare(per_thread(base), per_thread(other), top=2))
+    # Own time: the copy's 6 ms out of the sum's 7 (an op's time less what is nested in it).
+    assert "| aten::copy_ | 0 -> 1 | - -> 6000.0 | 0.0 -> 6.0 |" in text
+    assert "| aten::sum | 0 -> 1 | - -> 1000.0 | 0.0 -> 1.0 |" in text
     assert "autograd thread: cudaLaunchKernel median 5.0 -> 8.0 us" in text
+    # The launch nested in each step's first AddmmBackward0 comes off its own time (20 - 8 us).
+    assert sorted(per_thread(other)["autograd"]["ops"]["AddmmBackward0"]) == [
+        12.0,
+        12.0,
+        20.0,
+        20.0,
+        20.0,
+        20.0,
+    ]
+    with pytest.raises(ValueError, match="without a 'forward' phase"):
+        threads([_x("cpu_op", "aten::mm", 0, 1)])

@@ -33,9 +33,10 @@ def test_reset_and_empty_window():
 
 
 def test_a_windows_audio_count_stays_on_the_device_until_the_report():
-    # A CPU-side sum of the batch's mask read back every step held the loop's thread 7-20 ms
-    # per step on an H200 host (mb 128 of 2 s audio): time a launch-bound GPU waited for. On
-    # the meta device nothing can be read back: a count that reads the mask per step fails.
+    # A CPU-side sum of the batch's mask read back every step held the loop's thread 7.4-20.6
+    # ms per step on an H200 host (mb 128 of 2 s audio). On the meta device nothing can be
+    # read back: a count that reads the mask per step fails; so does the CPU-side mask (its
+    # sum, a 0-dim tensor, would still add to a device counter).
     import torch
 
     from trainables.window_metrics import Window
@@ -43,6 +44,8 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     window = Window.on(torch.device("meta"))
     window.add_audio(torch.ones(4, 32_000, dtype=torch.bool, device="meta"))
     assert window.audio_valid.device.type == "meta" and window.audio_total == 4 * 32_000
+    with pytest.raises(ValueError, match=r"^audio_mask on cpu: pass the batch's mask on the run"):
+        window.add_audio(torch.ones(4, 8, dtype=torch.bool))
     cpu = Window.on(torch.device("cpu"))
     for valid in (3, 5):
         mask = torch.zeros(2, 4, dtype=torch.bool)

@@ -41,8 +41,11 @@ class Window:
 
     def add_audio(self, audio_mask: torch.Tensor) -> None:
         """The batch's mask on the run's device, counted there without a sync; read once per
-        window. Not on the CPU-side mask: summing 4 M booleans (mb 128 of 2 s audio) held the
-        loop's thread 7-20 ms per step on an H200 host, and the GPU waited for it."""
+        window. Not the CPU-side mask: casting and summing its 4 M booleans (mb 128 of 2 s
+        audio) held the loop's thread 7.4-20.6 ms per step on an H200 host."""
+        if audio_mask.device != self.audio_valid.device:  # a 0-dim CPU sum would still add
+            raise ValueError(f"audio_mask on {audio_mask.device}: pass the batch's mask on the "
+                             f"run's device ({self.audio_valid.device}), after its copy")  # fmt: skip
         self.audio_valid += audio_mask.sum()
         self.audio_total += audio_mask.numel()
 

@@ -277,19 +277,23 @@ def _phase_seconds() -> dict[str, float]:
     return {name: sum(compilation_time_metrics.get(key, ())) for name, key in _PHASES.items()}
 
 
-def compile_parts(before: dict[str, float], seconds: float, later: float) -> str:
+def compile_parts(
+    before: dict[str, float], seconds: float, later: float, collect: float = 0.0
+) -> str:
     """Where ``seconds`` of a warm-up went since ``before`` (_phase_seconds): dynamo's tracing,
     guards and backend (AOTAutograd and inductor, cache loads included), the rest of dynamo
     (dynamo_other), the rest of each shape's first pass (``first_passes``: running it, and the
-    backward graphs compiled or loaded at their first call), and the ``later`` passes (with
-    reduce-overhead: CUDA graph warm-up and recording). The parts sum to ``seconds``:
-    'trace=3.0 guards=0.8 backend=12.9 dynamo_other=0.3 first_passes=20.2 cudagraph_passes=10.0'."""
+    backward graphs compiled or loaded at their first call), the ``later`` passes (with
+    reduce-overhead: CUDA graph warm-up and recording) and the closing garbage ``collect``ion.
+    The parts sum to ``seconds``: 'trace=3.0 guards=0.8 backend=12.9 dynamo_other=0.3
+    first_passes=20.2 cudagraph_passes=10.0 collect=0.1'."""
     now = _phase_seconds()
     spent = {name: max(0.0, now[name] - before.get(name, 0.0)) for name in now}
     parts = {name: spent[name] for name in ("trace", "guards", "backend")}
     parts["dynamo_other"] = max(0.0, spent["dynamo"] - sum(parts.values()))
-    parts["first_passes"] = max(0.0, seconds - spent["dynamo"] - later)
+    parts["first_passes"] = max(0.0, seconds - spent["dynamo"] - later - collect)
     parts["cudagraph_passes"] = later
+    parts["collect"] = collect
     return " ".join(f"{name}={value:.1f}" for name, value in parts.items())
 
 
@@ -338,11 +342,15 @@ def warm_up(engine, cfg: TrialConfig) -> CompileTime:
                     break
             if not engine.compiling:
                 break
-    # The young generations' passes the pause put off (what the warm-up made: dynamo's and
-    # inductor's graphs), here rather than in the first timed steps. Not a full collection
-    # (0.5-1.3 s on 2 cores), which the collector runs only once the objects new since the
-    # last one outnumber a quarter of the old ones, seldom within a warm-up.
-    gc.collect(1)
+        # The young generations' passes the pause put off (what the warm-up made: dynamo's
+        # and inductor's graphs), here rather than in the first timed steps, and inside the
+        # pause: after it, the first allocation would start them anyway (not timed as this
+        # part). Not a full collection (0.5-1.3 s on 2 cores), which the collector runs only
+        # once the objects new since the last one outnumber a quarter of the old ones, seldom
+        # within a warm-up.
+        t_collect = time.perf_counter()
+        gc.collect(1)
+        collect = time.perf_counter() - t_collect
     seconds = time.perf_counter() - t0
-    parts = compile_parts(before, seconds, sum(passes[1:]))
+    parts = compile_parts(before, seconds, sum(passes[1:]), collect)
     return CompileTime(seconds, parts, tuple(round(p, 3) for p in passes))
