@@ -277,9 +277,7 @@ def _phase_seconds() -> dict[str, float]:
     return {name: sum(compilation_time_metrics.get(key, ())) for name, key in _PHASES.items()}
 
 
-def compile_parts(
-    before: dict[str, float], seconds: float, later: float, collect: float = 0.0
-) -> str:
+def compile_parts(before: dict[str, float], seconds: float, later: float, collect: float) -> str:
     """Where ``seconds`` of a warm-up went since ``before`` (_phase_seconds): dynamo's tracing,
     guards and backend (AOTAutograd and inductor, cache loads included), the rest of dynamo
     (dynamo_other), the rest of each shape's first pass (``first_passes``: running it, and the
