@@ -25,6 +25,12 @@ strategy's own cost, not the input pipeline's). Each strategy as its documentati
 
 Rank 0 prints one JSON line: samples/s of each timed window (a device sync at each window's end
 only), their median and tail mean, step time, peak memory; ``--json PATH`` writes it too.
+``--loader N`` feeds the steps from a torch ``DataLoader`` instead (as torch's documentation
+trains): a dataset that makes each utterance in ``__getitem__`` (seeded random audio and ids),
+a collate that stacks them with their masks, ``N`` workers, ``--prefetch-factor``, pinned
+memory, each batch copied to the device with ``non_blocking``: the input pipeline's own cost
+on the host, which the platform's runs also pay.
+
 ``--profile PATH`` adds a torch profiler window of ``--profile-steps`` steps (after one warm-up
 step) on rank 0 after the timed ones: a Chrome trace with each step's forward, backward and
 optimizer marked, which benchmarks/step_profile.py summarises.
@@ -210,6 +216,58 @@ def _torch_step(opt):
     return step
 
 
+class SyntheticItems:
+    """Seeded random utterances made per item (a map-style dataset: ``__getitem__`` and
+    ``__len__``), like a real corpus' decoding in a loader's workers."""
+
+    def __init__(self, n: int, audio: int, tokens: int, vocab: int):
+        self.n, self.audio, self.tokens, self.vocab = n, audio, tokens, vocab
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        import torch
+
+        g = torch.Generator().manual_seed(i)
+        return (
+            0.1 * torch.randn(self.audio, generator=g),
+            torch.randint(1000 if self.vocab > 2000 else 1, self.vocab, (self.tokens,), generator=g),
+        )
+
+
+def collate(items):
+    import torch
+
+    audio = torch.stack([a for a, _ in items])
+    ids = torch.stack([t for _, t in items])
+    return audio, torch.ones_like(audio, dtype=torch.bool), ids, torch.ones_like(ids)
+
+
+def loader_batches(args, device, vocab: int):
+    """Batches forever from a DataLoader of ``args.loader`` workers, copied to ``device``."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    data = SyntheticItems(
+        args.micro_batch * 64, int(args.audio_s * 16_000), args.text_tokens, vocab
+    )
+    loader = DataLoader(
+        data,
+        batch_size=args.micro_batch,
+        shuffle=True,
+        drop_last=True,
+        num_workers=args.loader,
+        prefetch_factor=args.prefetch_factor,
+        persistent_workers=True,
+        pin_memory=device.type == "cuda",
+        collate_fn=collate,
+    )
+    while True:
+        for cpu_batch in loader:
+            yield tuple(t.to(device, non_blocking=True) for t in cpu_batch)
+
+
 def init(args):
     import torch
     import torch.distributed as dist
@@ -245,10 +303,14 @@ def train(args) -> dict | None:
     ids = ids.to(device)
     # Masks of ones, as the platform's synthetic dataset gives them (every row full length).
     batch = (audio, torch.ones_like(audio, dtype=torch.bool), ids, torch.ones_like(ids))
+    feed = loader_batches(args, device, vocab) if args.loader else None
 
     from torch.profiler import record_function
 
     def one_step() -> None:
+        nonlocal batch
+        if feed is not None:
+            batch = next(feed)
         # The phases benchmarks/step_profile.py splits a profiled step into.
         with record_function("forward"):
             loss = clip_loss(*forward(*batch))
@@ -293,6 +355,7 @@ def train(args) -> dict | None:
             "model_size": args.model_size,
             "reshard_after_forward": args.reshard_after_forward,
             "prefetch": args.prefetch,
+            "loader_workers": args.loader,
             "samples_per_s_windows": [round(w, 1) for w in windows],
             "samples_per_s_median": round(median, 1),
             "tail_samples_per_s": round(sum(tail) / len(tail), 1),
@@ -347,6 +410,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="fsdp2: free gathered parameters after each block's forward (true|false)",
     )
     p.add_argument("--prefetch", type=int, default=0, help="fsdp2: blocks prefetched explicitly")
+    p.add_argument("--loader", type=int, default=0, help="DataLoader workers (0: one batch)")
+    p.add_argument("--prefetch-factor", type=int, default=4, help="with --loader")
     p.add_argument("--profile", type=Path, help="rank 0: a profiler trace of extra steps here")
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--json", type=Path, help="rank 0: write the result here")
