@@ -1,25 +1,35 @@
 """Each strategy in the platform against its reference outside it, at one point, in one command
-(issue 42): is "ZeRO-1 at 0.6x of DDP" DeepSpeed's cost or the platform's?
+(issues 42 and 53): is "ZeRO-1 at 0.6x of DDP" DeepSpeed's cost or the platform's?
 
-    python -m benchmarks.reference_compare [--strategies ddp,fsdp2,zero1,zero2] [--nproc N]
-        [--model-size base] [--micro-batch 128] [--audio-s 2.0] [--text-tokens 48]
-        [--profile-steps 5] [--output-root DIR] [--set KEY=VALUE ...]
+    python -m benchmarks.reference_compare [--strategies ddp,fsdp2,zero1,zero2] [--pairs N]
+        [--variant NAME=BASE:KEY=VALUE,...] [--nproc N] [--model-size base] [--micro-batch 128]
+        [--audio-s 2.0] [--text-tokens 48] [--profile-steps 5] [--output-root DIR]
+        [--set KEY=VALUE ...]
+
+``--strategies`` picks from ddp, fsdp2, zero1, zero2 (eager) and ddp_compiled, fsdp2_compiled
+(regional compile, compile_mode default), ddp_cudagraphs, fsdp2_cudagraphs (reduce-overhead).
+Each of ``--pairs`` turns runs, in this order:
 
 1. Every strategy's reference (benchmarks/strategy_reference.py: the workload as torch's and
    DeepSpeed's own documentation trains it, importing nothing of the project) under its
    launcher: ``torchrun`` for ddp and fsdp2, DeepSpeed's ``deepspeed`` for zero1 and zero2
    (``--launcher torchrun`` for all: a machine without DeepSpeed's launcher).
 2. The platform at the same point: one ``platform.tune`` sweep of
-   benchmarks/spaces/strategy_references.yaml (a case per strategy asked for, synthetic data of
-   the same shape, the same steps and windows), ``--set`` passed on (on a CPU:
-   ``--set num_workers=0 --set cpus_per_worker=1``).
-3. One table: each side's tail samples/s (the mean of the last ``--tail`` windows after
-   ``--warmup-steps``), platform / reference, and each side against its own DDP; with
-   ``--profile-steps``, each side's profiled step (benchmarks/step_profile.py: the phases' GPU
-   time, communication, the communication no kernel hid, the GPU's idle time).
+   benchmarks/spaces/strategy_references.yaml's point with a case per strategy asked for (and
+   per ``--variant``: a platform-only case compared with its base's reference, e.g.
+   ``ddp_t5=ddp:intra_op_threads=5``), synthetic data of the same shape, the same steps and
+   windows, ``--set`` passed on (on a CPU: ``--set num_workers=0 --set cpus_per_worker=1``).
 
-Writes DIR/reference_compare.json and .md. Both sides run on the same machine in one command:
-compare nothing across commands.
+One table: each side's median tail samples/s (the mean of the last ``--tail`` windows after
+``--warmup-steps``), the median over the turns of platform / reference (each turn's platform
+against the same turn's reference) with the lowest and highest, and each side against its own
+DDP; with ``--profile-steps``, each side's profiled step of the first turn
+(benchmarks/step_profile.py: the phases' GPU time, communication, the communication no kernel
+hid, the GPU's idle time).
+
+Writes DIR/reference_compare.json and .md (the table rewritten after every turn: an
+interrupted command keeps the turns it finished). Both sides run on the same machine in one
+command: compare nothing across commands.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -35,19 +46,57 @@ from stage1_common.output_root import OutputRoot, RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = ROOT / "benchmarks" / "spaces" / "strategy_references.yaml"
-# The platform's case of each reference strategy.
-CASES = {
-    "ddp": ("ddp", 0),
-    "fsdp2": ("fsdp2", 0),
-    "zero1": ("deepspeed", 1),
-    "zero2": ("deepspeed", 2),
+_REGIONAL = {"torch_compile": True, "compile_scope": "layers", "zero_stage": 0}
+# Each comparison: the reference's own arguments, and the platform's case at the same point.
+CASES: dict[str, tuple[list[str], dict]] = {
+    "ddp": (["--strategy", "ddp"], {"strategy": "ddp", "zero_stage": 0}),
+    "fsdp2": (["--strategy", "fsdp2"], {"strategy": "fsdp2", "zero_stage": 0}),
+    "zero1": (["--strategy", "zero1"], {"strategy": "deepspeed", "zero_stage": 1}),
+    "zero2": (["--strategy", "zero2"], {"strategy": "deepspeed", "zero_stage": 2}),
+    # Regional compile (every transformer block and the feature encoder compiled one by one),
+    # without and with CUDA graphs (compile_mode reduce-overhead).
+    "ddp_compiled": (
+        ["--strategy", "ddp", "--compile", "default"],
+        {"strategy": "ddp", **_REGIONAL, "compile_mode": "default"},
+    ),
+    "fsdp2_compiled": (
+        ["--strategy", "fsdp2", "--compile", "default"],
+        {"strategy": "fsdp2", **_REGIONAL, "compile_mode": "default"},
+    ),
+    "ddp_cudagraphs": (
+        ["--strategy", "ddp", "--compile", "reduce-overhead"],
+        {"strategy": "ddp", **_REGIONAL, "compile_mode": "reduce-overhead"},
+    ),
+    "fsdp2_cudagraphs": (
+        ["--strategy", "fsdp2", "--compile", "reduce-overhead"],
+        {"strategy": "fsdp2", **_REGIONAL, "compile_mode": "reduce-overhead"},
+    ),
 }
+EAGER = ("ddp", "fsdp2", "zero1", "zero2")
+
+
+def parse_variant(text: str) -> tuple[str, str, dict]:
+    """``NAME=BASE:key=value,key=value``: a platform-only case, BASE's case with the values
+    changed, compared with BASE's reference (e.g. ``ddp_t5=ddp:intra_op_threads=5``)."""
+    import yaml
+
+    name, _, rest = text.partition("=")
+    base, _, sets = rest.partition(":")
+    if not name or base not in CASES:
+        raise ValueError(
+            f"--variant {text!r}: write NAME=BASE:key=value,... with BASE one of {', '.join(CASES)}"
+        )
+    values = {}
+    for item in filter(None, sets.split(",")):
+        key, _, raw = item.partition("=")
+        values[key.strip()] = yaml.safe_load(raw)
+    return name, base, {**CASES[base][1], **values}
 
 
 def reference_cmd(args, strategy: str, out: Path) -> list[str]:
     """The reference's command under its launcher."""
     script = [
-        "--strategy", strategy, "--model-size", args.model_size,
+        *CASES[strategy][0], "--model-size", args.model_size,
         "--micro-batch", str(args.micro_batch), "--audio-s", str(args.audio_s),
         "--text-tokens", str(args.text_tokens), "--warmup-steps", str(args.warmup_steps),
         "--steps", str(args.steps), "--window", str(args.window), "--tail", str(args.tail),
@@ -86,27 +135,48 @@ def platform_sets(args) -> list[str]:
     return sets + list(args.set)
 
 
-def compare(references: dict[str, dict], platform: dict[str, float | None]) -> list[dict]:
-    """One row per strategy: each side's tail samples/s, platform / reference, and each side
-    against its own DDP (None where a side has no figure)."""
+def compare(
+    pairs: list[tuple[dict[str, dict], dict[str, float | None]]], bases: dict[str, str]
+) -> list[dict]:
+    """One row per comparison over the pairs (each: the references' results and the platform's
+    tail samples/s by name, from one turn of the command): each side's median, the median of
+    the pairs' platform / reference ratios with their lowest and highest, and each side's
+    median against its own DDP. ``bases``: each name's reference (a variant's is its base's).
+    None where a side has no figure."""
 
     def ratio(a, b):
         return a / b if a and b else None
 
-    ref_ddp = (references.get("ddp") or {}).get("tail_samples_per_s")
-    plat_ddp = platform.get("ddp")
+    def median(values):
+        values = [v for v in values if v]
+        return statistics.median(values) if values else None
+
     rows = []
-    for strategy, ref in references.items():
-        ref_sps = (ref or {}).get("tail_samples_per_s")
-        plat_sps = platform.get(strategy)
+    for name, base in bases.items():
+        plat = [p.get(name) for _, p in pairs]
+        ref = [(r.get(base) or {}).get("tail_samples_per_s") for r, _ in pairs]
+        ratios = [v for v in map(ratio, plat, ref) if v]
+        plat_ddp = [ratio(p.get(name), p.get("ddp")) for _, p in pairs]
+        ref_ddp = [
+            ratio(
+                (r.get(base) or {}).get("tail_samples_per_s"),
+                (r.get("ddp") or {}).get("tail_samples_per_s"),
+            )
+            for r, _ in pairs
+        ]
         rows.append(
             {
-                "strategy": strategy,
-                "platform_samples_per_s": plat_sps,
-                "reference_samples_per_s": ref_sps,
-                "platform_over_reference": ratio(plat_sps, ref_sps),
-                "platform_vs_ddp": ratio(plat_sps, plat_ddp),
-                "reference_vs_ddp": ratio(ref_sps, ref_ddp),
+                "strategy": name,
+                "reference": base,
+                "pairs": len(ratios),
+                "platform_samples_per_s": median(plat),
+                "reference_samples_per_s": median(ref),
+                "platform_over_reference": median(ratios),
+                "ratio_low": min(ratios) if ratios else None,
+                "ratio_high": max(ratios) if ratios else None,
+                "ratios": [round(v, 4) for v in ratios],
+                "platform_vs_ddp": median(plat_ddp),
+                "reference_vs_ddp": median(ref_ddp),
             }
         )
     return rows
@@ -115,40 +185,62 @@ def compare(references: dict[str, dict], platform: dict[str, float | None]) -> l
 def markdown(rows: list[dict]) -> str:
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
     out = [
-        "| strategy | platform samples/s | reference samples/s | platform / reference | "
-        "platform vs its ddp | reference vs its ddp |",
-        "|" + " --- |" * 6,
+        "| strategy | pairs | platform samples/s | reference samples/s | platform / reference "
+        "(median) | lowest - highest | platform vs its ddp | reference vs its ddp |",
+        "|" + " --- |" * 8,
     ]
     for r in rows:
+        name = (
+            r["strategy"]
+            if r["reference"] == r["strategy"]
+            else f"{r['strategy']} (vs {r['reference']})"
+        )
         out.append(
-            f"| {r['strategy']} | {f(r['platform_samples_per_s'], '.1f')} | "
+            f"| {name} | {r['pairs']} | {f(r['platform_samples_per_s'], '.1f')} | "
             f"{f(r['reference_samples_per_s'], '.1f')} | {f(r['platform_over_reference'], '.3f')} "
+            f"| {f(r['ratio_low'], '.3f')} - {f(r['ratio_high'], '.3f')} "
             f"| {f(r['platform_vs_ddp'], '.3f')} | {f(r['reference_vs_ddp'], '.3f')} |"
         )
     return "\n".join(out) + "\n"
 
 
-def _space_of(strategies: list[str], path: Path) -> Path:
-    """benchmarks/spaces/strategy_references.yaml with the cases of ``strategies`` only."""
+def _space_of(cases: dict[str, dict], path: Path) -> Path:
+    """benchmarks/spaces/strategy_references.yaml with ``cases`` (name: the platform's case)."""
     import yaml
 
     space = yaml.safe_load(SPACE.read_text())
-    wanted = {CASES[s] for s in strategies}
-    space["cases"] = [c for c in space["cases"] if (c["strategy"], c["zero_stage"]) in wanted]
-    if "ddp" not in strategies:
+    space["cases"] = list(cases.values())
+    if "ddp" not in cases:
         space.pop("baseline", None)
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
 
 
-def _platform_tails(root: Path, strategies: list[str]) -> dict[str, float | None]:
-    from benchmarks.strategy_sweep import table
+def _same(value, wanted) -> bool:
+    return str(value).strip().lower() == str(wanted).strip().lower()
 
+
+def _platform_tails(root: Path, cases: dict[str, dict]) -> dict[str, float | None]:
+    """Each case's tail samples/s in the sweep in ``root`` (its ok run whose manifest row holds
+    every value of the case; keys a case leaves out hold their defaults)."""
+    import pandas as pd
+
+    from benchmarks.strategy_sweep import table
+    from trainables.config import TrialConfig
+
+    if not (root / "run_manifest.tsv").is_file():
+        return {}
+    manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
+    rows = {r["run"]: r for r in manifest.to_dict("records")}
+    keys = {k for case in cases.values() for k in case}
+    defaults = TrialConfig().to_dict()
     tails: dict[str, float | None] = {}
     for row in table(root):
-        for strategy in strategies:
-            if CASES[strategy] == (row["strategy"], row["zero_stage"]) and row["status"] == "ok":
-                tails[strategy] = row["tail_samples_per_s"]
+        rec = rows.get(row["run"], {})
+        for name, case in cases.items():
+            full = {k: case.get(k, defaults.get(k)) for k in keys}
+            if row["status"] == "ok" and all(_same(rec.get(k), v) for k, v in full.items()):
+                tails[name] = row["tail_samples_per_s"]
     return tails
 
 
@@ -166,9 +258,40 @@ def _profiles(out: Path, root: Path) -> str:
     return table(rows) + "\n" if rows else ""
 
 
+def _one_turn(args, turn: Path, strategies: list[str], cases: dict[str, dict]):
+    """One turn of the command: every reference asked for, then one platform sweep of every
+    case; returns (the references' results, the platform's tails, the sweep's exit code)."""
+    out = turn / "references"
+    out.mkdir(parents=True)
+    references: dict[str, dict] = {}
+    for strategy in strategies:
+        cmd = reference_cmd(args, strategy, out)
+        print("running:", " ".join(cmd), flush=True)
+        done = subprocess.run(cmd, cwd=ROOT, check=False)
+        result = out / f"{strategy}.json"
+        references[strategy] = json.loads(result.read_text()) if result.is_file() else {}
+        if done.returncode or not references[strategy]:
+            print(f"reference_compare: {strategy}'s reference failed (exit {done.returncode})")
+    root = turn / "platform"
+    space = _space_of(cases, turn / SPACE.name)
+    cmd = [sys.executable, "-m", "platform.tune", "--space", str(space), "--output-root", str(root)]
+    cmd += [a for item in platform_sets(args) for a in ("--set", item)]
+    print("running:", " ".join(cmd), flush=True)
+    code = subprocess.run(cmd, cwd=ROOT, check=False).returncode
+    return references, _platform_tails(root, cases), code
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--strategies", default="ddp,fsdp2,zero1,zero2")
+    p.add_argument("--strategies", default=",".join(EAGER), help=f"of {', '.join(CASES)}")
+    p.add_argument("--pairs", type=int, default=1, help="turns of references then platform")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=BASE:KEY=VALUE,...",
+        help="a platform-only case compared with BASE's reference",
+    )
     p.add_argument("--nproc", type=int, default=2, help="processes (GPUs)")
     p.add_argument("--model-size", choices=("base", "tiny"), default="base")
     p.add_argument("--micro-batch", type=int, default=128)
@@ -187,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in strategies if s not in CASES]
     if unknown:
         p.error(f"--strategies: unknown {', '.join(unknown)}; known: {', '.join(CASES)}")
+    if args.pairs < 1:
+        p.error(f"--pairs {args.pairs}: at least 1")
     if args.profile_steps >= args.window and args.profile_steps:
         p.error(
             f"--profile-steps {args.profile_steps}: the platform profiles inside its second window "
@@ -194,28 +319,32 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.output_root.exists() and any(args.output_root.iterdir()):
         p.error(f"--output-root {args.output_root} is not empty; name a new folder")
-    out = args.output_root / "references"
-    out.mkdir(parents=True)
-    references: dict[str, dict] = {}
-    for strategy in strategies:
-        cmd = reference_cmd(args, strategy, out)
-        print("running:", " ".join(cmd), flush=True)
-        done = subprocess.run(cmd, cwd=ROOT, check=False)
-        result = out / f"{strategy}.json"
-        references[strategy] = json.loads(result.read_text()) if result.is_file() else {}
-        if done.returncode or not references[strategy]:
-            print(f"reference_compare: {strategy}'s reference failed (exit {done.returncode})")
-    root = args.output_root / "platform"
-    space = _space_of(strategies, args.output_root / SPACE.name)
-    cmd = [sys.executable, "-m", "platform.tune", "--space", str(space), "--output-root", str(root)]
-    cmd += [a for item in platform_sets(args) for a in ("--set", item)]
-    print("running:", " ".join(cmd), flush=True)
-    code = subprocess.run(cmd, cwd=ROOT, check=False).returncode
-    platform = _platform_tails(root, strategies) if (root / "run_manifest.tsv").is_file() else {}
-    rows = compare(references, platform)
-    text = markdown(rows) + ("\n" + _profiles(out, root) if args.profile_steps else "")
+    cases = {s: CASES[s][1] for s in strategies}
+    bases = {s: s for s in strategies}
+    for text in args.variant:
+        try:
+            name, base, case = parse_variant(text)
+        except ValueError as e:
+            p.error(str(e))
+        if base not in strategies:
+            p.error(f"--variant {text}: add {base} to --strategies (its reference)")
+        cases[name], bases[name] = case, base
+    turns, codes = [], []
+    for i in range(1, args.pairs + 1):
+        print(f"reference_compare: turn {i} of {args.pairs}", flush=True)
+        references, platform, code = _one_turn(
+            args, args.output_root / f"turn{i}", strategies, cases
+        )
+        turns.append((references, platform))
+        codes.append(code)
+        rows = compare(turns, bases)
+        (args.output_root / "reference_compare.md").write_text(markdown(rows))  # kept per turn
+    text = markdown(rows)
+    if args.profile_steps:
+        turn = args.output_root / "turn1"
+        text += "\n" + _profiles(turn / "references", turn / "platform")
     print("\n" + text)
-    record = {"command": sys.argv, "rows": rows, "references": references, "sweep_exit": code}
+    record = {"command": sys.argv, "rows": rows, "turns": turns, "sweep_exits": codes}
     (args.output_root / "reference_compare.json").write_text(json.dumps(record, indent=1))
     (args.output_root / "reference_compare.md").write_text(text)
     return 0 if all(r["platform_over_reference"] for r in rows) else 1

@@ -25,6 +25,10 @@ strategy's own cost, not the input pipeline's). Each strategy as its documentati
 
 Rank 0 prints one JSON line: samples/s of each timed window (a device sync at each window's end
 only), their median and tail mean, step time, peak memory; ``--json PATH`` writes it too.
+``--compile MODE`` compiles each block (the modules ``blocks`` lists) with ``torch.compile`` in
+that mode before any wrapping, as torchtitan does (regional compile); ``reduce-overhead`` adds
+CUDA graphs, each step marked with ``torch.compiler.cudagraph_mark_step_begin``.
+
 ``--loader N`` feeds the steps from a torch ``DataLoader`` instead (as torch's documentation
 trains): a dataset that makes each utterance in ``__getitem__`` (seeded random audio and ids),
 a collate that stacks them with their masks, ``N`` workers, ``--prefetch-factor``, pinned
@@ -150,6 +154,9 @@ def setup(args, device):
 
     dtype = torch.bfloat16 if device.type == "cuda" else None
     model = build_model(args.model_size).to(device)
+    if args.compile:  # torchtitan's regional compile: block by block, before any wrapping
+        for unit in blocks(model):
+            unit.compile(mode=None if args.compile == "default" else args.compile)
     if args.strategy == "ddp":
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=25
@@ -232,7 +239,9 @@ class SyntheticItems:
         g = torch.Generator().manual_seed(i)
         return (
             0.1 * torch.randn(self.audio, generator=g),
-            torch.randint(1000 if self.vocab > 2000 else 1, self.vocab, (self.tokens,), generator=g),
+            torch.randint(
+                1000 if self.vocab > 2000 else 1, self.vocab, (self.tokens,), generator=g
+            ),
         )
 
 
@@ -246,7 +255,6 @@ def collate(items):
 
 def loader_batches(args, device, vocab: int):
     """Batches forever from a DataLoader of ``args.loader`` workers, copied to ``device``."""
-    import torch
     from torch.utils.data import DataLoader
 
     data = SyntheticItems(
@@ -307,8 +315,12 @@ def train(args) -> dict | None:
 
     from torch.profiler import record_function
 
+    cudagraphs = args.compile == "reduce-overhead" and device.type == "cuda"
+
     def one_step() -> None:
         nonlocal batch
+        if cudagraphs:  # a new step: the graphs' outputs of the last one may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         if feed is not None:
             batch = next(feed)
         # The phases benchmarks/step_profile.py splits a profiled step into.
@@ -356,6 +368,7 @@ def train(args) -> dict | None:
             "reshard_after_forward": args.reshard_after_forward,
             "prefetch": args.prefetch,
             "loader_workers": args.loader,
+            "compile": args.compile or "eager",
             "samples_per_s_windows": [round(w, 1) for w in windows],
             "samples_per_s_median": round(median, 1),
             "tail_samples_per_s": round(sum(tail) / len(tail), 1),
@@ -410,6 +423,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="fsdp2: free gathered parameters after each block's forward (true|false)",
     )
     p.add_argument("--prefetch", type=int, default=0, help="fsdp2: blocks prefetched explicitly")
+    p.add_argument(
+        "--compile",
+        choices=("default", "reduce-overhead"),
+        help="regional torch.compile of every block in this mode (default: eager)",
+    )
     p.add_argument("--loader", type=int, default=0, help="DataLoader workers (0: one batch)")
     p.add_argument("--prefetch-factor", type=int, default=4, help="with --loader")
     p.add_argument("--profile", type=Path, help="rank 0: a profiler trace of extra steps here")

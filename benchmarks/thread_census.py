@@ -25,6 +25,7 @@ import os
 import signal
 import time
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -43,6 +44,15 @@ def _label(cmdline: str, matches: list[str]) -> str | None:
         if m in cmdline:
             return m
     return None
+
+
+def _process_cpu(pid: str) -> tuple[str, float] | None:
+    """(name, CPU seconds) of a whole process."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], (int(fields[11]) + int(fields[12])) / TICK
 
 
 def _thread(pid: int, tid: str) -> dict | None:
@@ -75,7 +85,7 @@ def _machine_busy() -> tuple[float, float]:
 
 
 def sample(matches: list[str]) -> dict:
-    procs = []
+    procs, others = [], {}
     me = os.getpid()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
@@ -83,10 +93,17 @@ def sample(matches: list[str]) -> dict:
         cmdline = _read(f"/proc/{entry}/cmdline").replace("\0", " ").strip()
         label = _label(cmdline, matches)
         if label is None:
+            cpu = _process_cpu(entry)
+            if cpu is not None:
+                others[entry] = [cpu[0], cpu[1], " ".join(cmdline.split())[:100]]
             continue
         status = _read(f"/proc/{entry}/status")
         allowed = next(
-            (ln.split(":", 1)[1].strip() for ln in status.splitlines() if ln.startswith("Cpus_allowed_list")),
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in status.splitlines()
+                if ln.startswith("Cpus_allowed_list")
+            ),
             "",
         )
         try:
@@ -95,10 +112,16 @@ def sample(matches: list[str]) -> dict:
             continue
         threads = [t for t in (_thread(int(entry), tid) for tid in tids) if t]
         procs.append(
-            {"pid": int(entry), "label": label, "cmd": cmdline[:160], "cpus": allowed, "threads": threads}
+            {
+                "pid": int(entry),
+                "label": label,
+                "cmd": cmdline[:160],
+                "cpus": allowed,
+                "threads": threads,
+            }
         )
     busy, total = _machine_busy()
-    return {"ts": time.time(), "busy": busy, "total": total, "procs": procs}
+    return {"ts": time.time(), "busy": busy, "total": total, "procs": procs, "others": others}
 
 
 def record(out: Path, matches: list[str], period: float) -> None:
@@ -143,12 +166,42 @@ def summarize(path: Path, top: int = 12, min_cores: float = 0.5, from_frac: floa
             f"{len(p1['threads'])} threads, affinity {p1['cpus']}, machine busy "
             f"{machine * ncpu:.1f} of {ncpu} cores\n`{p1['cmd'][:120]}`\n"
         )
-        out.append("| thread | threads | cores | involuntary switches/s |\n| --- | --- | --- | --- |")
+        out.append(
+            "| thread | threads | cores | involuntary switches/s |\n| --- | --- | --- | --- |"
+        )
         ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
         for name, (cpu, nvcs, n) in ranked:
             out.append(f"| {name} | {n} | {cpu / wall:.3f} | {nvcs / wall:.1f} |")
         out.append("")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n" + _busiest_others(samples, top)
+
+
+def _busiest_others(samples: list[dict], top: int) -> str:
+    """The processes that were not watched but used the CPU while any watched one lived: what
+    else kept the machine's cores busy (Ray's own processes, the driver)."""
+    watched = [s for s in samples if s["procs"] and "others" in s]
+    if len(watched) < 2:
+        return ""
+    used: dict[str, list] = {}
+    for prev, cur in pairwise(watched):
+        if cur["ts"] - prev["ts"] > 5:  # a gap between runs: nothing watched lived there
+            continue
+        for pid, (name, cpu, cmd) in cur.get("others", {}).items():
+            before = prev.get("others", {}).get(pid)
+            if before is not None:
+                row = used.setdefault(pid, [name, 0.0, cmd])
+                row[1] += cpu - before[1]
+    wall = sum(
+        cur["ts"] - prev["ts"] for prev, cur in pairwise(watched) if cur["ts"] - prev["ts"] <= 5
+    )
+    ranked = sorted(used.items(), key=lambda kv: -kv[1][1])[:top]
+    lines = [
+        f"## Other processes while a watched one ran ({wall:.0f} s)\n",
+        "| pid | name | cores | command |\n| --- | --- | --- | --- |",
+    ]
+    for pid, (name, cpu, cmd) in ranked:
+        lines.append(f"| {pid} | {name} | {cpu / max(wall, 1e-9):.3f} | `{cmd[:80]}` |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

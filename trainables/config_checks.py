@@ -31,6 +31,7 @@ _MINIMUMS = {
     "bucket_mb": 1,
     "train_workers": 1,
     "cpus_per_worker": 0,
+    "intra_op_threads": 0,
     "text_tokens": 2,
     "proj_dim": 1,
     "max_steps": 1,

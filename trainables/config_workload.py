@@ -83,6 +83,13 @@ class WorkloadConfig:
     cpus_per_worker: int = _doc(
         "CPUs reserved per Ray Train worker; 0 means num_workers + 1.", default=0
     )
+    intra_op_threads: int = _doc(
+        "torch's intra-op (OpenMP) threads in each train worker; 0: the platform's choice, 1 on "
+        "a GPU (as torchrun gives each rank: Ray gives a worker one per reserved CPU) and the "
+        "run's reserved CPUs on a CPU, at most OMP_NUM_THREADS (trainables/host_settings.py "
+        "says why).",
+        default=0,
+    )
     placement_strategy: vocab.PlacementStrategy = _doc(
         "How Ray places the train workers (ScalingConfig.placement_strategy): `PACK` fills as "
         "few nodes as it can, `SPREAD` spreads them where it can, `STRICT_SPREAD` puts every "

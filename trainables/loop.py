@@ -27,6 +27,7 @@ from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.gc_control import CollectorClock
+from trainables.host_settings import apply_host_settings
 from trainables.model import contrastive_loss
 from trainables.profiling import StepProfiler
 from trainables.run_files import RunFiles
@@ -83,6 +84,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     clock = StartupClock(worker.start_ts, worker.entry_ts or time.time(), worker.process_ts)
     if worker.device.type == "cuda":
         torch.cuda.set_device(worker.device)  # DeepSpeed places its state on the current device
+    host = apply_host_settings(cfg, worker.device)  # intra-op threads, before any CPU op
     # The loader first: its workers start (and prefetch) while the model is built.
     loader = build_loader(
         cfg, rank=worker.rank, world_size=worker.world_size, pin_memory=worker.device.type == "cuda"
@@ -107,6 +109,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         resume(engine, state, resume_from, rank=worker.rank, device=worker.device)
         clock.lap("resume")
     telemetry, notes = _start_observing(cfg, worker, loader)
+    notes.update(host)
     env_facts = collect_env(worker.device) if worker.rank == 0 else None
     clock.lap("val_placement_telemetry")
     end_after = (

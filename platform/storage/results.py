@@ -50,6 +50,7 @@ EFFECTIVE_KEYS = (
     "model_load_dtype_effective",
     "compile_effective",
     "telemetry_effective",
+    "intra_op_threads_effective",
     "fallbacks",
     "missing_files",
     "resident_group",

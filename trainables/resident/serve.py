@@ -64,14 +64,12 @@ def serve_loop_per_worker(loop_config: dict[str, Any]) -> None:
     gc.collect()
     gc.freeze()
     imports_s = time.monotonic() - t0
-    threads = _ThreadsPerRun(torch.get_num_threads(), mine.cpus)
     while True:
         job = ray.get(pool.next_job.remote(group, rank, POLL_S))
         if job is None:
             continue
         if isinstance(job, Shutdown):
             return
-        threads.set_for(job.ticket.config)
         before = memory_now()
         outcome = _serve_one(pool, job, rank, torch_seed, imports_s)
         imports_s = 0.0
@@ -134,21 +132,6 @@ def _serve_one(pool, job: Assignment, rank: int, torch_seed: int, imports_s: flo
         if worker.files is not None:  # a root on object storage
             worker.files.publish_at_end(worker.local_rank, finished=finished)
     return Outcome.OK
-
-
-class _ThreadsPerRun:
-    """A resident group reserves the CPUs of the sweep's most demanding run
-    (trainables/resident/shape.py: group_cpus), and Ray gives its workers that many intra-op
-    threads (OMP_NUM_THREADS = the CPUs reserved). Each run gets the threads a fresh run of it
-    would have had: one per CPU it needs. Left alone where the threads were not Ray's choice."""
-
-    def __init__(self, started_with: int, group_cpus: int):
-        self.ray_set = started_with == group_cpus
-        self.started_with = started_with
-
-    def set_for(self, cfg: TrialConfig) -> None:
-        if self.ray_set:
-            torch.set_num_threads(min(self.started_with, cfg.cpus_per_train_worker))
 
 
 def release(cfg: TrialConfig) -> dict[str, float]:
