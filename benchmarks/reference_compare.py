@@ -209,11 +209,24 @@ def _space_of(cases: dict[str, dict], path: Path) -> Path:
     import yaml
 
     space = yaml.safe_load(SPACE.read_text())
-    space["cases"] = list(cases.values())
-    if "ddp" not in cases:
+    full = _filled(cases)
+    space["cases"] = list(full.values())
+    if "ddp" in cases:  # every key a case sets: a variant of ddp is another group
+        space["baseline"] = full["ddp"]
+    else:
         space.pop("baseline", None)
     path.write_text(yaml.safe_dump(space, sort_keys=False))
     return path
+
+
+def _filled(cases: dict[str, dict]) -> dict[str, dict]:
+    """Each case with every key any case sets (the config's default where it sets none), so
+    each case names one group and the sweep's rows are found by all of them."""
+    from trainables.config import TrialConfig
+
+    keys = list(dict.fromkeys(k for case in cases.values() for k in case))
+    defaults = TrialConfig().to_dict()
+    return {name: {k: case.get(k, defaults.get(k)) for k in keys} for name, case in cases.items()}
 
 
 def _same(value, wanted) -> bool:
@@ -226,20 +239,16 @@ def _platform_tails(root: Path, cases: dict[str, dict]) -> dict[str, float | Non
     import pandas as pd
 
     from benchmarks.strategy_sweep import table
-    from trainables.config import TrialConfig
 
     if not (root / "run_manifest.tsv").is_file():
         return {}
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
     rows = {r["run"]: r for r in manifest.to_dict("records")}
-    keys = {k for case in cases.values() for k in case}
-    defaults = TrialConfig().to_dict()
     tails: dict[str, float | None] = {}
     for row in table(root):
         rec = rows.get(row["run"], {})
-        for name, case in cases.items():
-            full = {k: case.get(k, defaults.get(k)) for k in keys}
-            if row["status"] == "ok" and all(_same(rec.get(k), v) for k, v in full.items()):
+        for name, case in _filled(cases).items():
+            if row["status"] == "ok" and all(_same(rec.get(k), v) for k, v in case.items()):
                 tails[name] = row["tail_samples_per_s"]
     return tails
 
