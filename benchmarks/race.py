@@ -89,6 +89,8 @@ def markdown(space: str, grid: dict, race: dict, cmp: dict) -> str:
         f"| wall time | {grid['wall_s']:.0f} s | {race['wall_s']:.0f} s | {cmp['wall_ratio']:.2f} |",
         "",
     ]
+    for back in race["early_stopping"].get("readmitted") or []:
+        rows.append(f"- {back['group']} came back into the race ({back['why']})")
     for group, e in (race["early_stopping"].get("eliminated") or {}).items():
         rows.append(f"- {group} left the race ({e['kind']}): {e['reason']}")
     return "\n".join(rows) + "\n"

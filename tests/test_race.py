@@ -1,8 +1,11 @@
 """platform.control (race, asha, searchers) without Ray: the race's decisions on made-up windows, ASHA after the
 warm-up, the searchers' order, and the spaces' scheduler, search and conditional keys."""
 
+import itertools
 import json
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 from ray.tune.schedulers import TrialScheduler
@@ -80,7 +83,12 @@ def test_a_slower_group_stops_once_its_upper_bound_is_below_a_finished_groups_lo
     )
     names = [searcher.suggest(f"t{i}") for i in range(3)]
     assert names[:2] == [{"name": a2}, {"name": c2}]
-    assert names[2] == Searcher.FINISHED
+    # Not finished while A's second repeat runs: should it make A unstable, B comes back.
+    assert names[2] is None
+    for i, run in enumerate((a2, c2)):
+        feed(race, run, [100] * 10)
+        searcher.on_trial_complete(f"t{i}", result={"step": 30})
+    assert searcher.suggest("t3") == Searcher.FINISHED
     assert "left the race (slower)" in race.schedule.state["skipped"][b2]
     saved = json.loads((race.schedule.path.parent / SCHEDULE).read_text())
     assert set(saved["stops"]) == {b1} and b2 in saved["skipped"]
@@ -141,6 +149,60 @@ def test_phase_b_cv_across_repeats_makes_a_finished_group_unstable(race):
     assert verdict["kind"] == "unstable" and "iter p50 CV" in verdict["reason"]
 
 
+def test_a_readmission_survives_a_resume(race, tmp_path):
+    """B falls as slower than A on A's first run; A's second makes A unstable, so B comes back
+    and its skipped repeat runs. The sweep is cut before it starts, after the manifest recorded
+    it skipped: the resumed race (schedule.json read back) hands it out first."""
+    import pandas as pd
+
+    a1, b1, c1, a2, b2, c2 = race.names
+    a, b = race.runs[a1].group, race.runs[b1].group
+    finish(race, a1, [100] * 10)
+    assert feed(race, b1, [10, 10, 80, 80, 80])[-1]
+    race.complete(b1, "cut")
+    race.skip(b2)
+    feed(race, a2, [100] * 10, p50=20.0, p90=21.0)  # iter p50 doubled: CV 0.47 > 0.05
+    race.complete(a2, "ok")
+    assert race.eliminated[a]["kind"] == "unstable" and b not in race.eliminated
+    (back,) = race.schedule.state["readmitted"]
+    assert (back["group"], back["runs"], back["revoked"]["by"]) == (b, [b2], a)
+    assert back["why"].startswith(f"{a} left the race (unstable): iter p50 CV")
+    assert b2 not in race.schedule.state["skipped"] and b1 in race.schedule.stops
+    line = f"race: group {b} is back in the race ({back['why']}); runs again: {b2}"
+    assert race.lines[-1] == line
+
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(tmp_path, space, runs)
+    schedule.load()
+    resumed = Race(runs, space, schedule, echo=lambda line: None)
+    done = {a1: {"status": "ok"}, b1: {"status": "stopped_early"}, a2: {"status": "ok"},
+            b2: {"status": "skipped"}}  # fmt: skip
+    resumed.restore(pd.DataFrame(columns=["run", "rank", "window"]), done)
+    assert resumed.runnable(b2) and resumed.eliminated[a]["kind"] == "unstable"
+    searcher = PlannedSearcher(
+        [r for r in runs if r.name not in done], lambda r: {"name": r.name}, {}, resumed
+    )
+    assert [searcher.suggest(f"t{i}")["name"] for i in range(3)] == [b2, c1, c2]
+
+
+def test_a_stop_not_told_yet_is_taken_back_when_its_group_comes_back(race):
+    """B runs beside A: A's first run ends and B falls under its lower bound before B's next
+    window; then A's second run fails, so A cannot win, and B's run goes on."""
+    a1, b1, _, a2, *_ = race.names
+    b = race.runs[b1].group
+    assert not any(feed(race, b1, [10, 10, 80, 80, 80]))  # no leader yet
+    finish(race, a1, [100] * 10)
+    assert race.eliminated[b]["by"] == race.runs[a1].group and b1 in race.schedule.stops
+    race.complete(a2, "error")
+    assert b not in race.eliminated and b1 not in race.schedule.stops
+    assert not race.observe(b1, window(18, 80))
+    assert race.lines[-1] == (
+        f"race: group {b} is back in the race ({race.runs[a2].group} left the race (failed): "
+        f"run {a2} did not finish (error))"
+    )
+
+
 def test_a_failed_run_takes_its_group_out_an_interrupted_one_does_not(race):
     a1, b1, *_ = race.names
     feed(race, b1, [100] * 3)
@@ -183,6 +245,123 @@ def test_restore_rebuilds_the_windows_of_kept_runs(race, tmp_path):
     race.restore(pd.DataFrame(rows), {a1: {"status": "ok"}})
     assert race.finished[a1]["iter_ratio"] == pytest.approx(1.1)
     assert feed(race, b1, [10, 10, 80, 80, 80]) == [False] * 4 + [True]
+
+
+# --- the 2x H100 race replayed (benchmarks/results/race_2xh100/) ---
+H100 = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "race_2xh100"
+_WINDOW = re.compile(r"\] (\S+): step (\d+)/\d+  iter p50 ([\d.]+) ms .*?  ([\d.]+) samples/s")
+_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+")
+
+
+def h100_log():
+    """race.log's windows per run (step, iter p50 ms, samples/s), the grid's sweep and then the
+    race's, and the race's decision lines."""
+    grid, race = (H100 / "race.log").read_text().split("output root: /tmp/race_race_a8_gpu/race")
+
+    def windows(text):
+        out = {}
+        for m in _WINDOW.finditer(text):
+            out.setdefault(m[1], []).append((int(m[2]), float(m[3]), float(m[4])))
+        return out
+
+    return windows(grid), windows(race), [x for x in race.splitlines() if x.startswith("race: ")]
+
+
+def h100_race(tmp_path):
+    """The race of race_a8_gpu as the 2x H100 run set it (race_vs_grid.json's --set), the
+    searcher that hands its runs out, and the grid's winner."""
+    record = json.loads((H100 / "race_vs_grid.json").read_text())
+    space = load_space("race_a8_gpu").with_overrides([*record["sets"], "scheduler=race"])
+    runs = expand_runs(space)
+    lines = []
+    race = Race(runs, space, Schedule(tmp_path, space, runs), echo=lines.append)
+    race.lines = lines
+    searcher = PlannedSearcher(runs, lambda r: {"run": r.name}, {}, race)
+    return race, searcher, record["grid"]["winner"]
+
+
+def replay(race, searcher, windows_of):
+    """The runs in the order the searcher hands them out, one at a time (the space's
+    max_concurrent_trials: 1), each fed its windows until the race stops it. race.log keeps no
+    iter p90: 1.2 x the p50 (the rankings' tail p90/p50 were 1.09-1.28, far under the limits).
+    A run that ends shows its last window twice: Tune hands the stopper the last result again
+    with done=True (RESULT_DUPLICATE); so did the H100 race (mb64's "11 windows" of 10)."""
+    handed = []
+    for i in itertools.count():
+        param = searcher.suggest(f"t{i}")
+        if param == Searcher.FINISHED:
+            return handed
+        run = param["run"]
+        handed.append(run)
+        for step, p50, sps in windows_of(run):
+            result = {"step": step, "iter_ms_p50": p50, "iter_ms_p90": 1.2 * p50,
+                      "samples_per_s": sps, "epoch": 0}  # fmt: skip
+            if race.observe(run, result):
+                break
+        else:
+            race.observe(run, dict(result, done=True))
+        searcher.on_trial_complete(f"t{i}", result=result)
+
+
+def standing(race):
+    """The race's answer: the groups still in it that ran every planned repeat to its end (so
+    judged stable over all of them), fastest first."""
+    done = [
+        g for g, runs in race.groups.items()
+        if g not in race.eliminated and all(r in race.finished for r in runs)
+    ]  # fmt: skip
+    return sorted(done, key=lambda g: -race.bounds(g)["mean"])
+
+
+def test_the_2xh100_race_replayed_names_only_a_winner_that_ran_all_its_repeats(tmp_path):
+    """Issue 53 item 6. On 2x H100 the race stopped mb64 and both DeepSpeed groups as slower
+    than ddp mb128; mb128's second repeat then made it unstable (iter p50 CV 0.09 > 0.05), and
+    mb64, judged on one run and never tested for stability, won. Replayed with the race's own
+    windows (and, for a run the race did not run to its end, the grid's windows of that run,
+    measured on the same machine minutes before), the race takes race.log's decisions until
+    mb128 falls; then the groups mb128 knocked out come back, DeepSpeed mb64 falls again at
+    once (under mb64's lower bound), mb64 runs its second repeat and passes the Phase B
+    limits, and the race's answer is mb64 on both its repeats.
+
+    The grid named mb128. The race cannot: mb128's own two repeats in the race were 9 % apart,
+    over Phase B's CV limit (platform.stability's rule; the grid's ranking does not apply it).
+    On the grid's windows the race names the grid's winner (the next test)."""
+    grid_w, race_w, recorded = h100_log()
+    race, searcher, grid_winner = h100_race(tmp_path)
+    ddp64, ddp128, ds64, ds128 = race.groups
+
+    def windows_of(run):
+        ran = race_w.get(run, [])
+        return ran + [w for w in grid_w[run] if w[0] > (ran[-1][0] if ran else 0)]
+
+    handed = replay(race, searcher, windows_of)
+    # race.log's four decisions, its numbers within their rounding (p50, samples/s to 0.1).
+    for line, logged in zip(race.lines[:4], recorded, strict=True):
+        assert _NUMBER.sub("#", line) == _NUMBER.sub("#", logged)
+        got, want = ([float(x) for x in _NUMBER.findall(t)] for t in (line, logged))
+        assert got == pytest.approx(want, abs=0.2)
+    assert race.eliminated[ddp128]["kind"] == "unstable" and ddp128 == grid_winner
+    assert handed == [f"{ddp64}_r1", f"{ddp128}_r1", f"{ds64}_r1", f"{ds128}_r1",
+                      f"{ddp128}_r2", f"{ddp64}_r2", f"{ds128}_r2"]  # fmt: skip
+    assert standing(race) == [ddp64]
+    back = race.schedule.state["readmitted"]
+    assert [e["group"] for e in back] == [ddp64, ds64, ds128]
+    assert all(e["why"].startswith(f"{ddp128} left the race (unstable)") for e in back)
+    assert back[0]["runs"] == [f"{ddp64}_r2"] and back[0]["revoked"]["by"] == ddp128
+    assert race.eliminated[ds64]["by"] == ddp64
+    assert set(race.schedule.state["skipped"]) == {f"{ds64}_r2"}
+    saved = json.loads(race.schedule.path.read_text())
+    assert [e["group"] for e in saved["readmitted"]] == [ddp64, ds64, ds128]
+
+
+def test_the_2xh100_grids_windows_raced_name_the_grids_winner(tmp_path):
+    """The same race on the grid's windows (mb128's repeats 0.6 % apart): mb128 stays stable,
+    what it knocked out stays out, and the race names the grid's winner in 5 runs of 8."""
+    grid_w, _, _ = h100_log()
+    race, searcher, grid_winner = h100_race(tmp_path)
+    handed = replay(race, searcher, lambda run: grid_w[run])
+    assert standing(race) == [grid_winner]
+    assert len(handed) == 5 and not race.schedule.state.get("readmitted")
 
 
 class _Trial:

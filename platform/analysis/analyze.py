@@ -112,6 +112,7 @@ def _early_stopping(
         "steps_ratio": steps_run / full if full else None,
         "stops": stops,
         "eliminated": schedule.get("eliminated") or {},
+        "readmitted": schedule.get("readmitted") or [],
         "skipped": schedule.get("skipped") or {},
         "picked": schedule.get("picked") or [],
         "line": line,
@@ -302,6 +303,11 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     early = summary.get("early_stopping")
     if early:
         lines += ["", "## Early stopping", "", early["line"] + ".", ""]
+        for back in early.get("readmitted") or []:
+            lines.append(
+                f"- group {back['group']} came back into the race ({back['why']}), where it had "
+                f"left as {back['revoked']['kind']}: {back['revoked']['reason']}"
+            )
         for group, e in early["eliminated"].items():
             lines.append(f"- group {group} left the race ({e['kind']}): {e['reason']}")
         for run, st in early["stops"].items():

@@ -2,9 +2,10 @@
 
 - ``Schedule``: what the scheduler and the searcher decided, ``schedule.json`` in the output root:
   the plans, the full grid's size, every early stop (run, step, window, why), every eliminated
-  group and every run skipped because of it. Written atomically at each decision; ``--resume``
-  reads it back. ASHA (platform.control.asha) and the searchers (platform.control.searchers)
-  write into it too.
+  group (and, for a slower one, the group whose lower bound it fell under), every group let
+  back into the race and why, and every run skipped. Written atomically at each decision;
+  ``--resume`` reads it back. ASHA (platform.control.asha) and the searchers
+  (platform.control.searchers) write into it too.
 - ``Race`` (``scheduler: race``): noise-aware successive racing of the groups. Runs start in the
   planned order (repeat 1 of every group, then repeat 2 of the groups still in the race, ...). A
   group's estimate is the mean over its runs of their clean windows' samples/s (after the
@@ -13,9 +14,25 @@
   add and subtract the largest of three half-widths: Student's t over the windows, Student's t
   over the runs' means (two or more runs), and ``noise_floor`` x the mean. A group is stopped
   when its upper bound falls below the highest lower bound of the groups that have a finished,
-  stable run; a group breaking a Phase B limit (platform.stability) is stopped as unstable.
-  Decisions are taken only on a clean window or when a run ends. Stopped runs keep their
-  windows (``stopped_early``); the group's later repeats are ``skipped``.
+  stable run (the leader); a group breaking a Phase B limit (platform.stability) is stopped as
+  unstable. Decisions are taken only on a clean window or when a run ends. Stopped runs keep
+  their windows (``stopped_early``); the group's later repeats are ``skipped``.
+
+An elimination stands only while its leader can still win. A leader with one finished run is
+stable so far, not for good: its later repeats may break a Phase B limit (the iter p50 CV
+needs two) or fail. When a group leaves the race as unstable or failed, every group it knocked
+out as slower comes back (``readmitted``, with the verdict revoked and why): its skipped runs
+are handed out again, its stopped runs keep their windows, and it is judged at once against
+the leaders still valid, so what is still clearly slower leaves again, now on a valid leader's
+bound. Without this, a group stopped on one run as slower than a leader that later fell could
+win untested (2x H100, issue 53: benchmarks/results/race_2xh100/). A group that leaves as
+slower keeps its own eliminations: what fell under its lower bound is slower than the group
+that beat it too. The other fix, taking decisions only on leaders that ran all their repeats,
+would wait for the last round of the planned order (repeat 1 of every group runs first), so
+every group's first repeat would run to its end: the race's saving gone to guard against a
+case that re-admission pays for only when it happens. A run already stopped stays stopped
+(Tune ended its trial), so a re-admitted group may end with fewer finished repeats than
+planned; the ranking's ok/runs shows it.
 
 The window and tail statistics are platform.analysis.stats' (one definition of each).
 """
@@ -58,7 +75,8 @@ class Schedule:
                 "steps": sum(r.config.max_steps for r in runs),
             },
             "stops": {},  # run -> {by, step, window, reason, ts}
-            "eliminated": {},  # group -> {kind, reason, run, step, ts}
+            "eliminated": {},  # group -> {kind, reason, by (the leader, when slower), ts}
+            "readmitted": [],  # {group, revoked (its elimination), why, runs (again), ts}
             "skipped": {},  # run -> reason
             "picked": [],  # optuna: groups in the order it picked them
         }
@@ -67,7 +85,7 @@ class Schedule:
         """``--resume``: the decisions of the earlier attempt."""
         if self.path.is_file():
             old = json.loads(self.path.read_text())
-            for key in ("stops", "eliminated", "skipped", "picked"):
+            for key in ("stops", "eliminated", "readmitted", "skipped", "picked"):
                 self.state[key] = old.get(key, self.state[key])
 
     def save(self) -> None:
@@ -97,6 +115,9 @@ class Race:
         self.windows: dict[str, list[dict[str, Any]]] = {}  # run -> its windows (rank 0)
         self.finished: dict[str, dict[str, float]] = {}  # ok run -> its tail figures
         self.running: set[str] = set()
+        self.told: set[str] = set()  # runs observe has told to stop
+        self.again: list[str] = []  # passed-over runs of re-admitted groups, to hand out
+        self.order = {name: i for i, name in enumerate(self.runs)}
 
     # --- what the searcher asks ---
     @property
@@ -113,6 +134,10 @@ class Race:
         )
         self.schedule.save()
 
+    def rerun(self) -> str | None:
+        """The next passed-over run of a re-admitted group, to hand out again (None: none)."""
+        return self.again.pop(0) if self.again else None
+
     # --- what the stopper and the searcher tell ---
     def observe(self, run: str, result: dict[str, Any]) -> bool:
         """One window of ``run``; True when the run is to stop now."""
@@ -121,28 +146,32 @@ class Race:
         window = _window(result, history, self.runs[run].config.stall_alert_ratio,
                          self.plan.warmup_windows)  # fmt: skip
         history.append(window)
-        if run in self.schedule.stops:
-            return True
-        if window["clean"]:  # never decide on a window with a stall alert or an epoch boundary
+        if run not in self.schedule.stops and window["clean"]:
+            # never decide on a window with a stall alert or an epoch boundary
             self._check_unstable_midway(run)
-            self._decide(run)
-        return run in self.schedule.stops
+            self._decide()
+        if run in self.schedule.stops:
+            self.told.add(run)  # from here on its stop cannot be taken back
+            return True
+        return False
 
     def complete(self, run: str, outcome: str) -> None:
         """``run`` ended: ``ok`` (at max_steps), ``error`` (it failed), ``timeout`` (stopped by
         run_timeout_s) or ``cut`` (the sweep was interrupted: --resume runs it again)."""
         self.running.discard(run)
         group = self.runs[run].group
-        if run in self.schedule.stops or group in self.eliminated or outcome == "cut":
+        if run in self.schedule.stops or outcome == "cut":
             return
         if outcome != "ok":
-            self._eliminate(group, "failed", f"run {run} did not finish ({outcome})")
+            if group not in self.eliminated:
+                self._eliminate(group, "failed", f"run {run} did not finish ({outcome})")
             return
         figures = _tail_figures(self.windows.get(run, []), self.runs[run].config)
-        if figures:
+        if figures:  # kept also when its group is out: it counts should the group come back
             self.finished[run] = figures
-        self._check_unstable(group)
-        self._decide(run)
+        if group not in self.eliminated:
+            self._check_unstable(group)
+            self._decide()
 
     def restore(self, timing, done: dict[str, dict[str, Any]]) -> None:
         """``--resume``: the windows of the runs kept from the earlier attempt (ok and stopped
@@ -160,6 +189,11 @@ class Race:
             figures = _tail_figures(history, self.runs[run].config)
             if st.get("status") == "ok" and figures:
                 self.finished[run] = figures
+        # A run the earlier attempt recorded as skipped whose group came back after that (the
+        # schedule no longer skips it) runs in this one.
+        skipped = self.schedule.state["skipped"]
+        self.again = [r for r in self.runs if done.get(r, {}).get("status") == "skipped"
+                      and r not in skipped]  # fmt: skip
 
     # --- the statistics ---
     def bounds(self, group: str) -> dict[str, float] | None:
@@ -183,7 +217,7 @@ class Race:
         return {"mean": mean, "low": mean - half, "high": mean + half, "windows": len(values),
                 "runs": len(means)}  # fmt: skip
 
-    def _decide(self, run: str) -> None:
+    def _decide(self) -> None:
         """Stop every group whose upper bound is below the best reference's lower bound. A
         reference is a group in the race with a finished (hence stable so far) run."""
         refs = {}
@@ -209,6 +243,7 @@ class Race:
                     f"upper bound {b['high']:.2f} samples/s (mean {b['mean']:.2f}, "
                     f"{b['windows']} windows of {b['runs']} run(s)) < {best}'s lower bound "
                     f"{low:.2f}",
+                    by=best,
                 )
 
     def _check_unstable_midway(self, run: str) -> None:
@@ -249,8 +284,11 @@ class Race:
         if failures:
             self._eliminate(group, "unstable", "; ".join(failures))
 
-    def _eliminate(self, group: str, kind: str, reason: str) -> None:
+    def _eliminate(self, group: str, kind: str, reason: str, by: str | None = None) -> None:
+        """``group`` leaves the race; ``by``: the leader whose lower bound it fell under."""
         self.eliminated[group] = {"kind": kind, "reason": reason, "ts": time.time()}
+        if by is not None:
+            self.eliminated[group]["by"] = by
         for run in self.groups[group]:
             if run in self.running and run not in self.schedule.stops:
                 last = self.windows.get(run) or [{}]
@@ -263,6 +301,39 @@ class Race:
                 }
         self.schedule.save()
         self.echo(f"race: group {group} leaves the race ({kind}): {reason}")
+        if kind != "slower":
+            self._readmit(group)
+
+    def _readmit(self, leader: str) -> None:
+        """``leader`` left the race unstable or failed, so it cannot win: the groups it knocked
+        out as slower come back (see the module docstring) and are judged again at once (their
+        finished runs against the Phase B limits, their bounds against the leaders still
+        valid)."""
+        out = self.eliminated[leader]
+        why = f"{leader} left the race ({out['kind']}): {out['reason']}"
+        knocked = [g for g, e in self.eliminated.items() if e.get("by") == leader]
+        skipped, stops = self.schedule.state["skipped"], self.schedule.stops
+        for group in knocked:
+            revoked = self.eliminated.pop(group)
+            runs = [r for r in self.groups[group] if r in skipped]
+            for run in runs:
+                del skipped[run]
+            # A running run told nothing yet goes on: its stop is taken back.
+            for run in self.groups[group]:
+                if run in stops and run in self.running and run not in self.told:
+                    del stops[run]
+            self.again = sorted({*self.again, *runs}, key=self.order.__getitem__)
+            self.schedule.state["readmitted"].append(
+                {"group": group, "revoked": revoked, "why": why, "runs": runs, "ts": time.time()}
+            )
+            again = f"; runs again: {', '.join(runs)}" if runs else ""
+            self.echo(f"race: group {group} is back in the race ({why}){again}")
+        if knocked:
+            self.schedule.save()
+            for group in knocked:  # a run may have finished while it was out
+                if group not in self.eliminated:
+                    self._check_unstable(group)
+            self._decide()
 
 
 def _window(

@@ -1,8 +1,8 @@
 """The Tune search algorithms that hand out a sweep's runs, one per trial.
 
 - ``PlannedSearcher`` (``search: grid`` / ``random``): the planned runs in order, passing over
-  the runs of groups that left the race (platform.control.race); it tells the race how each run
-  ended.
+  the runs of groups that left the race (platform.control.race) and handing out again those of
+  a group let back in; it tells the race how each run ended.
 - ``OptunaPlanner`` (``search: optuna``): Tune's OptunaSearch over the space's keys (cases as a
   choice) picks groups one after another; each picked group runs its repeats.
 
@@ -29,7 +29,8 @@ __all__ = ["OptunaPlanner", "PlannedSearcher"]
 
 class PlannedSearcher(Searcher):
     """Hands out the planned runs in order (``search: grid`` or ``random``), passing over the
-    runs of groups that left the race (they are ``skipped``)."""
+    runs of groups that left the race (they are ``skipped``). A group let back into the race
+    gets its passed-over runs first, before the next planned one."""
 
     def __init__(self, runs: list[RunSpec], param: Callable[[RunSpec], dict],
                  trial_runs: dict[str, str], race: Race | None = None):  # fmt: skip
@@ -38,21 +39,35 @@ class PlannedSearcher(Searcher):
         self.param = param
         self.trial_runs = trial_runs
         self.race = race
+        self.in_flight: set[str] = set()  # trial ids handed out, not complete yet
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
     def suggest(self, trial_id: str):
-        while self.todo:
-            run = self.todo.pop(0)
+        while (run := self._next()) is not None:
             if self.race is not None and not self.race.runnable(run.name):
                 self.race.skip(run.name)
                 continue
             self.trial_runs[trial_id] = run.name
+            self.in_flight.add(trial_id)
             return self.param(run)
+        # A run still going may yet make its group unstable and bring back the groups it
+        # knocked out: ask again later (Tune stops asking a searcher once it says finished).
+        if self.race is not None and self.in_flight:
+            return None
         return Searcher.FINISHED
 
+    def _next(self) -> RunSpec | None:
+        """A passed-over run of a re-admitted group (not one still planned: a resume after a
+        hard kill may hold it in both), else the next planned run."""
+        while self.race is not None and (name := self.race.rerun()) is not None:
+            if all(r.name != name for r in self.todo):
+                return self.race.runs[name]
+        return self.todo.pop(0) if self.todo else None
+
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
+        self.in_flight.discard(trial_id)
         run = self.trial_runs.get(trial_id)
         if self.race is not None and run is not None:
             self.race.complete(run, _outcome(self.race.runs[run].config, result, error))

@@ -46,7 +46,8 @@ class SchedulerPlan:
     samples/s +- the largest of the Student-t half-width at ``confidence`` over its windows,
     the same over its runs' means (2 or more runs), and ``noise_floor`` x the mean (the
     repeat-to-repeat noise one run cannot show). A group whose upper bound falls below the
-    best finished, stable group's lower bound is stopped. The Phase B limits
+    best finished, stable group's lower bound is stopped, and comes back should that group
+    later prove unstable or fail. The Phase B limits
     (``max_iter_ratio_median``, ``max_iter_ratio_max``, ``max_iter_p50_cv``, as in
     platform.stability) make a group unstable: it is stopped and cannot win. ``asha``:
     ``grace_windows`` windows after the warm-up before the first rung, ``reduction_factor``.
