@@ -20,7 +20,8 @@ cache folder, added the config key ``compile_cache_dir`` and the manifest's ``co
 Issue 43 added ``checkpoints.parquet``'s ``checkpoint_registered`` (false: overtaken, deleted).
 Issue 42 added the config key ``profile_steps`` (a manifest column like every key).
 Issue 53 added the timing columns ``recompiles``, ``graph_breaks``, ``cudagraph_records``,
-``cudagraph_skips`` and ``cliff_reason``.
+``cudagraph_skips`` and ``cliff_reason``, the manifest's and per_run_metrics.csv's ``cliff`` and
+summary.json's ``cliffs``.
 """
 
 from __future__ import annotations
