@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from platform.analysis.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
@@ -158,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             # The run's name, then its keys by family (fault injection only when set).
             print(f"{runs[0].name}:\n{format_grouped(runs[0].config.to_dict())}", flush=True)
+        for note in known_cliff_notes(runs):  # runs anyway: its end-of-run line says what torch did
+            print(note, flush=True)
+        if args.dry_run:
             check_inputs_only(space, runs, **inputs)
             return 0
         output_root, done = prepare_inputs(space, runs, **inputs)

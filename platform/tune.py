@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from platform.analysis.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
@@ -175,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         # What the dry run checks and the real run prepares: the same inputs, the same refusals.
         inputs = dict(address=args.address, resume=args.resume, output_root=args.output_root)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
-            _print_listing(format_plan(space, runs))
+            _print_listing("\n".join([format_plan(space, runs), *known_cliff_notes(runs)]))
             check_inputs_only(space, runs, **inputs)
             return 0
-        for note in baseline_notes(space, runs):  # as the dry run's plan says it
+        # As the dry run's plan says them: a moved baseline, the known cliffs (run anyway).
+        for note in baseline_notes(space, runs) + known_cliff_notes(runs):
             print(note, flush=True)
         output_root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
@@ -288,6 +290,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
             f"startup {'-' if startup is None else f'{startup:.1f} s':>7}  "
             f"tail {'-' if sps is None else f'{sps:.1f}':>8} samples/s"
             + (f"  ({row['failure_reason']})" if row.get("failure_reason") else "")
+            + (f"\n    cliff: {row['cliff']}" if row.get("cliff") else "")
         )
     from platform.analysis.analyze import analyze, format_ranked
 

@@ -19,6 +19,9 @@ Issue 40 moved the FLOPs cache (``cache/flops-*.json``) out of the output root i
 cache folder, added the config key ``compile_cache_dir`` and the manifest's ``compile_parts``.
 Issue 43 added ``checkpoints.parquet``'s ``checkpoint_registered`` (false: overtaken, deleted).
 Issue 42 added the config key ``profile_steps`` (a manifest column like every key).
+Issue 53 added the timing columns ``recompiles``, ``graph_breaks``, ``cudagraph_records``,
+``cudagraph_skips`` and ``cliff_reason``, the manifest's and per_run_metrics.csv's ``cliff`` and
+summary.json's ``cliffs``.
 """
 
 from __future__ import annotations

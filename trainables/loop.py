@@ -24,6 +24,7 @@ from trainables.data import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
 from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
+from trainables.engine.compile_watch import CompileWatch
 from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
 from trainables.gc_control import CollectorClock
@@ -134,9 +135,12 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             device=worker.device,
             per_node=worker.on_bucket,
         )
+    # From here on, what torch's compiler does (the warm-up's compiles and recordings aside).
+    watch = CompileWatch(enabled=cfg.torch_compile, cudagraphs=engine.cudagraphs).start()
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
         compiled = engine.warm_up(cfg)
+        watch.forget(skips=False)  # its skips hold for the steps
         notes["compile_s"], notes["compile_parts"] = compiled.seconds, compiled.parts
         clock.lap("compile")
         if writer is not None and writer.prepare():  # its asynchronous saves' host buffers
@@ -151,7 +155,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             watchdog=watchdog,
             clock=clock,
             notes=notes,
-            metrics=WindowMetrics(cfg, worker, engine, notes, env_facts),
+            metrics=WindowMetrics(cfg, worker, engine, notes, env_facts, watch),
             val_data=val_data,
             val_collate=None if val_data is None else collate_for(cfg, val_data.pad_id),
             faults=build_faults(cfg, worker.rank, worker.run_dir),
@@ -165,6 +169,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
         if cfg.export_model != "none" and worker.run_dir is not None:
             _export(cfg, worker, engine, state)
     finally:
+        watch.close()
         if writer is not None:
             writer.close()
         watchdog.stop()
@@ -321,6 +326,7 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
         if worker.rank == 0:
             state.last_val = val | {"val_step": step}
             metrics.update(state.last_val)
+        run.metrics.watch.forget()  # its compiles (eval mode, its shapes) are not the steps'
         paused = True
     if cfg.checkpoint_every and (step % cfg.checkpoint_every == 0 or step == cfg.max_steps):
         save(cfg, worker, run.writer, run.batches, state)

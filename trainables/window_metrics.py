@@ -13,6 +13,7 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.distributed import gather_to_rank0
+from trainables.engine.compile_watch import CompileWatch
 from trainables.run_state import RunState
 from trainables.timing import WindowTimer
 
@@ -62,12 +63,22 @@ class Window:
 
 class WindowMetrics:
     """Builds the metrics dict of each window from the run's fixed facts: the config, this
-    worker (a loop.WorkerContext), the engine, the run's notes (filled as start-up goes on)
-    and rank 0's environment facts (sent with the first window)."""
+    worker (a loop.WorkerContext), the engine, the run's notes (filled as start-up goes on),
+    rank 0's environment facts (sent with the first window) and what torch's compiler did in
+    the window (``watch``: engine.compile_watch)."""
 
-    def __init__(self, cfg: TrialConfig, worker, engine, notes: dict, env_facts: dict | None):
+    def __init__(
+        self,
+        cfg: TrialConfig,
+        worker,
+        engine,
+        notes: dict,
+        env_facts: dict | None,
+        watch: CompileWatch | None = None,
+    ):
         self.cfg, self.worker, self.engine = cfg, worker, engine
         self.notes, self.env_facts = notes, env_facts
+        self.watch = watch or CompileWatch(enabled=False)
         self.global_batch = cfg.micro_batch * worker.world_size * cfg.grad_accum_steps
 
     def _throughput(self, metrics: dict[str, Any], window: Window) -> dict[str, Any]:
@@ -128,6 +139,8 @@ class WindowMetrics:
             **self.engine.effective,
         )
         metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
+        # Recompiles, CUDA graph re-recordings and skips, graph breaks: the cliffs torch reports.
+        metrics.update(self.watch.take())
         metrics.update(self.notes)
         if window.index == 0 and self.env_facts is not None:
             metrics["env_facts"] = self.env_facts

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import stats
+from platform.analysis import cliffs, stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -62,6 +62,7 @@ def analyze(
         results.write_json(root.best_config, best)
     summary = _summary(shown_as or root, manifest, per_run, ranked, best, unstable_ratio)
     summary["bottlenecks"] = found
+    summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
     text = _markdown(summary, ranked)
     results.write_json(root / root.SUMMARY_JSON, summary)
@@ -133,6 +134,19 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
         if found:
             out[row["run"]] = found
     return out
+
+
+def _cliffs(manifest: pd.DataFrame, timing: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Each run off a performance cliff: its verdict (platform/analysis/cliffs.py: kind,
+    detail, reported, try), judged from its windows and its manifest row."""
+    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
+    figures = stats.run_figures(timing, points)
+    found = {}
+    for rec in manifest.to_dict("records"):
+        verdict = cliffs.judge(figures[rec["run"]], rec) if rec["run"] in figures else None
+        if verdict:
+            found[rec["run"]] = verdict
+    return found
 
 
 def _run_record(root: OutputRoot, run: str) -> dict[str, Any]:
@@ -298,7 +312,8 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
-    """summary.md's sections after the ranking: early stopping, bottlenecks, runs not ok."""
+    """summary.md's sections after the ranking: early stopping, bottlenecks, performance
+    cliffs, runs not ok."""
     lines = []
     early = summary.get("early_stopping")
     if early:
@@ -322,6 +337,10 @@ def _notes(summary: dict[str, Any]) -> list[str]:
         for run, found in summary["bottlenecks"].items():
             for b in found:
                 lines.append(f"- {run}: **{b['kind']}**: {b['detail']}; try: {b['try']}")
+    if summary.get("cliffs"):
+        lines += ["", "## Performance cliffs (what torch did in the runs' tail windows)", ""]
+        for run, verdict in summary["cliffs"].items():
+            lines.append(f"- {run}: **{verdict['kind']}**: {cliffs.line(verdict)}")
     if summary["not_ok_runs"]:
         lines += ["", "## Runs that did not finish ok", ""]
     for r in summary["not_ok_runs"]:

@@ -5,11 +5,13 @@ and by hand for any output root. The page needs no network: its plots are PNGs i
 URIs, its style is inline, it has no script. Sections (``SECTIONS``), each always filled (with
 the data, or with a line saying why there is none):
 
-ranking (with intervals, swept values, MFU, peak memory, the Phase B verdict and the ranking's
-own jittery flag), throughput per group (coloured by the Phase B verdict), tail samples/s
-against each swept key, iteration time over steps, loss curves (with ln of the candidates per
-sample), data wait, GPU telemetry, host memory, rank skew, bottlenecks with the setting to try
-next, stability and leak verdicts (one part each, as ``platform.stability`` and
+ranking (with intervals, swept values, MFU, peak memory, the Phase B verdict, the ranking's
+own jittery flag and the cliffs its runs fell off), throughput per group (coloured by the Phase
+B verdict), tail samples/s against each swept key, iteration time over steps, loss curves (with
+ln of the candidates per sample), data wait, GPU telemetry, host memory, rank skew, bottlenecks
+with the setting to try next, performance cliffs (recompiles, CUDA graphs recorded again or
+skipped: torch's counts and reason, and what to change), stability and leak verdicts (one part
+each, as ``platform.stability`` and
 ``platform.leak`` give them, under the limits of the folder's own logs), failed runs with their
 log tails, environment and versions.
 
@@ -57,6 +59,7 @@ SECTIONS = (
     ("host", "Host memory"),
     ("skew", "Rank skew"),
     ("bottlenecks", "Bottlenecks and what to try next"),
+    ("cliffs", "Performance cliffs: what torch reported and what to change"),
     ("stability", "Stability and leak verdicts"),
     ("failed", "Failed runs"),
     ("environment", "Environment and versions"),
@@ -72,6 +75,7 @@ RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
     "host": report_plots.host,
     "skew": report_plots.skew,
     "bottlenecks": report_sections.bottlenecks,
+    "cliffs": report_verdicts.cliffs,
     "stability": report_verdicts.verdicts,
     "failed": report_sections.failed,
     "environment": report_sections.environment,

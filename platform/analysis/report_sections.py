@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from platform.analysis import stability
+from platform.analysis import report_verdicts, stability
 from platform.analysis.figures import as_text, html_table, new_figure, note, png
 from platform.analysis.stats import UNSTABLE_RATIO
 from platform.storage import results
@@ -77,6 +77,7 @@ def ranking(data: dict) -> str:
     table = ranked.merge(swept[["group", *keys]], on="group", how="left")
     measured = _measured(data["per_run"])
     table = table.merge(measured, on="group", how="left") if not measured.empty else table
+    table["cliff"] = table["group"].map(report_verdicts.cliff_groups(data)).fillna("")
     cols = [
         "rank",
         "group",
@@ -89,7 +90,7 @@ def ranking(data: dict) -> str:
         *[c for c in measured.columns if c != "group"],
         PHASE_B,
         "unstable_group",
-        *[c for c in ("vs_baseline", "left_race") if _filled(table.get(c))],
+        *[c for c in ("vs_baseline", "left_race", "cliff") if _filled(table.get(c))],
     ]
     table = _flags(table, data["phase_b"])
     shown = table[[c for c in cols if c in table]]  # an older ranked_groups.csv lacks some

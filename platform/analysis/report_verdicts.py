@@ -1,4 +1,5 @@
-"""The report's verdicts: stability (``python -m platform.stability``) and memory leaks
+"""The report's verdicts: performance cliffs (summary.json's, platform/analysis/cliffs.py),
+stability (``python -m platform.stability``) and memory leaks
 (``python -m platform.leak``), each from the same function the command calls, under the limits
 the folder's own log states (else the command's defaults, saying why), shown on the page with
 the command that gives the same lines. Where the folder keeps its log, the page says whether
@@ -11,14 +12,17 @@ import html
 import math
 import re
 
+import pandas as pd
+
+from platform.analysis import cliffs as cliff_check
 from platform.analysis import leak as leak_check
 from platform.analysis import stability as stability_check
-from platform.analysis.figures import note
+from platform.analysis.figures import html_table, note
 from platform.analysis.limits import PREFIX, flag_text, flags_line
 from platform.errors import UsageError
 from stage1_common.output_root import OutputRoot
 
-__all__ = ["CLASS", "leak", "phase_b", "stability", "verdicts"]
+__all__ = ["CLASS", "cliff_groups", "cliffs", "leak", "phase_b", "stability", "verdicts"]
 
 # The verdict words of both checks, with the colour the page gives each.
 CLASS = {
@@ -37,6 +41,45 @@ def verdicts(data: dict) -> str:
         f'<div id="{key}"><h3>{html.escape(title)}</h3>{body}</div>'
         for key, (title, body) in (("stability-check", stability(data)), ("leak-check", leak(data)))
     )
+
+
+def cliffs(data: dict) -> str:
+    """The runs that fell off a performance cliff: what torch did in their tail windows, its
+    own words, what to change (summary.json's ``cliffs``, as summary.md and the manifest's
+    ``cliff`` say it)."""
+    found = data["summary"].get("cliffs")
+    if found is None:
+        return note("no cliff verdicts in summary.json (written before runs were judged for them)")
+    if not found:
+        return note(
+            "no run fell off a cliff: no recompile and no CUDA graph recorded again in a run's "
+            "tail windows, no CUDA graph skipped (torch's own counts, from the end of the "
+            "compile warm-up)"
+        )
+    rows = [
+        {
+            "run": run,
+            "cliff": v.get("kind", ""),
+            "what torch did": v.get("detail", ""),
+            "torch's reason": v.get("reported", ""),
+            "try next": v.get("try", ""),
+        }
+        for run, v in found.items()
+    ]
+    return html_table(pd.DataFrame(rows)) + note(cliff_check.RULE)
+
+
+def cliff_groups(data: dict) -> dict[str, str]:
+    """Group -> the cliffs its runs fell off (the ranking's ``cliff`` column)."""
+    found, manifest = data["summary"].get("cliffs") or {}, data["manifest"]
+    if not found or "run" not in manifest:
+        return {}
+    groups = dict(zip(manifest["run"].astype(str), manifest["group"].astype(str), strict=True))
+    out: dict[str, list[str]] = {}
+    for run, verdict in found.items():
+        kinds = out.setdefault(groups.get(run, run), [])
+        kinds += [k for k in verdict.get("kind", "").split(", ") if k and k not in kinds]
+    return {group: ", ".join(kinds) for group, kinds in out.items()}
 
 
 def phase_b(root: OutputRoot) -> dict:

@@ -13,6 +13,8 @@ Definitions (docs/ARCHITECTURE.md, "Analysis"):
 - a group is jittery (``unstable_group``) when more than half of its ok runs are: the
   ranking's flag, not the Phase B acceptance check (platform/analysis/stability.py, which
   judges the median, max and CV over repeats against its own limits);
+- a run's ``cliff``: recompiles or CUDA graph re-recordings in its tail, or CUDA graph skips
+  (platform/analysis/cliffs.py), with torch's reason and what to change;
 - ranking: groups with ok runs first, jittery ones after the others, then the robust (else
   plain) mean of tail samples/s, higher first, then tail iter p50, lower first; groups without
   an ok run last, by the mean tail samples/s of their runs the scheduler stopped early
@@ -26,6 +28,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
+
+from platform.analysis import cliffs
 
 __all__ = [
     "BOTTLENECK_LIMITS",
@@ -67,6 +71,7 @@ PER_RUN_COLUMNS = [
     "peak_mem_gib",
     "mfu",
     "bottlenecks",
+    "cliff",
 ]
 
 GROUP_COLUMNS = [
@@ -116,9 +121,10 @@ def stall_alert(history: list[float], value: float | None, ratio: float) -> floa
 
 
 def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """Per run, from rank 0's windows: last step, windows, start-up, and the figures over its
-    last ``tail_points[run]`` windows. The one place tail figures are computed: the run
-    manifest (platform.tune) and per_run_metrics.csv both take them from here."""
+    """Per run, from rank 0's windows: last step, windows, start-up, the figures over its
+    last ``tail_points[run]`` windows, and its last attempt's cliff figures (cliffs.figures).
+    The one place tail figures are computed: the run manifest (platform.tune) and
+    per_run_metrics.csv both take them from here."""
     rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
     skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
     out: dict[str, dict[str, Any]] = {}
@@ -128,6 +134,7 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
         order = ["attempt", "window"] if "attempt" in df else ["window"]
         df = df.sort_values(order)
         tail = df.tail(max(1, int(tail_points.get(run, 1))))
+        last = df[df["attempt"] == df["attempt"].max()] if "attempt" in df else df
         out[run] = {
             "last_step": int(df["step"].max()),
             "windows": len(df),
@@ -142,6 +149,7 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
             "rank_skew_max": float(skew.get(run, math.nan)),
             "peak_mem_gib": float(df["peak_mem_gib"].max()),
             "mfu": float(tail["mfu"].mean()),
+            **cliffs.figures(last, int(tail_points.get(run, 1))),
         }
     return out
 
@@ -149,7 +157,8 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
 def per_run_metrics(
     manifest: pd.DataFrame, timing: pd.DataFrame, *, unstable_ratio: float = UNSTABLE_RATIO
 ) -> pd.DataFrame:
-    """One row per run of the manifest (in its order), figures over its tail windows."""
+    """One row per run of the manifest (in its order), figures over its tail windows and its
+    cliff verdict (cliffs.line, as the manifest's)."""
     points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
     figures = run_figures(timing, points)
     rows = []
@@ -158,10 +167,13 @@ def per_run_metrics(
         row.update(exit_code=rec.get("exit_code"), duration_sec=rec.get("duration_sec"))
         fig = figures.get(rec["run"])
         if fig is None:
-            rows.append(row | {"windows": 0, "tail_windows": 0, "unstable_run_flag": False})
+            rows.append(
+                row | {"windows": 0, "tail_windows": 0, "unstable_run_flag": False, "cliff": ""}
+            )
             continue
         flag = bool(fig["iter_p90_over_p50"] > unstable_ratio)
-        rows.append(row | fig | {"unstable_run_flag": flag})
+        cliff = cliffs.verdict_line(fig, rec)
+        rows.append(row | fig | {"unstable_run_flag": flag, "cliff": cliff})
     return pd.DataFrame(rows, columns=PER_RUN_COLUMNS)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from platform.analysis import stats
+from platform.analysis import cliffs, stats
 from platform.record.provenance import GIT_KEYS
 from platform.spaces.expand import RunSpec
 from platform.storage import results
@@ -29,6 +29,7 @@ MANIFEST_COLUMNS = [
     "last_step",
     "tail_samples_per_sec_mean",
     "tail_mean_iter_p50_ms",
+    "cliff",
     "startup_s",
     "gpu_telemetry_rows",
     "gpu_telemetry_empty_flag",
@@ -67,7 +68,8 @@ def write_manifest(
     status: dict[str, dict[str, Any]],
     facts: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per run: its status and key figures (from timing.parquet) and every config value."""
+    """One row per run: its status and key figures (from timing.parquet), its cliff verdict
+    (platform/analysis/cliffs.py) and every config value."""
     root = OutputRoot.of(output_root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     figures = stats.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
@@ -87,6 +89,7 @@ def write_manifest(
                 **st.get("effective", {}),
                 **(facts or {}),
                 **figures.get(run.name, {}),
+                "cliff": cliffs.verdict_line(figures.get(run.name), run.config),
                 **run.config.to_dict(),
             }
         )

@@ -4,7 +4,8 @@ The recorder (platform/record/recorder.py) calls this reporter at each event it 
 a run started, a timing window (the progress line), rows skipped, a restart or a resume, a
 validation, a checkpoint, the end of a run and its log tails. It also prints what nobody
 reported: heartbeats of long runs, and stall alerts when a window is much slower than the
-run's median so far. It writes no file.
+run's median so far. A run's end-of-run line names the performance cliff it fell off
+(platform/analysis/cliffs.py), with torch's reason and what to change. It writes no file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from platform.analysis import stats
+import pandas as pd
+
+from platform.analysis import cliffs, stats
 from platform.spaces.expand import RunSpec
 
 __all__ = ["Progress"]
@@ -30,6 +33,9 @@ class Progress:
         self.echo = echo
         self.last_heartbeat: dict[str, float] = {}
         self.iter_history: dict[str, list[float]] = {}  # run -> its windows' iter_ms_p50
+        # run -> what torch's compiler did in each window of its attempt (rank 0's): the cliff
+        # its end-of-run line names, judged as the manifest judges it.
+        self.compiled: dict[str, list[dict[str, Any]]] = {}
 
     def say(self, run: str, text: str) -> None:
         self.echo(f"[{self.order.index(run) + 1}/{len(self.order)}] {run}: {text}")
@@ -41,6 +47,10 @@ class Progress:
 
     def window(self, run: str, row: dict[str, Any]) -> None:
         """The progress line of one timing window."""
+        kept = self.compiled.setdefault(run, [])
+        if kept and kept[-1]["attempt"] != row.get("attempt"):
+            kept.clear()  # a new attempt (a restart): the cliff is judged on its windows
+        kept.append({k: row.get(k) for k in _COMPILED})
         step, max_steps = row.get("step") or 0, row.get("max_steps") or 0
         eta_s = row.get("eta_s")
         self.say(
@@ -101,7 +111,24 @@ class Progress:
         )
 
     def finished(self, run: str, status: str, duration_s: float, reason: str) -> None:
-        self.say(run, f"{status} in {duration_s:.1f} s" + (f": {reason}" if reason else ""))
+        """The end-of-run line: the status, and the performance cliff the run fell off."""
+        cliff = self.cliff(run)
+        self.say(
+            run,
+            f"{status} in {duration_s:.1f} s"
+            + (f": {reason}" if reason else "")
+            + (f"; cliff: {cliff}" if cliff else ""),
+        )
+
+    def cliff(self, run: str) -> str:
+        """The run's cliff verdict in one line (platform/analysis/cliffs.py), '' for none."""
+        kept = self.compiled.get(run)
+        if not kept:
+            return ""
+        config = self.runs[run].config
+        return cliffs.verdict_line(
+            cliffs.figures(pd.DataFrame(kept), config.tail_timing_points), config
+        )
 
     def fail_tail(self, run: str, lines: int, saved_to: str, text: str) -> None:
         self.say(
@@ -140,6 +167,10 @@ class Progress:
                 continue
             self.last_heartbeat[run] = now
             self.say(run, _heartbeat(state, latest.get(run)))
+
+
+# A window's fields the cliff verdict reads.
+_COMPILED = ("attempt", "window", "steps_in_window", *cliffs.COUNTS, "cliff_reason")
 
 
 def _heartbeat(state: dict[str, Any], row: dict[str, Any] | None) -> str:

@@ -118,6 +118,14 @@ TIMING_SCHEMA = pa.schema(
         ("cpu_ms_mean", pa.float64()),
         ("gc_ms", pa.float64()),
         ("gc_collections", pa.int32()),
+        # What torch's compiler did in the window's steps (trainables/engine/compile_watch.py):
+        # frames compiled again, graph breaks met, CUDA graphs recorded again and skipped, and
+        # the first reason torch gave.
+        ("recompiles", pa.int32()),
+        ("graph_breaks", pa.int32()),
+        ("cudagraph_records", pa.int32()),
+        ("cudagraph_skips", pa.int32()),
+        ("cliff_reason", pa.string()),
         ("rank_skew", pa.float64()),
         ("eta_s", pa.float64()),
         ("loss", pa.float64()),
