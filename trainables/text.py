@@ -44,13 +44,13 @@ def build_tokenizer(transcripts: list[str], vocab_size: int):
 
     trained = fresh(models.WordPiece(unk_token="[UNK]"))
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS + _continuing_pieces(trained.normalizer, transcripts),
+        show_progress=False,
     )
     trained.train_from_iterator(transcripts, trainer)
-    # The trainer breaks ties differently in every process (measured: three processes, three
-    # vocabularies), so a fresh build is not reproducible: runs stay comparable because the
-    # driver builds once and every rank loads the cache. Ids are numbered canonically (specials
-    # first, then tokens sorted), so equal vocabularies always give equal ids.
+    # Ids are numbered canonically (specials first, then tokens sorted), so equal vocabularies
+    # always give equal ids.
     words = sorted(set(trained.get_vocab()) - set(SPECIAL_TOKENS))
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
     tok = fresh(models.WordPiece(vocab=vocab, unk_token="[UNK]"))
@@ -59,6 +59,20 @@ def build_tokenizer(transcripts: list[str], vocab_size: int):
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     return tok
+
+
+def _continuing_pieces(normalizer, transcripts: list[str]) -> list[str]:
+    """Every character the trainer can see inside a word, as its continuing piece ("##e"), in
+    one fixed order. The WordPiece trainer (BPE underneath) numbers the characters in sorted
+    order but these pieces as it meets them in a hash map of the words, whose order changes
+    with every map it makes; a merge between pairs of equal counts goes to the lower ids, so
+    the vocabulary changed from build to build (15 vocabularies in 20 builds of the smoke
+    corpus), and with it every manifest run's text: two sweeps of one corpus (a resident and a
+    fresh one) trained on different tokens (huggingface/tokenizers#1794). Given first, as
+    special tokens of the training only, they take ids in this order and the build is
+    reproducible."""
+    text = normalizer.normalize_str("\n".join(transcripts))
+    return ["##" + c for c in sorted(set(text)) if not c.isspace()]
 
 
 def load_or_build_tokenizer(

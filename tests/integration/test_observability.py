@@ -145,7 +145,10 @@ def test_loss_is_finite_and_falls_over_84_steps(sweep):
 def test_a_resident_and_a_fresh_run_of_one_seed_give_the_same_loss_at_every_window(sweep):
     """Issue 24: the clean run trains in a resident group, the leaking one in processes of its
     own (its host memory growth must be its own); the leak leaves training alone, so the two
-    runs' losses are equal, bit for bit, window for window."""
+    runs' losses are equal, bit for bit, window for window. Issue 53: so are two sweeps of the
+    corpus, one per executor, each building its tokenizer: any process builds this one."""
+    from trainables.text import build_tokenizer, text_vocab_size
+
     root, *_ = sweep
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
     assert list(manifest["executor"]) == ["resident", "fresh"]
@@ -153,6 +156,11 @@ def test_a_resident_and_a_fresh_run_of_one_seed_give_the_same_loss_at_every_wind
     loss = window_losses(root)
     r1, r2 = manifest["run"]
     assert len(loss) == 12 and (loss[r1] == loss[r2]).all(), loss
+    # The tokenizer this sweep's driver built, built again in this process: the same file.
+    config = json.loads((root / "runs" / r1 / "config.json").read_text())["config"]
+    table = pd.read_csv(config["manifest_path"], sep="\t", keep_default_na=False)
+    tok = build_tokenizer(table["transcript"].tolist(), text_vocab_size(config["model_size"]))
+    assert Path(config["tokenizer_path"]).read_text() == tok.to_str()
 
 
 def test_env_json_has_versions_and_no_secret(sweep):
