@@ -27,6 +27,10 @@ DDP; with ``--profile-steps``, each side's profiled step of the first turn
 (benchmarks/step_profile.py: the phases' GPU time, communication, the communication no kernel
 hid, the GPU's idle time).
 
+``--combine RESULT ...`` runs nothing: it puts the turns of earlier commands' results in one
+table (each turn's ratio is within its command), so ``--pairs 3`` can be split over machines
+that allow 10 minutes a call; with ``--output-root``, the combined .json and .md go there.
+
 Writes DIR/reference_compare.json and .md (the table rewritten after every turn: an
 interrupted command keeps the turns it finished). Both sides run on the same machine in one
 command: compare nothing across commands.
@@ -73,6 +77,7 @@ CASES: dict[str, tuple[list[str], dict]] = {
     ),
 }
 EAGER = ("ddp", "fsdp2", "zero1", "zero2")
+OUTPUT_ROOT = Path("/tmp/reference_compare")
 
 
 def parse_variant(text: str) -> tuple[str, str, dict]:
@@ -290,8 +295,41 @@ def _one_turn(args, turn: Path, strategies: list[str], cases: dict[str, dict]):
     return references, _platform_tails(root, cases), code
 
 
+def combine(paths: list[Path], out: Path | None) -> int:
+    """``--combine``: the turns of several earlier commands' reference_compare.json in one
+    table (each turn's ratio was taken within its command, so turns split over several calls
+    of a 10-minute machine still compare); ``out``: write the .json and .md there too."""
+    turns, bases = [], {}
+    for path in paths:
+        path = path / "reference_compare.json" if path.is_dir() else path
+        record = json.loads(path.read_text())
+        turns += [tuple(t) for t in record["turns"]]
+        bases.update({r["strategy"]: r["reference"] for r in record["rows"]})
+    rows = compare(turns, bases)
+    text = markdown(rows)
+    print(text)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        record = {
+            "command": sys.argv,
+            "combined": [str(p) for p in paths],
+            "rows": rows,
+            "turns": turns,
+        }
+        (out / "reference_compare.json").write_text(json.dumps(record, indent=1))
+        (out / "reference_compare.md").write_text(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="RESULT",
+        help="only combine the turns of earlier results (folders or .json files) into one table",
+    )
     p.add_argument("--strategies", default=",".join(EAGER), help=f"of {', '.join(CASES)}")
     p.add_argument("--pairs", type=int, default=1, help="turns of references then platform")
     p.add_argument(
@@ -312,9 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tail", type=int, default=3)
     p.add_argument("--profile-steps", type=int, default=0)
     p.add_argument("--launcher", choices=("auto", "torchrun"), default="auto")
-    p.add_argument("--output-root", type=Path, default=Path("/tmp/reference_compare"))
+    p.add_argument("--output-root", type=Path, default=OUTPUT_ROOT)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     args = p.parse_args(argv)
+    if args.combine:
+        missing = [str(c) for c in args.combine if not c.exists()]
+        if missing:
+            p.error(f"--combine: {', '.join(missing)} does not exist")
+        out = args.output_root if args.output_root != OUTPUT_ROOT else None
+        return combine(args.combine, out)
     strategies = [s for s in args.strategies.split(",") if s]
     unknown = [s for s in strategies if s not in CASES]
     if unknown:

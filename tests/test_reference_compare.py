@@ -114,3 +114,30 @@ def test_references_run_under_their_launchers_and_the_platform_at_the_same_point
     space = yaml.safe_load(Path(rc._space_of(cases, tmp_path / "s.yaml")).read_text())
     assert [c["strategy"] for c in space["cases"]] == ["fsdp2", "deepspeed"]
     assert "baseline" not in space  # its baseline (ddp) is not among the cases
+
+
+def test_turns_of_several_commands_combine_into_one_table(tmp_path, capsys):
+    """A 3-turn comparison split over machines of 10 minutes a call: the turns of each
+    command's result in one table, the median over all of them."""
+    import json
+
+    def result(name, ref, plat):
+        turns = [[{"ddp": {"tail_samples_per_s": ref}}, {"ddp": plat}]]
+        rows = rc.compare([tuple(t) for t in turns], {"ddp": "ddp"})
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "reference_compare.json").write_text(
+            json.dumps({"rows": rows, "turns": turns})
+        )
+        return tmp_path / name
+
+    parts = [result("a", 1000.0, 900.0), result("b", 1000.0, 980.0), result("c", 1000.0, 960.0)]
+    out = tmp_path / "all"
+    assert rc.main(["--combine", *map(str, parts), "--output-root", str(out)]) == 0
+    combined = json.loads((out / "reference_compare.json").read_text())
+    (row,) = combined["rows"]
+    assert row["pairs"] == 3 and row["platform_over_reference"] == 0.96
+    assert (row["ratio_low"], row["ratio_high"]) == (0.9, 0.98)
+    assert "| ddp | 3 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        rc.main(["--combine", str(tmp_path / "nope")])
+    assert exc.value.code == 2
