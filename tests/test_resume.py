@@ -113,3 +113,24 @@ def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
     assert prepare_corpus(plan, tmp_path) == manifest
     assert "data: reusing" in capsys.readouterr().out
     assert not (tmp_path / "data" / "synth").exists()  # nothing generated again
+
+
+def test_the_printed_resume_command_names_the_root_the_sweep_used():
+    """Issue 54 item 4: the quick start lets the platform choose the output root; the line
+    after an interrupt must be a command that finishes that sweep as it is copied."""
+    import shlex
+
+    from platform.execution.launch import resume_command
+    from stage1_common.output_root import OutputRoot
+
+    root = OutputRoot.of("outputs/smoke_20261128-120000")
+    line = resume_command("platform.tune", ["--space", "smoke"], root)
+    assert shlex.split(line) == [
+        "python", "-m", "platform.tune", "--space", "smoke",
+        "--output-root", "outputs/smoke_20261128-120000", "--resume",
+    ]  # fmt: skip
+    # A root given by the user stays as written; --resume is not doubled; spaces are quoted.
+    given = ["--space", "my space.yaml", "--output-root=/tmp/r", "--resume"]
+    assert shlex.split(resume_command("platform.train", given, root)) == [
+        "python", "-m", "platform.train", *given,
+    ]  # fmt: skip

@@ -304,7 +304,7 @@ def _fit_and_report(
         rows, the manifest and the ranking, summary and report of what finished, then exit."""
         manifest, _ = sweep.finish_files(stop)
         code = request.report(manifest, request.output_root, time.time() - started)
-        code = _exit_code(request.space, manifest, stop, code)
+        code = _exit_code(request, manifest, stop, code)
         mirror.sync()  # a root on object storage: its last files in the bucket
         sys.stdout.flush()
         os._exit(code)  # Ray's processes are gone or going: nothing left to shut down
@@ -314,7 +314,7 @@ def _fit_and_report(
     with stop.ending:  # the last files are written once, by this thread or finish_without_ray
         stop.ended = True
         code = request.report(manifest, request.output_root, time.time() - started)
-    return _exit_code(request.space, manifest, stop, code)
+    return _exit_code(request, manifest, stop, code)
 
 
 def _ray_alive() -> bool:
@@ -347,19 +347,33 @@ def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None
     )
 
 
-def _interrupted_counts(manifest: list[dict[str, Any]]) -> str:
-    """'1 of 2 run(s) finished, 1 cut short, 0 not started; finish with ...': the three
-    counts add up to the sweep's runs."""
+def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
+    """The command that finishes an interrupted sweep, to copy as it is: the same arguments,
+    the output root the sweep used (named where the command let the platform choose it) and
+    ``--resume``."""
+    import shlex
+
+    args = list(argv)
+    if not any(a == "--output-root" or a.startswith("--output-root=") for a in args):
+        args += ["--output-root", root.remote or str(root)]
+    if "--resume" not in args:
+        args.append("--resume")
+    return shlex.join(["python", "-m", prog, *args])
+
+
+def _interrupted_counts(manifest: list[dict[str, Any]], command: str) -> str:
+    """'1 of 2 run(s) finished, 1 cut short, 0 not started; finish with: python -m ...': the
+    three counts add up to the sweep's runs."""
     statuses = [r["status"] for r in manifest]
     cut, waiting = statuses.count("interrupted"), statuses.count("pending")
     return (
         f"{len(statuses) - cut - waiting} of {len(statuses)} run(s) finished, {cut} cut short, "
-        f"{waiting} not started; finish with the same command plus --resume"
+        f"{waiting} not started; finish with: {command}"
     )
 
 
 def _exit_code(
-    space: SearchSpace,
+    request: LaunchRequest,
     manifest: list[dict[str, Any]],
     stop: StopSignals,
     code: int,
@@ -367,13 +381,16 @@ def _exit_code(
     """The report's ``code``, unless the sweep stopped on an error (1) or was interrupted
     (130/143, with the line saying how to finish it)."""
     unfinished = [r["run"] for r in manifest if r["status"] in ("pending", "interrupted")]
-    stopped_on_error = space.stop_on_error and any(r["status"] != "ok" for r in manifest)
+    stopped_on_error = request.space.stop_on_error and any(r["status"] != "ok" for r in manifest)
     if stopped_on_error and not stop.received:
         print(f"stopped on error (stop_on_error): {len(unfinished)} run(s) not started")
         return 1
     if unfinished:
         # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
         stop.received = stop.received or "SIGINT"
-        print(f"interrupted by {stop.received}: {_interrupted_counts(manifest)}", flush=True)
+        command = resume_command(request.prog, sys.argv[1:], request.output_root)
+        print(
+            f"interrupted by {stop.received}: {_interrupted_counts(manifest, command)}", flush=True
+        )
         return stop.exit_code
     return code

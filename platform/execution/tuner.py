@@ -171,7 +171,7 @@ def build_sweep(
 
 class _TunesResumeAdvice(logging.Filter):
     """Drops Tune's "Resume experiment with: Tuner.restore(path=..., trainable=...)" after a
-    stop signal: the platform says how to finish (the same command plus --resume), and
+    stop signal: the platform says how to finish (the full command with --resume), and
     Tuner.restore of a platform sweep would not write its files."""
 
     def filter(self, record: logging.LogRecord) -> bool:

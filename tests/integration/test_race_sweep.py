@@ -5,12 +5,14 @@ with ``--resume``; then ``asha`` with the ``optuna`` searcher, run to the end.""
 
 import json
 import re
+import shlex
 import signal
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.cli import run_module
 from tests.integration.helpers import LiveCli, run_tune
 
 pytestmark = pytest.mark.integration
@@ -61,7 +63,7 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     # The platform's advice only, with counts that add up (issue 43 item 9).
     assert "Tuner.restore(" not in sweep.out
     stopped = [ln for ln in sweep.lines if ln.startswith("interrupted by SIGINT: ")]
-    assert len(stopped) == 1 and stopped[0].rstrip().endswith("plus --resume"), sweep.out[-2000:]
+    assert len(stopped) == 1 and "; finish with: python -m platform.tune " in stopped[0]
     finished, total, cut, waiting = map(int, re.findall(r"\d+", stopped[0].split(":")[1])[:4])
     assert finished + cut + waiting == total and cut >= 1, stopped[0]
     before = pd.read_parquet(root / "timing.parquet")
@@ -69,7 +71,10 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     kept = first_manifest.index[first_manifest["status"].isin(["ok", "stopped_early"])]
     assert len(kept) >= 2
 
-    resumed = run_tune("cpu_race", root, "scheduler=race", flags=("--resume",))
+    # The printed command, run as it is (issue 54 item 4).
+    printed = shlex.split(stopped[0].split("; finish with: ", 1)[1])
+    assert printed[:3] == ["python", "-m", "platform.tune"] and printed[-1] == "--resume"
+    resumed = run_module(*printed[2:], timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     manifest, timing, summary, best = read(root)
 
