@@ -309,7 +309,14 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     if summary["best_group"]:
         best = json.loads(output_root.best_config.read_text())
         where = output_root.remote_join(OutputRoot.BEST_CONFIG) or output_root.best_config
-        print(f"\nbest: {best['group']} -> {where}")
+        part = summary.get("partial")
+        label = (
+            f"best of the groups measured so far ({part['groups_measured']} of {part['groups']}; "
+            "the sweep was interrupted)"
+            if part
+            else "best"
+        )
+        print(f"\n{label}: {best['group']} -> {where}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root.remote_join(OutputRoot.SUMMARY_MD) or output_root.summary_md}")
     from platform.analysis.report import report_line

@@ -109,3 +109,29 @@ def test_a_folder_of_analysis_files_only_is_judged_from_its_group_summary():
     out = stability("--output-root", str(H200), "--min-repeats", "2")
     assert out.returncode == 1  # mb96's iter p50 CV 0.053 > 0.05
     assert out.stdout == (H200 / "stability.log").read_text()
+
+
+def test_a_group_the_interrupted_sweep_never_ran_is_not_run_not_failed():
+    """Issue 54 item 6: no ok run because every run failed is FAIL; because the sweep was
+    interrupted before any of its runs ended it is NOT RUN (nothing to judge yet)."""
+    failed, waiting = (group(n, runs_ok=0) for n in ("failed", "waiting"))
+    verdicts = check(pd.DataFrame([failed, waiting]), ["failed", "waiting"], LIMITS, {"waiting"})
+    assert [v["verdict"] for v in verdicts] == ["FAIL", "NOT RUN"]
+    assert verdicts[1]["failures"] == [] and "interrupted" in verdicts[1]["short"][0]
+
+
+def test_an_interrupted_sweep_is_marked_partial_with_what_it_measured():
+    from platform.analysis.analyze import partial
+
+    manifest = pd.DataFrame(
+        {
+            "run": ["a_r1", "a_r2", "b_r1", "c_r1"],
+            "group": ["a", "a", "b", "c"],
+            "status": ["ok", "interrupted", "pending", "failed"],
+        }
+    )
+    part = partial(manifest)
+    assert (part["runs_finished"], part["runs"]) == (2, 4)
+    assert (part["groups_measured"], part["groups"]) == (1, 3)
+    assert "of the groups measured so far" in part["line"]
+    assert partial(manifest.assign(status="ok")) is None

@@ -64,6 +64,7 @@ def analyze(
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
+    summary["partial"] = partial(manifest)
     text = _markdown(summary, ranked)
     results.write_json(root / root.SUMMARY_JSON, summary)
     results.atomic_write_text(root / root.SUMMARY_MD, text)
@@ -267,6 +268,28 @@ def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> di
     }
 
 
+def partial(manifest: pd.DataFrame) -> dict[str, Any] | None:
+    """An interrupted sweep (runs still pending or cut short): what it measured so far, and the
+    line the console, summary.md and the report say it with; None when every run ended."""
+    status = manifest["status"].astype(str)
+    unfinished = status.isin(["pending", "interrupted"])
+    if not unfinished.any():
+        return None
+    measured = manifest.loc[status.isin(["ok", "stopped_early"]), "group"].nunique()
+    out = {
+        "runs_finished": int((~unfinished).sum()),
+        "runs": int(len(manifest)),
+        "groups_measured": int(measured),
+        "groups": int(manifest["group"].nunique()),
+    }
+    out["line"] = (
+        f"partial: the sweep was interrupted ({out['runs_finished']} of {out['runs']} runs "
+        f"finished, {measured} of {out['groups']} groups measured); the ranking and the best "
+        "are of the groups measured so far: finish it with --resume"
+    )
+    return out
+
+
 def _text(value: Any) -> str:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
 
@@ -279,6 +302,11 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         "",
         f"{summary['runs']} runs ({counts}) in {summary['groups']} groups.",
         "",
+        *(
+            [f"**{summary['partial']['line'].capitalize()}.**", ""]
+            if summary.get("partial")
+            else []
+        ),
         f"| rank | group | ok/runs | samples/s (robust; stopped runs in brackets) | +-std | 95 % interval | iter p50 ms | share of runs p90/p50 > {summary['unstable_ratio']:g} | x baseline |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

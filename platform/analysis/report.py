@@ -138,7 +138,12 @@ def write_report(
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} by python -m platform.report "
         f"({html.escape(version_line())}) from <code>{html.escape(name)}</code>.</p>"
-        f"<nav>{nav}</nav>"
+        + (
+            f'<p class="partial"><b>{html.escape(summary["partial"]["line"].capitalize())}.</b></p>'
+            if summary.get("partial")
+            else ""
+        )
+        + f"<nav>{nav}</nav>"
     )
     page = (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'

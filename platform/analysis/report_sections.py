@@ -45,6 +45,7 @@ VERDICT_COLOURS = {
     stability.PASS: "#176f2c",
     stability.FAIL: "#b00020",
     stability.NOT_ENOUGH_REPEATS: "#d29a00",
+    stability.NOT_RUN: "#999999",
     "-": "#999999",
 }
 

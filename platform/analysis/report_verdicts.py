@@ -29,6 +29,7 @@ CLASS = {
     stability_check.PASS: "pass",
     stability_check.FAIL: "fail",
     stability_check.NOT_ENOUGH_REPEATS: "short",
+    stability_check.NOT_RUN: "short",
     leak_check.OK: "pass",
     leak_check.LEAK: "fail",
     leak_check.NOT_JUDGED: "short",

@@ -10,6 +10,8 @@ tail iter p50. Three verdicts:
   the same would not help);
 - ``NOT ENOUGH REPEATS``: no figure above its limit, but fewer ok runs than ``min_repeats``
   (or fewer than the 2 a CV needs): steadiness cannot be told yet;
+- ``NOT RUN``: no run of the group ended: the sweep was interrupted before it (its runs pending
+  or cut short); nothing to judge yet, and not a failure;
 - ``PASS``: enough ok runs and every figure at or below its limit. With ``min_repeats`` 1 a
   group of one ok run passes on its p90/p50 alone: its CV is not judged (one run has none),
   and the reason says so.
@@ -38,6 +40,7 @@ from stage1_common.output_root import OutputRoot
 __all__ = [
     "FAIL",
     "NOT_ENOUGH_REPEATS",
+    "NOT_RUN",
     "PASS",
     "StabilityLimits",
     "check",
@@ -49,7 +52,7 @@ __all__ = [
     "why",
 ]
 
-PASS, FAIL, NOT_ENOUGH_REPEATS = "PASS", "FAIL", "NOT ENOUGH REPEATS"
+PASS, FAIL, NOT_ENOUGH_REPEATS, NOT_RUN = "PASS", "FAIL", "NOT ENOUGH REPEATS", "NOT RUN"
 COMMAND = "python -m platform.stability"
 
 
@@ -105,7 +108,18 @@ def judge(output_root: OutputRoot | str, limits: StabilityLimits, wanted: str = 
     """The verdicts of the groups named in ``wanted`` (empty: all) of the sweep at
     ``output_root``: what ``python -m platform.stability`` prints and the report shows."""
     groups = group_figures(output_root)
-    return check(groups, pick_groups(groups, wanted, output_root), limits)
+    names = pick_groups(groups, wanted, output_root)
+    return check(groups, names, limits, unfinished=_unfinished_groups(output_root))
+
+
+def _unfinished_groups(output_root: OutputRoot | str) -> set[str]:
+    """The groups none of whose runs ended (pending or cut short: an interrupted sweep)."""
+    root = OutputRoot.of(output_root)
+    if not root.holds_sweep():
+        return set()
+    manifest = results.read_manifest(root)
+    ended = ~manifest["status"].astype(str).isin(["pending", "interrupted"])
+    return set(manifest["group"]) - set(manifest.loc[ended, "group"])
 
 
 def folder_limits(output_root: OutputRoot | str) -> tuple[StabilityLimits, str]:
@@ -116,19 +130,27 @@ def folder_limits(output_root: OutputRoot | str) -> tuple[StabilityLimits, str]:
     return limit_lines.folder_limits(StabilityLimits, root / root.STABILITY_LOG, COMMAND)
 
 
-def check(groups: pd.DataFrame, names: list[str], limits: StabilityLimits) -> list[dict]:
+def check(
+    groups: pd.DataFrame,
+    names: list[str],
+    limits: StabilityLimits,
+    unfinished: set[str] | frozenset[str] = frozenset(),
+) -> list[dict]:
     """One verdict per named group (``groups``: stats.group_summary's table): ``verdict``
     (PASS, FAIL or NOT ENOUGH REPEATS), ``passed``, the figures, and why: ``failures`` (a
     figure above its limit, unknown with the runs to know it, or no ok run), ``short`` (too
-    few ok runs) and ``notes`` (a figure not judged, and why)."""
+    few ok runs) and ``notes`` (a figure not judged, and why). ``unfinished``: groups none of
+    whose runs ended (NOT RUN)."""
     table = groups.set_index("group")
-    return [_verdict(name, table.loc[name], limits) for name in names]
+    return [_verdict(name, table.loc[name], limits, name in unfinished) for name in names]
 
 
-def _verdict(name: str, g: pd.Series, limits: StabilityLimits) -> dict:
+def _verdict(name: str, g: pd.Series, limits: StabilityLimits, unfinished: bool = False) -> dict:
     runs_ok = int(g["runs_ok"])
     failures, short, notes = [], [], []
-    if runs_ok == 0:
+    if runs_ok == 0 and unfinished:
+        short.append("no run of it ended: the sweep was interrupted first")
+    elif runs_ok == 0:
         failures.append("no ok run")  # every run failed: not a matter of repeats
     elif runs_ok < limits.min_repeats:
         short.append(f"{runs_ok} ok runs < {limits.min_repeats}")
@@ -149,6 +171,8 @@ def _verdict(name: str, g: pd.Series, limits: StabilityLimits) -> dict:
         elif value > limit:
             failures.append(f"{label} {value:.4g} > {limit_lines.flag_text(limit)}")
     verdict = FAIL if failures else NOT_ENOUGH_REPEATS if short else PASS
+    if runs_ok == 0 and unfinished:
+        verdict = NOT_RUN
     return {
         "group": name,
         "verdict": verdict,

@@ -70,6 +70,12 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     first_manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t").set_index("run")
     kept = first_manifest.index[first_manifest["status"].isin(["ok", "stopped_early"])]
     assert len(kept) >= 2
+    # Marked partial everywhere, the best of what was measured so far (issue 54 item 6).
+    part = json.loads((root / "summary.json").read_text())["partial"]
+    assert part["runs_finished"] == finished and part["runs"] == total, part
+    assert "Partial: the sweep was interrupted" in (root / "summary.md").read_text()
+    assert "Partial: the sweep was interrupted" in (root / "report.html").read_text()
+    assert "best of the groups measured so far" in sweep.out or "\nbest:" not in sweep.out
 
     # The printed command, run as it is (issue 54 item 4).
     printed = shlex.split(stopped[0].split("; finish with: ", 1)[1])
