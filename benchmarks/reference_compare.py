@@ -34,6 +34,10 @@ that allow 10 minutes a call; with ``--output-root``, the combined .json and .md
 Writes DIR/reference_compare.json and .md (the table rewritten after every turn: an
 interrupted command keeps the turns it finished). Both sides run on the same machine in one
 command: compare nothing across commands.
+
+The .json also says when the command ended (``measured``) and from which tree (``commit``,
+``dirty``): ``python -m platform.calibrate`` runs this command and keeps its ratios with them
+in the machine cache, as this machine's calibration (``--from DIR``: one measured before).
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from platform.record.provenance import git_facts
 from stage1_common.output_root import OutputRoot, RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -397,7 +403,16 @@ def main(argv: list[str] | None = None) -> int:
         turn = args.output_root / "turn1"
         text += "\n" + _profiles(turn / "references", turn / "platform")
     print("\n" + text)
-    record = {"command": sys.argv, "rows": rows, "turns": turns, "sweep_exits": codes}
+    git = git_facts()  # when and from which tree: platform.calibrate keeps them with the ratios
+    record = {
+        "command": sys.argv,
+        "rows": rows,
+        "turns": turns,
+        "sweep_exits": codes,
+        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": git["git_commit_short"],
+        "dirty": git["git_dirty"],
+    }
     (args.output_root / "reference_compare.json").write_text(json.dumps(record, indent=1))
     (args.output_root / "reference_compare.md").write_text(text)
     return 0 if all(r["platform_over_reference"] for r in rows) else 1

@@ -326,6 +326,9 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     early = summary.get("early_stopping")
     if early:
         print(early["line"])
+    calibration = summary.get("calibration")  # the platform's own overhead on this host
+    if calibration:
+        print(calibration["line"])
     print(
         f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok"
         + (" or stopped by the scheduler" if early else "")

@@ -1,7 +1,8 @@
 """The machine's cache folder: compiled code (inductor's FX-graph and AOTAutograd caches,
 Triton's kernels) and FLOPs counts per model shape, kept per machine rather than per output
 root, so a sweep, its race, a rerun in a new root and ``platform.train`` with the winner reuse
-what was compiled on that machine.
+what was compiled on that machine; and the machine's calibration (``calibration.json``: the
+platform against its references, written by ``python -m platform.calibrate``).
 
 It also keeps Python's bytecode where the environment says not to write it beside the sources
 and the packages a worker imports ship none (``bytecode_env``).

@@ -21,7 +21,7 @@ Issue 43 added ``checkpoints.parquet``'s ``checkpoint_registered`` (false: overt
 Issue 42 added the config key ``profile_steps`` (a manifest column like every key).
 Issue 53 added the timing columns ``recompiles``, ``graph_breaks``, ``cudagraph_records``,
 ``cudagraph_skips`` and ``cliff_reason``, the manifest's and per_run_metrics.csv's ``cliff`` and
-summary.json's ``cliffs``.
+summary.json's ``cliffs``; issue 53 item 5 added summary.json's ``calibration``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 
 from tests.cli import ROOT, run_module
 
-CLIS = ("tune", "train", "analyze", "report", "stability", "leak", "grafana")
+CLIS = ("tune", "train", "analyze", "report", "stability", "leak", "grafana", "calibrate")
 
 
 @pytest.mark.parametrize("cli", CLIS)

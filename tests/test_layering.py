@@ -2,7 +2,7 @@
 
 Layers, top to bottom (a module imports only from its own layer or below):
 
-    platform's CLI modules (tune, train, analyze, report, stability, leak, grafana)
+    platform's CLI modules (tune, train, analyze, report, stability, leak, grafana, calibrate)
     platform.execution > platform.control > platform.record > platform.analysis
     > platform.spaces > platform.storage > platform.errors
     trainables, data_prep (never each other)
@@ -263,7 +263,16 @@ def test_platform_is_split_into_subpackages():
     subpackages = {p.name for p in (ROOT / "platform").iterdir() if (p / "__init__.py").is_file()}
     assert {"spaces", "execution", "control", "record", "storage", "analysis"} <= subpackages
     top = {p.stem for p in (ROOT / "platform").glob("*.py")} - {"__init__", "errors", "__main__"}
-    assert top == {"tune", "train", "analyze", "report", "stability", "leak", "grafana"}
+    assert top == {
+        "tune",
+        "train",
+        "analyze",
+        "report",
+        "stability",
+        "leak",
+        "grafana",
+        "calibrate",
+    }
 
 
 def test_modules_stay_under_400_lines():

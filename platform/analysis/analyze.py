@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import cliffs, stats
+from platform.analysis import calibration, cliffs, stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -65,6 +65,8 @@ def analyze(
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
     summary["partial"] = partial(manifest)
+    # The platform against its references on the sweep's host, for the strategies it ranked.
+    summary["calibration"] = calibration.for_sweep(root, manifest, list(ranked["group"]))
     text = _markdown(summary, ranked)
     results.write_json(root / root.SUMMARY_JSON, summary)
     results.atomic_write_text(root / root.SUMMARY_MD, text)
@@ -340,9 +342,12 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
-    """summary.md's sections after the ranking: early stopping, bottlenecks, performance
-    cliffs, runs not ok."""
+    """summary.md's sections after the ranking: the calibration, early stopping, bottlenecks,
+    performance cliffs, runs not ok."""
     lines = []
+    if summary.get("calibration"):
+        lines += ["", "## Calibration (the platform against its references on this host)", ""]
+        lines += [f"- {line}" for line in summary["calibration"]["lines"]]
     early = summary.get("early_stopping")
     if early:
         lines += ["", "## Early stopping", "", early["line"] + ".", ""]

@@ -6,12 +6,13 @@ URIs, its style is inline, it has no script. Sections (``SECTIONS``), each alway
 the data, or with a line saying why there is none):
 
 ranking (with intervals, swept values, MFU, peak memory, the Phase B verdict, the ranking's
-own jittery flag and the cliffs its runs fell off), throughput per group (coloured by the Phase
-B verdict), tail samples/s against each swept key, iteration time over steps, loss curves (with
-ln of the candidates per sample), data wait, GPU telemetry, host memory, rank skew, bottlenecks
-with the setting to try next, performance cliffs (recompiles, CUDA graphs recorded again or
-skipped: torch's counts and reason, and what to change), stability and leak verdicts (one part
-each, as ``platform.stability`` and
+own jittery flag and the cliffs its runs fell off), the calibration (the platform against its
+references on the sweep's host, for the strategies ranked: platform/analysis/calibration.py),
+throughput per group (coloured by the Phase B verdict), tail samples/s against each swept key,
+iteration time over steps, loss curves (with ln of the candidates per sample), data wait, GPU
+telemetry, host memory, rank skew, bottlenecks with the setting to try next, performance cliffs
+(recompiles, CUDA graphs recorded again or skipped: torch's counts and reason, and what to
+change), stability and leak verdicts (one part each, as ``platform.stability`` and
 ``platform.leak`` give them, under the limits of the folder's own logs), failed runs with their
 log tails, environment and versions.
 
@@ -50,6 +51,7 @@ REPORT = OutputRoot.REPORT
 # (key, heading where the renderer does not name one after what it drew), in page order.
 SECTIONS = (
     ("ranking", "Ranking"),
+    ("calibration", "Calibration: the platform against its references on this host"),
     ("throughput", "Throughput per group"),
     ("sweep", "Tail samples/s against each swept key"),
     ("iteration", "Iteration time over steps"),
@@ -66,6 +68,7 @@ SECTIONS = (
 )
 RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
     "ranking": report_sections.ranking,
+    "calibration": report_sections.calibration,
     "throughput": report_sections.throughput,
     "sweep": report_sections.sweep,
     "iteration": report_plots.iteration,

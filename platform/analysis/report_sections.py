@@ -15,13 +15,23 @@ from pathlib import Path
 import pandas as pd
 
 from platform.analysis import report_verdicts, stability
+from platform.analysis.calibration import for_sweep
 from platform.analysis.figures import as_text, html_table, new_figure, note, png
 from platform.analysis.stats import UNSTABLE_RATIO
 from platform.storage import results
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.version import version_line
 
-__all__ = ["bottlenecks", "environment", "failed", "ranking", "sweep", "swept_values", "throughput"]
+__all__ = [
+    "bottlenecks",
+    "calibration",
+    "environment",
+    "failed",
+    "ranking",
+    "sweep",
+    "swept_values",
+    "throughput",
+]
 
 # Per-run figures shown per group in the ranking, where the runs measured them: MFU as a
 # percentage (mean over the group's ok runs) and peak GPU memory (the largest of them).
@@ -113,6 +123,22 @@ def ranking(data: dict) -> str:
     if data["summary"].get("top_two_within_noise"):
         out += note("the top two groups are within noise of each other: repeat them to separate")
     return out
+
+
+def calibration(data: dict) -> str:
+    """The platform against its references on the sweep's host (summary.json's calibration:
+    what the analysis found; looked up now for a summary.json without one)."""
+    found = data["summary"].get("calibration")
+    if found is None:
+        groups = list(data["ranked"]["group"]) if "group" in data["ranked"] else None
+        found = for_sweep(data["root"], data["manifest"], groups)
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in found["lines"])
+    return f"<ul>{items}</ul>" + note(
+        "Each ratio: the platform's tail samples/s over its bare reference's at one point on "
+        "this host (benchmarks/reference_compare.py), the median over its pairs of turns; 1.0 "
+        "means the platform adds nothing. The sweep's own point may differ. Measured by python "
+        f"-m platform.calibrate, kept in {found['cache']}."
+    )
 
 
 def _flags(table: pd.DataFrame, phase_b: dict) -> pd.DataFrame:
