@@ -121,7 +121,7 @@ def test_a_group_the_interrupted_sweep_never_ran_is_not_run_not_failed():
 
 
 def test_an_interrupted_sweep_is_marked_partial_with_what_it_measured():
-    from platform.analysis.analyze import partial
+    from platform.analysis.interrupted import partial
 
     manifest = pd.DataFrame(
         {

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import calibration, cliffs, stats
+from platform.analysis import calibration, cliffs, interrupted, stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -64,7 +64,7 @@ def analyze(
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
-    summary["partial"] = partial(manifest)
+    summary["partial"] = interrupted.partial(manifest)
     # The platform against its references on the sweep's host, for the strategies it ranked.
     summary["calibration"] = calibration.for_sweep(root, manifest, list(ranked["group"]))
     text = _markdown(summary, ranked)
@@ -268,28 +268,6 @@ def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> di
             for row in ranked.to_dict("records")
         ],
     }
-
-
-def partial(manifest: pd.DataFrame) -> dict[str, Any] | None:
-    """An interrupted sweep (runs still pending or cut short): what it measured so far, and the
-    line the console, summary.md and the report say it with; None when every run ended."""
-    status = manifest["status"].astype(str)
-    unfinished = status.isin(["pending", "interrupted"])
-    if not unfinished.any():
-        return None
-    measured = manifest.loc[status.isin(["ok", "stopped_early"]), "group"].nunique()
-    out = {
-        "runs_finished": int((~unfinished).sum()),
-        "runs": int(len(manifest)),
-        "groups_measured": int(measured),
-        "groups": int(manifest["group"].nunique()),
-    }
-    out["line"] = (
-        f"partial: the sweep was interrupted ({out['runs_finished']} of {out['runs']} runs "
-        f"finished, {measured} of {out['groups']} groups measured); the ranking and the best "
-        "are of the groups measured so far: finish it with --resume"
-    )
-    return out
 
 
 def _text(value: Any) -> str:
