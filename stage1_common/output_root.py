@@ -192,6 +192,7 @@ class RunFolder:
     CONFIG = "config.json"  # the planned run (platform/record/manifest.py)
     ENV = "env.json"  # its resolved config, environment and the driver's git facts
     FAIL_TAIL = "fail_tail.txt"
+    ERROR = "error.txt"  # a failed run's error as Ray and Tune gave it (the console has one line)
     # The log tails of the attempt that ended before attempt <attempt> (from 1) began.
     RESTART_TAIL = "restart_tail-attempt{attempt}.txt"
     STACKS = "stacks-rank{rank}.txt"  # a stalled rank's thread stacks (trainables/watchdog.py)
@@ -239,6 +240,10 @@ class RunFolder:
     @property
     def fail_tail(self) -> Path:
         return self.path / self.FAIL_TAIL
+
+    @property
+    def error(self) -> Path:
+        return self.path / self.ERROR
 
     @property
     def curves(self) -> Path:

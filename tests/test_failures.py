@@ -224,3 +224,26 @@ def test_a_restart_saves_the_ended_attempts_tails_and_says_why_in_one_line(tmp_p
     own = ["Traceback (most recent call last):", "ValueError: bad batch"]
     assert restart_reason({0: peer, 1: own}) == "rank 1: ValueError: bad batch"
     assert restart_reason({0: peer, 1: []}).startswith("a worker process died without an exc")
+
+
+def test_raised_at_names_the_innermost_frame_of_the_last_traceback():
+    """Issue 54 item 3: the console says where a run raised in one line; Ray nests the worker's
+    traceback in the trial's, so the last frame of the text is the worker's."""
+    from platform.record.failures import raised_at
+
+    root = Path("/work/repo")
+    error = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/ray/_private/worker.py", line 1053, in get_objects\n'
+        "    raise value.as_instanceof_cause()\n"
+        "trainables.resident.relay.ResidentRunError: ray.train.WorkerGroupError: Training failed\n"
+        "[Rank 0,1 Error Snippet]:\n"
+        '  File "/work/repo/trainables/faults.py", line 76, in error\n'
+        "    raise RuntimeError(\n"
+        "    ^^^^^^^^^^^^^^^^^^^\n"
+        "RuntimeError: injected error at step 5 on rank 0 (inject_error_at_step)\n"
+    )
+    assert raised_at(error, root) == "trainables/faults.py:76 in error: raise RuntimeError("
+    outside = '  File "/venv/torch/nn/modules/module.py", line 1, in _call_impl\n    ^^^\n'
+    assert raised_at(outside, root) == "/venv/torch/nn/modules/module.py:1 in _call_impl"
+    assert raised_at(None) == "" and raised_at("ValueError: no frames") == ""

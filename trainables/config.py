@@ -203,8 +203,9 @@ class TrialConfig(WorkloadConfig):
         default=0.0,
     )
     fail_tail_lines: int = _doc(
-        "Lines from the end of each worker's stdout and stderr that the driver prints and saves "
-        "to runs/<run>/fail_tail.txt when the run fails or stalls; 0: none.",
+        "Lines from the end of each worker's stdout and stderr that the driver saves to "
+        "runs/<run>/fail_tail.txt when the run fails or stalls (the console names the file); "
+        "0: none.",
         default=40,
     )
     max_missing_files_fraction: float = _doc(

@@ -169,24 +169,30 @@ def build_sweep(
     return sweep
 
 
-class _TunesResumeAdvice(logging.Filter):
+class _TunesOwnLines(logging.Filter):
     """Drops Tune's "Resume experiment with: Tuner.restore(path=..., trainable=...)" after a
-    stop signal: the platform says how to finish (the full command with --resume), and
-    Tuner.restore of a platform sweep would not write its files."""
+    stop signal (the platform prints the full command with --resume, and Tuner.restore of a
+    platform sweep would not write its files) and its "Trials did not complete: [...]" (the
+    platform's end-of-sweep lines list every run's status)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Tuner.restore(" not in record.getMessage()
+        text = record.getMessage()
+        return "Tuner.restore(" not in text and not text.startswith("Trials did not complete")
 
 
 def _quiet_tune() -> None:
     """Tune's own console output off: its table of the experiment at the start ("Number of
-    trials 9223372036854775807" for a searcher without an end) and its resume advice. The
-    old output engine at verbose 0 prints nothing; the new one prints that table whatever
-    the verbosity. A user's RAY_AIR_NEW_OUTPUT wins."""
+    trials 9223372036854775807" for a searcher without an end), its resume advice, and the
+    traceback of every failed trial ("Trial task failed for trial ...",
+    ``TUNE_PRINT_ALL_TRIAL_ERRORS``): the recorder says a failed run in its own lines and keeps
+    the error in the run's folder (``runs/<run>/error.txt``). The old output engine at verbose
+    0 prints nothing; the new one prints that table whatever the verbosity. A user's
+    RAY_AIR_NEW_OUTPUT and TUNE_PRINT_ALL_TRIAL_ERRORS win."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_PRINT_ALL_TRIAL_ERRORS", "0")
     tune_logger = logging.getLogger("ray.tune.tune")
-    if not any(isinstance(f, _TunesResumeAdvice) for f in tune_logger.filters):
-        tune_logger.addFilter(_TunesResumeAdvice())
+    if not any(isinstance(f, _TunesOwnLines) for f in tune_logger.filters):
+        tune_logger.addFilter(_TunesOwnLines())
 
 
 def _search_and_stop(

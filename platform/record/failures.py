@@ -21,6 +21,8 @@ __all__ = [
     "error_text",
     "exit_code",
     "fail_tail",
+    "keep_failure",
+    "raised_at",
     "failure_reason",
     "format_tails",
     "remote_tail",
@@ -217,6 +219,28 @@ def fail_tail(run_dir: Path, lines: int) -> str:
     return format_tails(run_dir, worker_tails(run_dir, lines))
 
 
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+def raised_at(error: str | None, root: Path | None = None) -> str:
+    """Where the error was raised, from its text: the innermost frame of the last traceback
+    (``trainables/faults.py:76 in error: raise RuntimeError(``), a path inside the repository
+    shown relative to it; '' when the text has none."""
+    lines = (error or "").splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = _FRAME.match(lines[i])
+        if m is None:
+            continue
+        where = Path(m["file"])
+        base = root or Path(__file__).resolve().parents[2]
+        if where.is_absolute() and where.is_relative_to(base):
+            where = where.relative_to(base)
+        code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+        code = "" if code.startswith(("File ", "^", "~")) else code
+        return f"{where.as_posix()}:{m['line']} in {m['func']}" + (f": {code}" if code else "")
+    return ""
+
+
 def error_text(trial) -> str | None:
     """The error of a failed Tune trial. Tune writes it to the trial's local folder before
     calling on_trial_error; the copy that ``trial.get_error()`` reads from storage is synced
@@ -274,6 +298,22 @@ def save_fail_tail(root: OutputRoot, run: str, workers: list[dict], lines: int) 
     text = format_tails(root.run_dir(run), _cut(workers, lines))
     atomic_write_text(root.run_folder(run).fail_tail, text)
     return text
+
+
+def keep_failure(
+    root: OutputRoot, run: str, error: str | None, workers: list[dict], lines: int
+) -> list[str]:
+    """A failed run's details, kept off the console: its error as Ray and Tune gave it
+    (``runs/<run>/error.txt``) and its workers' last ``lines`` log lines (``fail_tail.txt``);
+    returns the files written, relative to the root (the console names them)."""
+    folder, saved = root.run_folder(run), []
+    if error:
+        atomic_write_text(folder.error, error)
+        saved.append(folder.error)
+    if lines > 0:
+        save_fail_tail(root, run, workers, lines)
+        saved.append(folder.fail_tail)
+    return [p.relative_to(root.path).as_posix() for p in saved]
 
 
 def restart_reason(tails: dict[int, list[str]]) -> str:

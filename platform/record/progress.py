@@ -130,11 +130,15 @@ class Progress:
             cliffs.figures(pd.DataFrame(kept), config.tail_timing_points), config
         )
 
-    def fail_tail(self, run: str, lines: int, saved_to: str, text: str) -> None:
-        self.say(
-            run,
-            f"the last {lines} lines of each worker's logs (saved to {saved_to}):\n{text.rstrip()}",
-        )
+    def failure(self, run: str, raised_at: str, saved: list[str]) -> None:
+        """A failed run's second line (its first is ``finished``'s, with the error's last
+        line): where it raised and where its error and its workers' last log lines are; the
+        tracebacks stay in those files."""
+        parts = [f"raised at {raised_at}"] if raised_at else []
+        if saved:
+            parts.append("details in " + " and ".join(saved))
+        if parts:
+            self.say(run, "; ".join(parts))
 
     # --- what no report says ---
     def stall_alert(self, run: str, row: dict[str, Any]) -> bool:

@@ -25,7 +25,8 @@ from platform.record.failures import (
     diagnose,
     error_text,
     exit_code,
-    save_fail_tail,
+    keep_failure,
+    raised_at,
     save_restart_tail,
 )
 from platform.record.loggers import make_loggers, scalars_of
@@ -160,12 +161,11 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         lines = self.runs[run].config.fail_tail_lines
         pull_run(self.root, run)  # a root on object storage: what its workers uploaded
-        failure = diagnose(self.root, run, error_text(trial), lines)
+        error = error_text(trial)
+        failure = diagnose(self.root, run, error, lines)
         self._finish(trial, failure.status, failure.reason, failure.exit_code)
-        if lines > 0:
-            text = save_fail_tail(self.root, run, failure.workers, lines)
-            saved_to = self.root.run_folder(run).fail_tail.relative_to(self.root.path).as_posix()
-            self.progress.fail_tail(run, lines, saved_to, text)
+        shown = keep_failure(self.root, run, error, failure.workers, lines)
+        self.progress.failure(run, raised_at(error), shown)
 
     def on_experiment_end(self, trials, **info):
         for run in list(self.last_flush):

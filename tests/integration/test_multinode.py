@@ -202,7 +202,10 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     assert rank1["node_ip"] in WORKER_IPS and not Path(rank1["stderr"]).exists()
     rank1_tail = tail.split("--- rank 1 ", 1)[1]
     assert "RuntimeError: injected error at step 7 on rank 1" in rank1_tail
-    assert f"{failed['run']}: the last 40 lines of each worker's logs" in out.stdout
+    # One line of where, then the files (issue 54 item 3): no traceback on the console.
+    assert f"{failed['run']}: raised at trainables/faults.py:" in out.stdout
+    assert f"runs/{failed['run']}/fail_tail.txt" in out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):

@@ -55,6 +55,12 @@ def test_a_hang_and_an_error_fail_their_own_runs_and_the_next_run_gets_a_new_gro
     root = tmp_path / "out"
     done = run_tune(str(space), root, timeout=400)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]  # runs failed
+    # A failed run is the platform's lines only (issue 54 item 3): its end, where it raised and
+    # where the details are; Tune's "Trial task failed" and every traceback in the run's files.
+    console = done.stdout + done.stderr
+    for noise in ("Trial task failed", "Traceback", "Trials did not complete", "Error Snippet"):
+        assert noise not in console, (noise, console[-3000:])
+    assert "raised at trainables/faults.py:" in done.stdout, done.stdout[-3000:]
     m = manifest(root)
     hang, error, clean = m.index
     assert list(m["status"]) == ["stalled", "failed", "ok"]
