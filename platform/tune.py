@@ -19,7 +19,7 @@ from typing import Any
 from platform.analysis.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
-from platform.execution.launch import LaunchRequest, launch
+from platform.execution.launch import LaunchRequest, interrupted_at_start, launch
 from platform.execution.resume import EARLY_STATUSES
 from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
@@ -202,9 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return launch(request)
-    except KeyboardInterrupt:  # Ctrl-C before the first trial: nothing was measured yet
-        print(f"{PROG}: interrupted before any run started", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # before the first trial: nothing was measured yet
+        return interrupted_at_start(request, stop, "any run")
 
 
 # Runbook variables that say how to run the sweep, not what it is.

@@ -26,7 +26,7 @@ from platform.execution.inputs import (
 )
 from platform.execution.resources import resolve_executors, resolve_resources
 from platform.execution.resume import drop_rows
-from platform.execution.signals import StopSignals
+from platform.execution.signals import StopSignals, start_up_signals
 from platform.record.manifest import write_run_record
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
@@ -101,9 +101,10 @@ def launch(request: LaunchRequest) -> int:
     try:
         cluster = _connect(request)
         try:
-            multi_node = cluster.joined or len(alive_nodes()) > 1
-            runs = _fit_to_cluster(request, multi_node)
-            runs, pool = _prepare_runs(request, runs, multi_node)
+            with start_up_signals():  # after ray.init, whose SIGTERM handler aborts the driver
+                multi_node = cluster.joined or len(alive_nodes()) > 1
+                runs = _fit_to_cluster(request, multi_node)
+                runs, pool = _prepare_runs(request, runs, multi_node)
             _announce(cluster)
             code, mirrored = _run_to_the_end(request, runs, started, pool)
         finally:
@@ -359,6 +360,22 @@ def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
     if "--resume" not in args:
         args.append("--resume")
     return shlex.join(["python", "-m", prog, *args])
+
+
+def interrupted_at_start(request: LaunchRequest, stop: KeyboardInterrupt, what: str) -> int:
+    """The line and exit code of a stop signal before the first trial (``what``: "any run",
+    "the run"): which signal, what is kept, and the command that goes on (130 or 143)."""
+    name = getattr(stop, "name", "SIGINT")
+    root = request.output_root
+    kept = root.path.is_dir() and any(root.path.iterdir())
+    line = f"{request.prog}: interrupted by {name} before {what} started"
+    if kept:
+        command = resume_command(request.prog, sys.argv[1:], root)
+        line += f"; what was prepared is kept; finish with: {command}"
+    else:
+        remove_if_empty(root)
+    print(line, file=sys.stderr, flush=True)
+    return getattr(stop, "exit_code", 130)
 
 
 def _interrupted_counts(manifest: list[dict[str, Any]], command: str) -> str:

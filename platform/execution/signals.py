@@ -11,9 +11,49 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["StopSignals"]
+__all__ = ["StartUpInterrupted", "StopSignals", "start_up_signals"]
+
+
+class StartUpInterrupted(KeyboardInterrupt):
+    """A stop signal before the first trial (the cluster's start, the corpus, the checks):
+    nothing was measured yet; what the data preparation wrote whole stays (it skips those
+    files when run again)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    @property
+    def exit_code(self) -> int:
+        return StopSignals.EXIT.get(self.name, 130)
+
+
+@contextmanager
+def start_up_signals():
+    """Inside the block (the driver's start-up, before Tune's loop takes the signals over):
+    SIGINT and SIGTERM raise StartUpInterrupted in the main thread, so a data preparation or a
+    group's start stops within seconds. SIGINT too where the command inherited it ignored (a
+    script's background job: bash ignores SIGINT there, and Tune's loop would take it later
+    anyway); SIGTERM instead of the handler ray.init installs, which aborts the driver with a
+    C++ stack dump. The handlers before are put back at the end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame) -> None:
+        raise StartUpInterrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class StopSignals:
