@@ -252,3 +252,21 @@ def test_a_checkpoint_overtaken_before_registering_is_recorded_and_deleted(tmp_p
     assert records[0]["checkpoint_size_bytes"] == 15 + meta_bytes  # rank 0's files
     assert not older.exists() and newer.exists() and cut.exists()
     assert writer.superseded_records(-math.inf, local_rank=0) == []  # each once
+
+
+def test_the_staging_copy_goes_but_for_the_corpus_the_training_command_reads(tmp_path):
+    """Issue 54 item 7: a sweep with a data: section on a bucket root printed a training
+    command whose manifest_path was in the deleted staging folder."""
+    from platform.storage.mirror import drop_staging
+
+    staged = OutputRoot(tmp_path / "staged", remote="s3://runs/sweep")
+    manifest = staged.prepared_data / "manifest_16k_trim.tsv"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("id\tpath\n")
+    (staged.path / "runs" / "r1").mkdir(parents=True)
+    (staged.path / "summary.json").write_text("{}")
+    assert drop_staging(staged) == staged.path / "data"
+    assert manifest.is_file() and sorted(p.name for p in staged.path.iterdir()) == ["data"]
+    bare = OutputRoot(tmp_path / "bare", remote="s3://runs/other")
+    (bare.path / "runs").mkdir(parents=True)
+    assert drop_staging(bare) is None and not bare.path.exists()

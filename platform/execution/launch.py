@@ -113,10 +113,16 @@ def launch(request: LaunchRequest) -> int:
         code, mirrored = refused.code, False
     if mirrored and code == 0:
         # A root on object storage, all of it in the bucket: the driver's staging copy goes
-        # (--resume and platform.analyze start from the bucket).
-        import shutil
+        # (--resume and platform.analyze start from the bucket), but for the corpus it made.
+        from platform.storage.mirror import drop_staging
 
-        shutil.rmtree(root.path, ignore_errors=True)
+        kept = drop_staging(root)
+        if kept is not None:
+            print(
+                f"the space's corpus stays in {kept}: the runs' manifest_path and the training "
+                "command read it on this machine",
+                flush=True,
+            )
     return code
 
 

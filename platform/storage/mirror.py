@@ -9,7 +9,8 @@ redoes); once more at the end, after a Ctrl-C or an error too. A driver killed w
 leaves the bucket at most one interval behind its disk; ``--resume`` starts from the bucket
 (any machine can finish the sweep) and reruns what the bucket does not show finished.
 
-Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``--resume``),
+Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``--resume``; kept
+on the driver's disk when the staging copy goes, for the training command: ``drop_staging``),
 ``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record), and the
 checkpoints and exported models of ``runs/<run>/``, which the workers upload. The
 workers upload their run folders themselves (trainables/run_files.py), and Ray Train writes the
@@ -31,7 +32,7 @@ from stage1_common.fileio import TMP_SUFFIX
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, check_writable, explain
 
-__all__ = ["RootMirror", "pull_run", "stage_remote_root"]
+__all__ = ["RootMirror", "drop_staging", "pull_run", "stage_remote_root"]
 
 BASELINE = ".mirror-baseline.json"  # the files staged from the bucket (not mirrored: a dot)
 SYNC_INTERVAL_S = float(os.environ.get("STAGE1_SYNC_INTERVAL_S", "2"))
@@ -66,6 +67,25 @@ def stage_remote_root(uri: str, *, resume: bool) -> OutputRoot:
     stats = {rel: _stat(local / rel) for rel in got}
     (local / BASELINE).write_text(json.dumps(stats))
     return OutputRoot(local, remote=location.uri)
+
+
+def drop_staging(root: OutputRoot) -> Path | None:
+    """A root whole in the bucket: the driver's staging copy goes (``--resume`` and
+    platform.analyze start from the bucket), all but the space's prepared corpus (``data/``,
+    not mirrored: an input), which every run's ``manifest_path`` and so the printed training
+    command read on this machine. Returns that corpus folder when kept, else None."""
+    data = root.path / OutputRoot.DATA
+    if not data.is_dir():
+        shutil.rmtree(root.path, ignore_errors=True)
+        return None
+    for entry in root.path.iterdir():
+        if entry.name == OutputRoot.DATA:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return data
 
 
 def _stat(path: Path) -> tuple[int, int]:
