@@ -292,6 +292,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
             + (f"\n    cliff: {row['cliff']}" if row.get("cliff") else "")
         )
     from platform.analysis.analyze import analyze, format_ranked
+    from platform.analysis.stats import UNSTABLE_RATIO
 
     try:
         # The tables, best_config.json and summary.md/json.
@@ -303,8 +304,8 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
             file=sys.stderr,
         )
         summary = {"ranking": [], "best_group": None}
-    print("\ngroups ranked by tail samples/s:")
-    print(format_ranked(summary["ranking"]))
+    print("\ngroups ranked by tail samples/s (steady groups first):")
+    print(format_ranked(summary["ranking"], summary.get("unstable_ratio", UNSTABLE_RATIO)))
     if summary["best_group"]:
         best = json.loads(output_root.best_config.read_text())
         where = output_root.remote_join(OutputRoot.BEST_CONFIG) or output_root.best_config

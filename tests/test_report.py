@@ -9,6 +9,8 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pytest
+
 from platform.analysis.report import SECTIONS
 from tests.cli import run_module
 
@@ -174,6 +176,27 @@ def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
     # The names RayGauges declares are the ones it creates (read from its source).
     source = (ROOT / "trainables" / "telemetry.py").read_text()
     assert set(re.findall(r'Gauge\(\s*"(stage1_\w+)"', source)) == set(RayGauges.NAMES)
+
+
+@pytest.mark.parametrize("training, name", [(False, "Stage-1 sweep"), (True, "Stage-1 training")])
+def test_the_dashboard_line_and_board_name_what_runs(tmp_path, monkeypatch, capsys, training, name):
+    """platform.train's console and Grafana said "Stage-1 sweep" while it trained."""
+    from types import SimpleNamespace
+
+    from platform.execution.launch import _announce
+    from platform.record import grafana
+
+    session = tmp_path / "session"
+    (session / "metrics" / "grafana" / "dashboards").mkdir(parents=True)
+    installed = grafana.install
+    monkeypatch.setattr(grafana, "install", lambda training: installed(session, training=training))
+    cluster = SimpleNamespace(dashboard_url="http://127.0.0.1:8265", metrics_url="", joined=False)
+    _announce(cluster, training)
+    path = session / "metrics" / "grafana" / "dashboards" / grafana.FILENAME
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"Grafana dashboard '{name}': {path} (README: Dashboards)"
+    board = json.loads(path.read_text())
+    assert board["title"] == name and board["uid"] == name.lower().replace("-1 ", "1-")
 
 
 def test_the_committed_h100_run_exported_every_dashboard_gauge_and_drew_its_gpus():

@@ -9,12 +9,13 @@ of every sweep, also an interrupted one. Definitions are in platform/analysis/st
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from platform.analysis import calibration, cliffs, interrupted, stats
+from platform.analysis import answer, calibration, cliffs, interrupted, stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -301,13 +302,7 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
     lines.append("")
     if summary["best_group"]:
         lines.append(f"Best: **{summary['best_group']}** (best_config.json).")
-    noise = summary["top_two_within_noise"]
-    if noise is True:
-        lines.append("The top two groups are within noise of each other (95 % intervals overlap).")
-    elif noise is False:
-        lines.append("The top two groups are apart beyond noise (95 % intervals do not overlap).")
-    else:
-        lines.append("Noise between the top two cannot be told: run 2 or more repeats per group.")
+    lines.append(answer.noise_line(summary["top_two_within_noise"]))
     if summary["unstable_groups"]:
         lines.append(
             f"Jittery (iter p90/p50 > {summary['unstable_ratio']:g} in most ok runs, or left the "
@@ -359,9 +354,11 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_ranked(ranking: list[dict[str, Any]]) -> str:
-    """The ranking as a console table, jittery groups (the ranking's ``unstable_group``: iter
-    p90/p50 over the limit in most ok runs; not the Phase B check) marked with *."""
+def format_ranked(
+    ranking: list[dict[str, Any]], unstable_ratio: float = stats.UNSTABLE_RATIO
+) -> str:
+    """The ranking as a console table in its order, jittery groups (the ranking's
+    ``unstable_group``) marked with * and, when there is one, the legend of * under it."""
     header = (
         f"{'rank':>4}  {'group':<40} {'ok/runs':>7} {'samples/s':>10} {'+-std':>8} "
         f"{'iter p50 ms':>11}  jittery"
@@ -373,6 +370,8 @@ def format_ranked(ranking: list[dict[str, Any]]) -> str:
             f"{_sps(g):>10} {_fmt(g['tail_samples_per_sec_std']):>8} "
             f"{_fmt(g['tail_mean_iter_p50_ms']):>11}  " + ("*" if g["unstable_group"] else "")
         )
+    if any(g["unstable_group"] for g in ranking):
+        lines += textwrap.wrap(answer.jittery_legend(unstable_ratio), 100)
     return "\n".join(lines)
 
 

@@ -18,7 +18,9 @@ import pandas as pd
 from stage1_common.output_root import OutputRoot
 
 __all__ = [
+    "LEGEND_PT",
     "SAVED_PLOTS",
+    "TITLE_PT",
     "as_text",
     "html_table",
     "new_figure",
@@ -39,6 +41,14 @@ SAVED_PLOTS = {
 }
 
 
+# The page shows a figure the width of its column (~1,050 px, img.plot in report.py's style):
+# drawn 10 in wide at DPI it is scaled to ~0.75, so LEGEND_PT and TICK_PT read as ~15 px.
+DPI = 144
+LEGEND_PT = 10
+TICK_PT = 10
+TITLE_PT = 11
+
+
 def note(text: str) -> str:
     """A line in italics saying what a section lacks and why."""
     return f'<p class="note">{html.escape(text)}</p>'
@@ -51,6 +61,8 @@ def html_table(df: pd.DataFrame, columns: list[str] | None = None, digits: int =
     df = df[[c for c in (columns or list(df.columns)) if c in df.columns]]
 
     def cell(v: Any) -> str:
+        if v is None or v is pd.NA:  # a hole in a column of whole numbers (pandas' Int64)
+            return "<td>-</td>"
         if isinstance(v, float):
             return "<td>-</td>" if math.isnan(v) else f"<td>{v:,.{digits}f}</td>"
         if isinstance(v, numbers.Number):
@@ -75,10 +87,10 @@ def png(fig, alt: str) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return (
-        f'<img alt="{html.escape(alt)}" '
+        f'<img class="plot" alt="{html.escape(alt)}" '
         f'src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}">'
     )
 
@@ -106,13 +118,18 @@ def reference_line(ax, value: float, label: str, *, vertical: bool = False) -> N
 
 
 def new_figure(rows: int = 1, cols: int = 1, height: float = 3.2, width: float = 10.0):
-    """A figure ``width`` inches wide with ``rows`` x ``cols`` axes (as a flat array)."""
+    """A figure ``width`` inches wide (the page's width: keep it, split it into ``cols``) with
+    ``rows`` x ``cols`` axes (as a flat array), their ticks at ``TICK_PT``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(rows, cols, figsize=(width, height * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width, height * rows), squeeze=False, layout="constrained"
+    )
+    for ax in axes.ravel():
+        ax.tick_params(labelsize=TICK_PT)
     return fig, axes.ravel()
 
 

@@ -30,6 +30,7 @@ groups), report_plots.py (over steps and time) and report_verdicts.py (stability
 from __future__ import annotations
 
 import html
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import report_plots, report_sections, report_verdicts
+from platform.analysis import answer, report_plots, report_sections, report_verdicts
 from platform.analysis.figures import note
 from platform.errors import UsageError
 from platform.storage import results
@@ -92,7 +93,8 @@ td:first-child,th:first-child,td.text{text-align:left}.wide{overflow-x:auto}
 .pass{color:#176f2c;font-weight:600}.fail{color:#b00020;font-weight:600}
 .short{color:#8a5a00;font-weight:600}
 .note{color:#555;font-style:italic}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;font-size:12px}
-img{max-width:100%;border:1px solid #eee}nav a{margin-right:.8em}
+img{max-width:100%;border:1px solid #eee}img.plot{width:100%}nav a{margin-right:.8em}
+.verdict{font-size:15px;background:#f2f6fb;border-left:4px solid #2c6db5;padding:.5em .8em}
 """
 
 
@@ -135,7 +137,7 @@ def write_report(
     )
     summary = data["summary"]
     head = (
-        f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>"
+        f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>{_verdict(data, name)}"
         f"<p>{_count(summary.get('runs', len(data['manifest'])), 'run')} in "
         f"{_count(summary.get('groups', len(data['ranked'])), 'group')}; best group "
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
@@ -156,6 +158,15 @@ def write_report(
     path = Path(out) if out else root / root.REPORT
     results.atomic_write_text(path, page)
     return path
+
+
+def _verdict(data: dict, name: str) -> str:
+    """The page's first line (platform/analysis/answer.py), its commands as code; a retest
+    command only where the folder holds the sweep (--from-ranked reads its files)."""
+    retest = name if data["root"].holds_sweep() else ""
+    line = answer.verdict(data["summary"], data["ranked"].to_dict("records"), data["best"], retest)
+    marked = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
+    return f'<p class="verdict">{marked.replace("Verdict:", "<b>Verdict:</b>", 1)}</p>'
 
 
 def _section(key: str, default: str, data: dict) -> tuple[str, str]:

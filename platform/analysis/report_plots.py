@@ -10,6 +10,8 @@ import math
 import pandas as pd
 
 from platform.analysis.figures import (
+    LEGEND_PT,
+    TITLE_PT,
     html_table,
     new_figure,
     note,
@@ -57,7 +59,7 @@ def iteration(data: dict) -> tuple[str, str]:
             ax.plot(df["step"], df[col], ls="--", color=line.get_color())
     ax.set_xlabel("step")
     ax.set_ylabel("iter_ms per window")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=LEGEND_PT, ncol=2)
     title = f"Iteration time over steps: {what}, rank 0, per window"
     return title, png(fig, title)
 
@@ -79,7 +81,7 @@ def loss(data: dict) -> tuple[str, str]:
     chance = _chance_lines(ax, candidates(data, timing))
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=LEGEND_PT, ncol=2)
     return title, png(fig, title) + chance
 
 
@@ -181,7 +183,7 @@ def data_share(data: dict) -> tuple[str, str]:
     reference_line(ax, limit, f"{limit:g}: data-bound above (bottleneck attribution)")
     ax.set_xlabel("step")
     ax.set_ylabel("data_ms / iter_ms")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=LEGEND_PT)
     title = "Data wait: share of the iteration (data_ms / iter_ms), rank 0, per window"
     return title, png(fig, title) + table
 
@@ -225,10 +227,10 @@ def gpu(data: dict) -> tuple[str, str]:
     for (run, rank), df in gpu.sort_values("t").groupby(["run", "rank"]):
         for ax, col in zip(axes, drawn, strict=False):
             ax.plot(df["t"], df[col], label=f"{run} r{rank}")
-            ax.set_title(f"{GPU_PANELS[col]} ({col})", fontsize=9)
+            ax.set_title(f"{GPU_PANELS[col]} ({col})", fontsize=TITLE_PT)
     for ax in axes[len(drawn) :]:
         ax.set_visible(False)
-    axes[0].legend(fontsize=6)
+    axes[0].legend(fontsize=LEGEND_PT)
     axes[-1].set_xlabel("seconds since the first sample")
     summary = gpu.groupby(["run", "rank"]).agg(
         util_gpu_pct=("util_gpu_pct", "mean"),
@@ -263,11 +265,11 @@ def host(data: dict) -> tuple[str, str]:
     for (run, node), df in host.sort_values("t").groupby(["run", "node"]):
         axes[0].plot(df["t"], df["trainer_rss_mib"], label=f"{run} {node}")
         axes[1].plot(df["t"], df["mem_available_mib"], label=f"{run} {node}")
-    axes[0].set_title("trainer + loader RSS, MiB", fontsize=9)
-    axes[1].set_title("memory available, MiB", fontsize=9)
+    axes[0].set_title("trainer + loader RSS, MiB", fontsize=TITLE_PT)
+    axes[1].set_title("memory available, MiB", fontsize=TITLE_PT)
     for ax in axes:
         ax.set_xlabel("seconds since the first sample")
-    axes[0].legend(fontsize=6)
+    axes[0].legend(fontsize=LEGEND_PT)
     title = "Host memory: trainer + loader RSS and memory available over time, per run and node"
     return title, png(fig, title) + note(
         "The leak verdicts on these samples are under Stability and leak verdicts."
@@ -284,7 +286,7 @@ def skew(data: dict) -> tuple[str, str]:
         reference_line(ax, limit, f"{limit:g}: straggler above (bottleneck attribution)")
         ax.set_xlabel("step")
         ax.set_ylabel("max/min iter_ms p50 across ranks")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=LEGEND_PT)
         title = "Rank skew: max/min iter p50 across ranks, per window"
         return title, png(fig, title) + html_table(data["per_run"], ["run", "rank_skew_max"], 3)
     saved = saved_plot(

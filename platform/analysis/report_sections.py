@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from platform.analysis import report_verdicts, stability
+from platform.analysis.answer import noise_line
 from platform.analysis.calibration import for_sweep
-from platform.analysis.figures import as_text, html_table, new_figure, note, png
+from platform.analysis.figures import LEGEND_PT, as_text, html_table, new_figure, note, png
 from platform.analysis.stats import UNSTABLE_RATIO
 from platform.storage import results
 from stage1_common.output_root import OutputRoot, RunFolder
@@ -74,9 +75,11 @@ def swept_values(root: OutputRoot, manifest: pd.DataFrame) -> pd.DataFrame:
                 rows[group] = {
                     k: v if isinstance(v, (int, float, str)) else str(v) for k, v in swept.items()
                 }
-    return pd.DataFrame([{"group": g, **values} for g, values in rows.items()]).reindex(
-        columns=["group", *dict.fromkeys(k for v in rows.values() for k in v)]
-    )
+    keys = list(dict.fromkeys(k for v in rows.values() for k in v))
+    table = pd.DataFrame([{"group": g, **v} for g, v in rows.items()], columns=["group", *keys])
+    # Whole numbers stay whole where a group lacks the key (a DDP group's zero_stage): 0, not 0.00.
+    whole = [k for k in keys if all(type(v[k]) is int for v in rows.values() if k in v)]
+    return table.astype({k: "Int64" for k in whole})
 
 
 def ranking(data: dict) -> str:
@@ -120,8 +123,8 @@ def ranking(data: dict) -> str:
             f"{' and '.join(missing)}: not measured by these runs (MFU needs the GPU's peak "
             "FLOPs, peak memory a CUDA device)"
         )
-    if data["summary"].get("top_two_within_noise"):
-        out += note("the top two groups are within noise of each other: repeat them to separate")
+    if "top_two_within_noise" in data["summary"]:  # summary.md's line, word for word
+        out += f"<p>{html.escape(noise_line(data['summary']['top_two_within_noise']))}</p>"
     return out
 
 
@@ -204,7 +207,8 @@ def throughput(data: dict) -> tuple[str, str] | str:
     hatches = ["//" if j else "" for j in jittery]
     ax.barh(r["group"], mean, xerr=[low, high], color=colors, hatch=hatches, capsize=3)
     ax.set_xlabel("tail samples/s (robust mean, 95 % interval)")
-    ax.legend(handles=_legend(set(r[PHASE_B]), bool(jittery.any())), fontsize=7, loc="lower right")
+    handles = _legend(set(r[PHASE_B]), bool(jittery.any()))
+    ax.legend(handles=handles, fontsize=LEGEND_PT, loc="lower right")
     title = (
         "Throughput per group: robust mean of tail samples/s, 95 % interval (2+ ok runs), "
         "coloured by the Phase B verdict"
@@ -243,7 +247,7 @@ def sweep(data: dict) -> tuple[str, str] | str:
     if runs.empty:
         return note("no ok run measured tail samples/s")
     cols = min(3, len(keys))
-    fig, axes = new_figure(math.ceil(len(keys) / cols), cols, height=2.6, width=3.4 * cols + 0.6)
+    fig, axes = new_figure(math.ceil(len(keys) / cols), cols, height=3.0)
     for ax, key in zip(axes, keys, strict=False):
         values = sorted(runs[key].dropna().unique(), key=_order)
         x = runs[key].map({v: i for i, v in enumerate(values)})
@@ -252,13 +256,13 @@ def sweep(data: dict) -> tuple[str, str] | str:
         ax.scatter(
             means.index, means.values, marker="_", s=400, color="k", label="mean of its runs"
         )
-        ax.set_xticks(range(len(values)), [str(v) for v in values], fontsize=8)
+        ax.set_xticks(range(len(values)), [str(v) for v in values])
         ax.set_xlim(-0.5, len(values) - 0.5)
         ax.set_xlabel(key)
     for ax in axes[len(keys) :]:
         ax.set_visible(False)
     axes[0].set_ylabel("tail samples/s")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=LEGEND_PT)
     title = f"Tail samples/s against each swept key ({', '.join(keys)})"
     return title, png(fig, title) + note(
         "Each dot is one ok run at its value of the key, whatever the other swept keys were; "

@@ -105,7 +105,7 @@ def launch(request: LaunchRequest) -> int:
                 multi_node = cluster.joined or len(alive_nodes()) > 1
                 runs = _fit_to_cluster(request, multi_node)
                 runs, pool = _prepare_runs(request, runs, multi_node)
-            _announce(cluster)
+            _announce(cluster, request.training)
             code, mirrored = _run_to_the_end(request, runs, started, pool)
         finally:
             ray.shutdown()
@@ -248,8 +248,9 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
     return runs, pool
 
 
-def _announce(cluster) -> None:
-    """Where to watch: the Ray dashboard, the Prometheus endpoint, the Grafana dashboard."""
+def _announce(cluster, training: bool) -> None:
+    """Where to watch: the Ray dashboard, the Prometheus endpoint, the Grafana dashboard (named
+    for what runs: a sweep, or platform.train's training)."""
     if cluster.dashboard_url:
         print(f"Ray dashboard: {cluster.dashboard_url}", flush=True)
     elif not cluster.joined:
@@ -264,11 +265,14 @@ def _announce(cluster) -> None:
     if cluster.metrics_url:
         print(f"Prometheus metrics: {cluster.metrics_url}", flush=True)
     if not cluster.joined:
-        from platform.record.grafana import install
+        from platform.record.grafana import board_title, install
 
-        board = install()
+        board = install(training=training)
         if board is not None:
-            print(f"Grafana dashboard 'Stage-1 sweep': {board} (README: Dashboards)", flush=True)
+            print(
+                f"Grafana dashboard '{board_title(training)}': {board} (README: Dashboards)",
+                flush=True,
+            )
 
 
 # --- steps 3 and 4: build the Tuner, run it to the end ---

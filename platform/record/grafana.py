@@ -2,9 +2,10 @@
 trainables/telemetry.py: RayGauges through ``ray.util.metrics``): per-run samples/s, iter p50 and
 data share, and GPU utilisation and power per rank.
 
-A local sweep's cluster writes it into the session's Grafana provisioning folder
-(``<session>/metrics/grafana/dashboards/``, beside Ray's own dashboards), so Grafana started with
-Ray's ``grafana.ini`` shows it in the folder "Ray" as "Stage-1 sweep"; ``python -m
+A local cluster of a sweep or of ``platform.train`` writes it into the session's Grafana
+provisioning folder (``<session>/metrics/grafana/dashboards/``, beside Ray's own dashboards), so
+Grafana started with Ray's ``grafana.ini`` shows it in the folder "Ray" as "Stage-1 sweep" (or
+"Stage-1 training", uid ``stage1-training``, for ``platform.train``); ``python -m
 platform.grafana --out FILE`` (the command line, platform/grafana.py) writes it for any other
 Grafana (import it, pick the Prometheus data source). See the README, "Dashboards".
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from platform.storage import results
 
-__all__ = ["FILENAME", "UID", "board_json", "dashboard", "gauges_in", "install"]
+__all__ = ["FILENAME", "UID", "board_json", "board_title", "dashboard", "gauges_in", "install"]
 
 FILENAME = "stage1_grafana_dashboard.json"
 UID = "stage1-sweep"
@@ -34,9 +35,14 @@ PANELS = (
 )
 
 
-def dashboard() -> dict[str, Any]:
+def board_title(training: bool = False) -> str:
+    """The board's name: what it watches, a sweep or a training run (platform.train)."""
+    return f"Stage-1 {'training' if training else 'sweep'}"
+
+
+def dashboard(training: bool = False) -> dict[str, Any]:
     """The dashboard JSON (Grafana's schema 39: time-series panels, a Prometheus data source
-    variable and a run filter)."""
+    variable and a run filter), named for a sweep or, with ``training``, a training run."""
     panels = []
     for i, (title, metric, legend, unit) in enumerate(PANELS):
         panels.append(
@@ -59,8 +65,8 @@ def dashboard() -> dict[str, Any]:
             }
         )
     return {
-        "uid": UID,
-        "title": "Stage-1 sweep",
+        "uid": "stage1-training" if training else UID,
+        "title": board_title(training),
         "description": "The platform's gauges (ray_stage1_*): one series per run (and rank).",
         "tags": ["ray", "stage1"],
         "timezone": "browser",
@@ -95,9 +101,9 @@ def dashboard() -> dict[str, Any]:
     }
 
 
-def board_json() -> str:
+def board_json(training: bool = False) -> str:
     """The dashboard as the file Grafana imports (indented JSON)."""
-    return json.dumps(dashboard(), indent=2) + "\n"
+    return json.dumps(dashboard(training), indent=2) + "\n"
 
 
 def gauges_in(board: dict[str, Any]) -> set[str]:
@@ -109,9 +115,10 @@ def gauges_in(board: dict[str, Any]) -> set[str]:
     return names
 
 
-def install(session_dir: str | Path | None = None) -> Path | None:
-    """Write the dashboard beside Ray's own in this Ray session's Grafana folder (the local
-    cluster's); None when there is none (a cluster joined with --address keeps its own)."""
+def install(session_dir: str | Path | None = None, *, training: bool = False) -> Path | None:
+    """Write the dashboard (``training``: platform.train's) beside Ray's own in this Ray
+    session's Grafana folder (the local cluster's); None when there is none (a cluster joined
+    with --address keeps its own)."""
     if session_dir is None:
         try:
             from ray._private.worker import _global_node
@@ -125,5 +132,5 @@ def install(session_dir: str | Path | None = None) -> Path | None:
     if not folder.is_dir():
         return None
     path = folder / FILENAME
-    results.atomic_write_text(path, board_json())
+    results.atomic_write_text(path, board_json(training))
     return path

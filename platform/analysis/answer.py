@@ -1,0 +1,145 @@
+"""The sweep's answer in words: the verdict line that opens report.html (the winner, its x
+baseline, how sure the ranking is and what would make it surer, the command that trains it),
+summary.md's line on the noise between the top two, and the legend of the console's ranking.
+
+Plain text, commands in backticks (summary.md is markdown; the page makes them <code>). How
+sure is ``stats.within_noise``: the top two groups' 95 % intervals overlap (within noise), do
+not (clearly ahead), or cannot be told (a group with fewer than 2 ok runs has no interval).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from stage1_common.storage import is_remote
+
+__all__ = ["NOISE_LINES", "jittery_legend", "noise_line", "verdict"]
+
+NOISE_LINES = {
+    True: "The top two groups are within noise of each other (95 % intervals overlap).",
+    False: "The top two groups are apart beyond noise (95 % intervals do not overlap).",
+    None: "Noise between the top two cannot be told: run 2 or more repeats per group.",
+}
+# Repeats per group of the retest that tells the top two apart when a group has one run: 3 is
+# the fewest from which the robust mean drops the fastest and the slowest.
+RETEST_REPEATS = 3
+
+
+def noise_line(noise: bool | None) -> str:
+    """summary.md's sentence on the noise between the top two (and the page's, under the
+    ranking); ``noise``: summary.json's ``top_two_within_noise``."""
+    return NOISE_LINES[noise]
+
+
+def jittery_legend(unstable_ratio: float) -> str:
+    """What the console ranking's ``*`` means, and why those groups sit after slower ones."""
+    return (
+        f"* jittery: tail iter p90/p50 above {unstable_ratio:g} in most of its ok runs (or it "
+        "left the race as unstable or failed); ranked after every steady group whatever its "
+        "samples/s, so rank 1 (best_config.json) is the fastest steady group. The ranking's "
+        "own flag, not the Phase B check (python -m platform.stability)."
+    )
+
+
+def verdict(
+    summary: dict[str, Any], ranking: list[dict[str, Any]], best: dict[str, Any], root: str = ""
+) -> str:
+    """One line: who won, by how much over the baseline, how sure, what would make it surer
+    and the command that trains it; or that nothing won. ``summary``: summary.json;
+    ``ranking``: ranked_groups.csv's rows in order; ``best``: best_config.json; ``root``: the
+    output root as the retest command names it ('' for none: a folder without the sweep's
+    files, which --from-ranked needs)."""
+    measured = [g for g in ranking if (_num(g.get("runs_ok")) or 0) > 0]
+    if not measured:
+        counts = summary.get("status_counts") or {}
+        said = ", ".join(f"{status} {n}" for status, n in counts.items()) or "no runs"
+        return f"Verdict: no winner: no run finished ok ({said}); Failed runs below says why."
+    top = next((g for g in measured if g["group"] == best.get("group")), measured[0])
+    wins = "leads so far" if summary.get("partial") else "wins"  # an interrupted sweep
+    parts = [
+        f"{top['group']} {wins} with {_num(top.get('tail_samples_per_sec_robust')):.1f} tail "
+        "samples/s"
+        + ("; it is jittery (every group is)" if _true(top.get("unstable_group")) else ""),
+        _baseline(top, ranking),
+    ]
+    second = next((g for g in measured if g is not top), None)
+    retest = (best.get("space"), root)
+    parts.append(_how_sure(top, second, summary.get("top_two_within_noise"), retest))
+    command = best.get("command")
+    parts.append(f"train it with `{command}`" if command else "no best_config.json to train it")
+    return "Verdict: " + "; ".join(parts) + "."
+
+
+def _baseline(top: dict[str, Any], ranking: list[dict[str, Any]]) -> str:
+    """The winner against the baseline group, or why there is no such figure."""
+    if _true(top.get("baseline")):
+        return "it is the baseline"
+    base = next((g for g in ranking if _true(g.get("baseline"))), None)
+    if not any("baseline" in g for g in ranking):  # a ranking from before baselines
+        return "x baseline: not recorded in this ranking"
+    if base is None:
+        return "x baseline: none (no group of this sweep is its space's baseline)"
+    ratio = _num(top.get("vs_baseline"))
+    if ratio is None:
+        return f"x baseline: unknown (the baseline, {base['group']}, has no ok run)"
+    return f"{ratio:.2f}x the baseline ({base['group']})"
+
+
+def _how_sure(top: dict, second: dict | None, noise: bool | None, retest: tuple) -> str:
+    """How sure the winner is against the runner-up, with the figures, and what would make it
+    surer (a retest of the top two: platform/control/promote.py)."""
+    if second is None:
+        return "the only group measured, so nothing to compare it with"
+    name, runs = second["group"], [int(_num(g.get("runs_ok")) or 0) for g in (top, second)]
+    a, b = _num(top["tail_samples_per_sec_robust"]), _num(second["tail_samples_per_sec_robust"])
+    if a and b and a < b:  # only a jittery group ranks after a faster steady one
+        return f"ahead of {name} only because {name} is jittery ({(b / a - 1) * 100:.1f} % faster)"
+    gap = f"{(a / b - 1) * 100:.1f} % faster" if a and b else "?"
+    jitter = f"; {name} is jittery" if _true(second.get("unstable_group")) else ""
+    intervals = f"95 % intervals {_interval(top)} and {_interval(second)} samples/s"
+    if noise is True:
+        more = max(2 * max(runs), RETEST_REPEATS)
+        return (
+            f"within noise of {name} ({gap}{jitter}; {intervals} overlap): more repeats of "
+            f"the two, or more steps per run, would separate them{_retest(*retest, more)}"
+        )
+    if noise is False:
+        return (
+            f"clearly ahead of {name} ({gap}{jitter}; {intervals} apart, {runs[0]} and "
+            f"{runs[1]} ok runs)"
+        )
+    few = "one ok run per group" if max(runs) == 1 else f"{runs[0]} and {runs[1]} ok runs"
+    return (
+        f"how sure cannot be told with {few} ({gap} than {name}{jitter}): run 2 or more repeats of "
+        f"the top two{_retest(*retest, RETEST_REPEATS)}"
+    )
+
+
+def _retest(space: str | None, root: str, repeats: int) -> str:
+    """': `python -m platform.tune --from-ranked ...`' for a local output root of a known
+    space ('' otherwise: --from-ranked reads a local folder)."""
+    if not root or not space or is_remote(root):
+        return ""
+    return (
+        f": `python -m platform.tune --space {space} --from-ranked {root} --top 2 "
+        f"--repeats {repeats}`"
+    )
+
+
+def _interval(g: dict[str, Any]) -> str:
+    low, high = _num(g.get("ci95_low")), _num(g.get("ci95_high"))
+    return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
+
+
+def _true(value: Any) -> bool:
+    """A flag from summary.json (a bool) or a CSV cell (True/"True")."""
+    return str(value).lower() == "true"
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
