@@ -19,8 +19,9 @@ from typing import Any
 from platform.analysis.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
-from platform.execution.launch import LaunchRequest, interrupted_at_start, launch
+from platform.execution.launch import LaunchRequest, launch
 from platform.execution.resume import EARLY_STATUSES
+from platform.execution.signals import interrupted_at_start
 from platform.record.cli import cli_parser
 from platform.record.loggers import add_logger_argument, check_loggers
 from platform.spaces.describe import baseline_notes, format_plan
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return launch(request)
     except KeyboardInterrupt as stop:  # before the first trial: nothing was measured yet
-        return interrupted_at_start(request, stop, "any run")
+        return interrupted_at_start(PROG, request.output_root, stop, "any run")
 
 
 # Runbook variables that say how to run the sweep, not what it is.

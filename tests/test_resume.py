@@ -120,7 +120,7 @@ def test_the_printed_resume_command_names_the_root_the_sweep_used():
     after an interrupt must be a command that finishes that sweep as it is copied."""
     import shlex
 
-    from platform.execution.launch import resume_command
+    from platform.execution.signals import resume_command
     from stage1_common.output_root import OutputRoot
 
     root = OutputRoot.of("outputs/smoke_20261128-120000")

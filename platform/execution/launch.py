@@ -26,7 +26,12 @@ from platform.execution.inputs import (
 )
 from platform.execution.resources import resolve_executors, resolve_resources
 from platform.execution.resume import drop_rows
-from platform.execution.signals import StopSignals, start_up_signals
+from platform.execution.signals import (
+    StopSignals,
+    interrupted_counts,
+    resume_command,
+    start_up_signals,
+)
 from platform.record.manifest import write_run_record
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
@@ -358,47 +363,6 @@ def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None
     )
 
 
-def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
-    """The command that finishes an interrupted sweep, to copy as it is: the same arguments,
-    the output root the sweep used (named where the command let the platform choose it) and
-    ``--resume``."""
-    import shlex
-
-    args = list(argv)
-    if not any(a == "--output-root" or a.startswith("--output-root=") for a in args):
-        args += ["--output-root", root.remote or str(root)]
-    if "--resume" not in args:
-        args.append("--resume")
-    return shlex.join(["python", "-m", prog, *args])
-
-
-def interrupted_at_start(request: LaunchRequest, stop: KeyboardInterrupt, what: str) -> int:
-    """The line and exit code of a stop signal before the first trial (``what``: "any run",
-    "the run"): which signal, what is kept, and the command that goes on (130 or 143)."""
-    name = getattr(stop, "name", "SIGINT")
-    root = request.output_root
-    kept = root.path.is_dir() and any(root.path.iterdir())
-    line = f"{request.prog}: interrupted by {name} before {what} started"
-    if kept:
-        command = resume_command(request.prog, sys.argv[1:], root)
-        line += f"; what was prepared is kept; finish with: {command}"
-    else:
-        remove_if_empty(root)
-    print(line, file=sys.stderr, flush=True)
-    return getattr(stop, "exit_code", 130)
-
-
-def _interrupted_counts(manifest: list[dict[str, Any]], command: str) -> str:
-    """'1 of 2 run(s) finished, 1 cut short, 0 not started; finish with: python -m ...': the
-    three counts add up to the sweep's runs."""
-    statuses = [r["status"] for r in manifest]
-    cut, waiting = statuses.count("interrupted"), statuses.count("pending")
-    return (
-        f"{len(statuses) - cut - waiting} of {len(statuses)} run(s) finished, {cut} cut short, "
-        f"{waiting} not started; finish with: {command}"
-    )
-
-
 def _exit_code(
     request: LaunchRequest,
     manifest: list[dict[str, Any]],
@@ -417,7 +381,7 @@ def _exit_code(
         stop.received = stop.received or "SIGINT"
         command = resume_command(request.prog, sys.argv[1:], request.output_root)
         print(
-            f"interrupted by {stop.received}: {_interrupted_counts(manifest, command)}", flush=True
+            f"interrupted by {stop.received}: {interrupted_counts(manifest, command)}", flush=True
         )
         return stop.exit_code
     return code

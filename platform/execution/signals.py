@@ -8,13 +8,26 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["StartUpInterrupted", "StopSignals", "start_up_signals"]
+from platform.execution.inputs import remove_if_empty
+
+if TYPE_CHECKING:
+    from stage1_common.output_root import OutputRoot
+
+__all__ = [
+    "StartUpInterrupted",
+    "StopSignals",
+    "interrupted_at_start",
+    "interrupted_counts",
+    "resume_command",
+    "start_up_signals",
+]
 
 
 class StartUpInterrupted(KeyboardInterrupt):
@@ -116,3 +129,46 @@ class StopSignals:
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+# --- what the command says after a stop signal ---
+def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
+    """The command that finishes an interrupted sweep, to copy as it is: the same arguments,
+    the output root the sweep used (named where the command let the platform choose it) and
+    ``--resume``."""
+    import shlex
+
+    args = list(argv)
+    if not any(a == "--output-root" or a.startswith("--output-root=") for a in args):
+        args += ["--output-root", root.remote or str(root)]
+    if "--resume" not in args:
+        args.append("--resume")
+    return shlex.join(["python", "-m", prog, *args])
+
+
+def interrupted_at_start(prog: str, root: OutputRoot, stop: KeyboardInterrupt, what: str) -> int:
+    """The line and exit code of a stop signal before the first trial (``prog``: the CLI;
+    ``what``: "any run", "the run"): which signal, what is kept, and the command that goes on
+    (130 or 143)."""
+    name = getattr(stop, "name", "SIGINT")
+    kept = root.path.is_dir() and any(root.path.iterdir())
+    line = f"{prog}: interrupted by {name} before {what} started"
+    if kept:
+        line += (
+            f"; what was prepared is kept; finish with: {resume_command(prog, sys.argv[1:], root)}"
+        )
+    else:
+        remove_if_empty(root)
+    print(line, file=sys.stderr, flush=True)
+    return getattr(stop, "exit_code", 130)
+
+
+def interrupted_counts(manifest: list[dict[str, Any]], command: str) -> str:
+    """'1 of 2 run(s) finished, 1 cut short, 0 not started; finish with: python -m ...': the
+    three counts add up to the sweep's runs."""
+    statuses = [r["status"] for r in manifest]
+    cut, waiting = statuses.count("interrupted"), statuses.count("pending")
+    return (
+        f"{len(statuses) - cut - waiting} of {len(statuses)} run(s) finished, {cut} cut short, "
+        f"{waiting} not started; finish with: {command}"
+    )
