@@ -126,17 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         found = discover(args.input_root)
+        # The cluster answers before any folder is made.
+        problem = address_problem(args.address)
+        if problem:
+            raise _Usage(problem)
         _check_writable(args)
     except (_Usage, LayoutError) as exc:
         print(f"data_prep.librispeech: error: {exc}", file=sys.stderr)
-        return 2
-    problem = address_problem(args.address)
-    if problem:
-        print(
-            f"data_prep.librispeech: error: cannot reach Ray at --address {args.address}: "
-            f"{problem}; check the address or drop --address to start a local cluster",
-            file=sys.stderr,
-        )
         return 2
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     local_auth_mode(args.address)  # before Ray is imported

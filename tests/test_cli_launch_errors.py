@@ -9,12 +9,15 @@ import pytest
 from tests.cli import ROOT, run_module
 
 # Runs main() of the CLI named in argv[1] like `python -m` does, with something listening at
-# the --address (the check before Ray passes) and a Ray that cannot be joined there (as when the
-# listener is no Ray head): the launcher's own "cannot reach Ray" line.
+# the --address that the check before Ray takes for a GCS, and a Ray that cannot be joined there
+# (as when the head went away after the check): the launcher's own "cannot reach Ray" line.
 PROBE = """\
 import importlib, socket, sys
 
 import platform.execution.cluster as cluster
+import stage1_common.ray_address as ray_address
+
+ray_address._ask_gcs = lambda target: {"code": "OK"}
 
 
 def unreachable(**_):
@@ -65,3 +68,4 @@ def test_the_launcher_names_the_cli_that_called_it(cli, space, tmp_path):
     assert len(errors) == 1, out.stderr
     assert errors[0].startswith(f"{cli}: error: cannot reach Ray at --address 127.0.0.1:")
     assert "(no GCS answered)" in errors[0]
+    assert not (tmp_path / "out").exists()  # made once the check passed, gone with the refusal

@@ -168,12 +168,9 @@ def _check_runs_and_address(space: SearchSpace, runs: list[RunSpec], address: st
 
     check_inputs(space, runs)
     _check_local_gpus(runs, address)
-    problem = address_problem(address)
+    problem = address_problem(address)  # before the output root is made: nothing written yet
     if problem:
-        raise UsageError(
-            f"cannot reach Ray at --address {address}: {problem}; check the address "
-            "or drop --address to start a local cluster"
-        )
+        raise UsageError(problem)
 
 
 def _check_local_gpus(runs: list[RunSpec], address: str | None) -> None:

@@ -175,12 +175,15 @@ def _connect(request: LaunchRequest):
             env_vars=train_env_vars(local=not joining(request.address)),
         )
     except ConnectionError as exc:
-        print(
-            f"{request.prog}: error: cannot reach Ray at --address {request.address} ({exc}); "
-            "check the address or drop --address to start a local cluster",
-            file=sys.stderr,
+        # The GCS answered the check before the output root was made (address_problem) and
+        # is gone now: the new root holds nothing yet and goes.
+        _refuse(
+            request,
+            UsageError(
+                f"cannot reach Ray at --address {request.address} ({exc}); check the address "
+                "or drop --address to start a local cluster"
+            ),
         )
-        raise _Refused(EXIT_USAGE) from None
 
 
 def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:

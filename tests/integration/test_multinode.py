@@ -348,3 +348,45 @@ def test_data_prep_spreads_over_the_nodes_and_bad_cluster_input_is_refused(
     assert "cannot read the data of" in line and str(copy) in line
     line = refusal(too_many.result(), tmp_path / "out3")
     assert "places 3 train workers on 3 nodes" in line and "the cluster has 2 such node" in line
+
+
+def test_a_driver_without_the_clusters_token_is_told_so_in_one_line(tmp_path, cluster):
+    # The cluster's head runs with RAY_AUTH_MODE=token (what `ray start --head` defaults to):
+    # a driver that sends no token, or another token, or has none to send was refused after
+    # 20 s of gcs_client.cc lines as "cannot reach Ray ... check the address", with an empty
+    # output root left behind. Now: one line naming the cause and the variables that fix it.
+    from data_prep import synth
+
+    synth.make_corpus(tmp_path / "raw", speakers=1, chapters=1, utts=1, seed=0)
+    plain = {k: v for k, v in cluster.env.items() if not k.startswith("RAY_AUTH")}
+    wrong = dict(plain, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="0" * 32)
+    missing = dict(plain, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(tmp_path / "none"))
+    commands = {
+        "tune": ("platform.tune", ("--space", "smoke"), plain),
+        "wrong": ("platform.tune", ("--space", "smoke"), wrong),
+        "train": ("platform.train", ("--space", "train_smoke"), missing),
+        "prep": ("data_prep.librispeech", ("--input-root", tmp_path / "raw"), plain),
+    }
+
+    def run(name: str):
+        module, args, env = commands[name]
+        args += ("--address", cluster.address, "--output-root", tmp_path / name)
+        return run_module(module, *args, env=env, timeout=90)
+
+    with ThreadPoolExecutor(max_workers=len(commands)) as pool:
+        out = dict(zip(commands, pool.map(run, commands), strict=True))
+    lines = {}
+    for name, done in out.items():
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "gcs_client.cc" not in done.stdout + done.stderr
+        assert not (tmp_path / name).exists()  # nothing written: the cluster never answered
+        (lines[name],) = done.stderr.strip().splitlines()
+    at = f"Ray at --address {cluster.address} refused this driver"
+    for name, cli in (("tune", "platform.tune"), ("prep", "data_prep.librispeech")):
+        assert lines[name].startswith(f"{cli}: error: {at}: the cluster uses token auth")
+        assert "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to that cluster's token" in lines[name]
+    assert f"{at}'s token (from RAY_AUTH_TOKEN): it is not that cluster's" in lines["wrong"]
+    assert lines["train"].startswith("platform.train: error: RAY_AUTH_MODE=token but this driver")
+    assert f"file cannot be opened or is empty: {tmp_path / 'none'}" in lines["train"]
+    for line in lines.values():
+        assert "cannot reach" not in line and "`ray get-auth-token` on its head" in line
