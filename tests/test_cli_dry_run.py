@@ -192,3 +192,24 @@ def test_every_key_that_names_a_file_or_folder_is_checked_before_ray():
 
     named = {k for k in field_names() if k.endswith(("_path", "_dir", "_file"))}
     assert named == set(PATH_KEYS), "add the new key's check to preflight.PATH_KEYS"
+
+
+def test_a_run_this_machine_cannot_hold_is_refused_by_the_dry_run(tmp_path, monkeypatch):
+    """Issue 54 item 9: the dry run holds the runs to the CPUs and GPUs of the local cluster it
+    would start (this machine's, as Ray counts them), by the real run's rule; it exited 0."""
+    from stage1_common.cluster import local_cpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray would count here: no GPU
+    cpus = local_cpus()
+    per_worker = max(1, cpus // 2)  # 4 train workers x 1 CPU on 2 CPUs: the issue's case
+    root = tmp_path / "out"
+    args = ("--set", "train_workers=4", "--set", f"cpus_per_worker={per_worker}")
+    for dry in (["--dry-run"], []):
+        out = tune("--space", "smoke", "--output-root", root, *args, *dry, probe=True)
+        assert out.returncode == 2, out.stderr
+        assert _error_line(out) == (
+            f"platform.tune: error: run sweep_z0_mb4_nw0_pf2_r1 needs {4 * per_worker} CPUs "
+            f"and 0 GPUs (4 train workers x {per_worker} CPUs), this machine has {cpus} CPUs "
+            "and 0 GPUs; lower train_workers, num_workers or cpus_per_worker"
+        )
+        assert out.stdout.strip().endswith("NO_RAY") and not root.exists()
