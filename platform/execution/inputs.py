@@ -231,7 +231,8 @@ def remove_if_empty(output_root: OutputRoot | Path) -> None:
 
 def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
     """Generate the space's synthetic corpus under ``<output_root>/data/`` and prepare it with
-    data_prep on the sweep's cluster; returns the manifest path."""
+    data_prep in this process (before Ray starts: launch.py says why); returns the manifest
+    path."""
     from data_prep import synth
     from data_prep.layout import discover
     from data_prep.librispeech import prepare
@@ -253,6 +254,7 @@ def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
         trim=plan.trim,
         log_every=100,
         stream=sys.stdout,
+        in_process=True,
     )
     if counts["written"] + counts["skipped"] == 0:
         raise RuntimeError(f"data preparation produced no utterance; see {manifest}")
