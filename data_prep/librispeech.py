@@ -26,7 +26,7 @@ import data_prep
 import stage1_common
 from data_prep.audio import TrimSettings
 from data_prep.layout import Discovery, LayoutError, discover
-from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data
+from data_prep.pipeline import Progress, make_tasks, plan_blocks, run_ray_data, run_serial
 from stage1_common.cluster import (
     alive_nodes,
     first_line,
@@ -219,11 +219,12 @@ def prepare(
     force: bool = False,
     log_every: int = 1000,
     stream=None,
+    in_process: bool = False,
 ) -> dict[str, int]:
     """Process a discovered corpus on the connected Ray cluster and write the manifest; returns
-    the counts (written / skipped / errors). Progress and the summary go to ``stream``."""
-    import ray
-
+    the counts (written / skipped / errors). Progress and the summary go to ``stream``.
+    ``in_process``: one file after another in this process, no Ray (a small corpus, prepared
+    before a cluster starts)."""
     stream = stream or sys.stderr
     settings = settings or TrimSettings()
     tasks = make_tasks(
@@ -242,13 +243,19 @@ def prepare(
         + (f"; removed {stale} stale temporaries" if stale else ""),
         file=stream,
     )
-    workers = plan_blocks(
-        len(tasks), workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    )[1]
+    if in_process:
+        workers, rows = 1, run_serial(tasks)
+    else:
+        import ray
+
+        workers = plan_blocks(
+            len(tasks), workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        )[1]
+        rows = run_ray_data(tasks, workers) if tasks else []
     start = time.monotonic()
     progress = Progress(len(tasks), log_every, stream=stream)
     results = []
-    for row in run_ray_data(tasks, workers) if tasks else []:
+    for row in rows:
         results.append(row)
         progress.update()
     counts = write_outputs(manifest_path, output_root, found, results)

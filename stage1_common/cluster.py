@@ -20,6 +20,7 @@ __all__ = [
     "init_address",
     "joining",
     "local_auth_mode",
+    "local_cpus",
     "local_gpus",
     "node_label",
     "on_every_node",
@@ -219,11 +220,76 @@ def first_line(exc: BaseException) -> str:
     return lines[-1].strip() if lines else type(exc).__name__
 
 
-def local_gpus() -> int:
-    """The GPUs a local Ray cluster started here gets, as Ray counts them: the entries of
-    CUDA_VISIBLE_DEVICES when it is set, else NVML's count, else 0 (no driver, no GPU)."""
-    import os
+def local_cpus() -> int:
+    """The CPUs a local Ray cluster started here gets, as Ray counts them (Ray 2.60,
+    ``ray._private.utils.get_num_cpus``; read here without importing Ray): a container's limit
+    where it sets one (its cgroup's CPU quota, under cgroup v1 also its cpuset: the smaller),
+    else os.cpu_count(); RAY_USE_MULTIPROCESSING_CPU_COUNT keeps os.cpu_count(), and
+    RAY_OVERRIDE_RESOURCES' ``CPU`` wins over all. tests/test_cluster_units.py holds it against
+    Ray's own count."""
+    told = _overridden("CPU")
+    if told is not None:
+        return told
+    count = os.cpu_count() or 1
+    if os.environ.get("RAY_USE_MULTIPROCESSING_CPU_COUNT"):
+        return count
+    limit = cgroup_cpus()
+    return int(limit) if limit is not None else count
 
+
+def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU limit of this process's container, None when there is none, read as Ray reads
+    it (``_get_docker_cpus``): the quota over the period (cgroup v1's cpu.cfs_quota_us and
+    cpu.cfs_period_us, else v2's cpu.max; at least 1) and cgroup v1's cpuset.cpus."""
+    quota = None
+    try:
+        v1 = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
+        if v1[0].exists() and v1[1].exists():
+            quota = float(v1[0].read_text()) / float(v1[1].read_text())
+        elif (root / "cpu.max").exists():
+            limit, period = (root / "cpu.max").read_text().split()
+            quota = (
+                float(limit) / float(period) if limit.isnumeric() and period.isnumeric() else None
+            )
+    except (OSError, ValueError):
+        quota = None
+    if quota is not None and quota < 0:
+        quota = None
+    elif quota == 0:
+        quota = 1  # a limit below one CPU still runs on one
+    cpuset = None
+    try:
+        cpuset = 0
+        for part in (root / "cpuset" / "cpuset.cpus").read_text().split(","):  # 0-3,8
+            start, _, end = part.partition("-")
+            cpuset += int(end or start) - int(start) + 1
+    except (OSError, ValueError):
+        cpuset = None
+    if quota and cpuset:
+        return min(quota, cpuset)
+    return quota or cpuset
+
+
+def _overridden(resource: str) -> int | None:
+    """The count of ``resource`` RAY_OVERRIDE_RESOURCES gives a node Ray starts here (a JSON
+    mapping such as ``{"CPU": 32}``; Ray reads it before counting), None when it gives none."""
+    text = os.environ.get("RAY_OVERRIDE_RESOURCES")
+    if not text:
+        return None
+    try:
+        value = json.loads(text).get(resource)
+    except (ValueError, AttributeError):
+        return None  # Ray refuses to start on it, naming it
+    return None if value is None else int(value)
+
+
+def local_gpus() -> int:
+    """The GPUs a local Ray cluster started here gets, as Ray counts them: RAY_OVERRIDE_RESOURCES'
+    ``GPU``, else the entries of CUDA_VISIBLE_DEVICES when it is set, else NVML's count, else 0
+    (no driver, no GPU)."""
+    told = _overridden("GPU")
+    if told is not None:
+        return told
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")])

@@ -1,9 +1,13 @@
 """``--dry-run`` refuses what the real run refuses, with the same one line and exit 2, while it
 starts no Ray and writes nothing (issue 27, item 2); an output root that is a file is named so."""
 
+import re
+import subprocess
+import sys
+
 import pytest
 
-from tests.cli import run_module
+from tests.cli import ROOT, run_module
 from tests.test_tune_cli import tune
 
 
@@ -192,3 +196,114 @@ def test_every_key_that_names_a_file_or_folder_is_checked_before_ray():
 
     named = {k for k in field_names() if k.endswith(("_path", "_dir", "_file"))}
     assert named == set(PATH_KEYS), "add the new key's check to preflight.PATH_KEYS"
+
+
+def test_data_that_no_run_reads_is_refused_naming_dataset_manifest(tmp_path, prepared_corpus):
+    """Issue 54 item 1: a data: section or a manifest_path with dataset synthetic (the default)
+    trained every run on generated tensors, silently; refused by the dry and the real run alike,
+    before Ray. A grid over dataset reads the manifest in its manifest groups: not refused."""
+    manifest, _ = prepared_corpus
+    smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+    assert "  dataset: manifest" in smoke
+    mine = tmp_path / "my_smoke.yaml"  # the README's template once had no dataset: line
+    mine.write_text("\n".join(ln for ln in smoke.splitlines() if "dataset:" not in ln))
+    root = tmp_path / "out"
+    for args, line in (
+        (
+            ("--space", mine),
+            f"{mine}: no run reads the corpus of its data: section (dataset is synthetic, the "
+            "default: generated tensors); set dataset: manifest under fixed: (or --set "
+            "dataset=manifest), or drop the data: section",
+        ),
+        (
+            ("--space", "cpu_race", "--set", f"manifest_path={manifest}"),
+            f"manifest_path {manifest}: no run reads it (dataset is synthetic: generated "
+            "tensors); set dataset=manifest (or drop manifest_path)",
+        ),
+    ):
+        for dry in (["--dry-run"], []):
+            out = tune(*args, "--output-root", root, *dry, probe=True)
+            assert out.returncode == 2, out.stderr
+            assert _error_line(out) == f"platform.tune: error: {line}"
+            assert out.stdout.strip().endswith("NO_RAY") and not root.exists()
+    both = ("--set", f"manifest_path={manifest}", "--set", "dataset=[synthetic,manifest]")
+    out = tune("--space", "cpu_race", *both, "--dry-run")
+    assert out.returncode == 0, out.stderr
+
+
+# platform.tune as `python -m` runs it, with a Ray cluster that must not start.
+NO_CLUSTER = """\
+import sys
+
+import platform.execution.cluster as cluster
+
+
+def started(**_):
+    print("RAY_STARTED", flush=True)
+    sys.exit(3)
+
+
+cluster.start_cluster = started
+from platform.tune import main
+
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_micro_batch_the_data_sections_corpus_cannot_fill_is_refused_before_ray(tmp_path):
+    """Issue 54 item 2: with the space's data: section the corpus was made after Ray started,
+    and such a run failed in its trial (exit 1, a Tune traceback). The corpus's size refuses
+    what it cannot fill in the dry run too; what only the made corpus shows (crop buckets) is
+    refused once it is made, before Ray starts, and the refusal leaves no output root."""
+    root = tmp_path / "out"
+
+    def tune_without_ray(space, *args):
+        cmd = [sys.executable, "-c", NO_CLUSTER, "--space", space, "--output-root", root]
+        return subprocess.run(
+            [*map(str, cmd), *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+
+    for dry in (["--dry-run"], []):
+        out = tune_without_ray("smoke", "--set", "micro_batch=64", *dry)
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert _error_line(out) == (
+            "platform.tune: error: micro_batch 64: the data: section's corpus has 32 training "
+            "utterances, no full global batch (64 x 2 workers) in sweep_z0_mb64_nw0_pf2_r1; the "
+            "largest that can fit is 16: --set micro_batch=16"
+        )
+        assert "RAY_STARTED" not in out.stdout and not root.exists()
+    tiny = tmp_path / "tiny_smoke.yaml"  # smoke with a corpus of 4 utterances: made in ~1 s
+    smoke = (ROOT / "search_spaces" / "smoke.yaml").read_text()
+    tiny.write_text(smoke.replace("chapters: 2, utts: 8", "chapters: 1, utts: 2"))
+    out = tune_without_ray(tiny, "--set", "micro_batch=2", "--set", "crop_buckets_s=1,2,3")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert re.fullmatch(
+        rf"platform\.tune: error: micro_batch 2: {re.escape(str(root))}/data/prepared/"
+        r"manifest_16k_trim\.tsv "
+        r"gives no full global batch \(2 x 2 workers\) in sweep_z0_mb2_nw0_pf2_r1 after grouping "
+        r"crops by crop_buckets_s; the largest that fits is \d: --set micro_batch=\d",
+        _error_line(out),
+    )
+    assert "data: synthetic corpus" in out.stdout and "RAY_STARTED" not in out.stdout
+    assert not root.exists()
+
+
+def test_a_run_this_machine_cannot_hold_is_refused_by_the_dry_run(tmp_path, monkeypatch):
+    """Issue 54 item 9: the dry run holds the runs to the CPUs and GPUs of the local cluster it
+    would start (this machine's, as Ray counts them), by the real run's rule; it exited 0."""
+    from stage1_common.cluster import local_cpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what Ray would count here: no GPU
+    cpus = local_cpus()
+    per_worker = max(1, cpus // 2)  # 4 train workers x 1 CPU on 2 CPUs: the issue's case
+    root = tmp_path / "out"
+    args = ("--set", "train_workers=4", "--set", f"cpus_per_worker={per_worker}")
+    for dry in (["--dry-run"], []):
+        out = tune("--space", "smoke", "--output-root", root, *args, *dry, probe=True)
+        assert out.returncode == 2, out.stderr
+        assert _error_line(out) == (
+            f"platform.tune: error: run sweep_z0_mb4_nw0_pf2_r1 needs {4 * per_worker} CPUs "
+            f"and 0 GPUs (4 train workers x {per_worker} CPUs), this machine has {cpus} CPUs "
+            "and 0 GPUs; lower train_workers, num_workers or cpus_per_worker"
+        )
+        assert out.stdout.strip().endswith("NO_RAY") and not root.exists()

@@ -55,9 +55,13 @@ def test_train_refuses_an_address_where_nothing_listens_in_its_own_name(tmp_path
 @pytest.mark.parametrize(
     ("cli", "space"), [("platform.train", "train_smoke"), ("platform.tune", "smoke")]
 )
-def test_the_launcher_names_the_cli_that_called_it(cli, space, tmp_path):
+def test_the_launcher_names_the_cli_that_called_it(cli, space, tmp_path, prepared_corpus):
+    # A manifest of its own: no corpus of the data: section to make before the launcher connects.
+    manifest, _ = prepared_corpus
+    data = [f"manifest_path={manifest}", "micro_batch=2", "val_speakers=1"]
+    args = [cli, "--space", space, "--output-root", tmp_path / "out"]
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, cli, "--space", space, "--output-root", tmp_path / "out"],
+        [sys.executable, "-c", PROBE, *args, *(a for s in data for a in ("--set", s))],
         cwd=ROOT,
         capture_output=True,
         text=True,

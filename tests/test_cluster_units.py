@@ -238,3 +238,48 @@ def test_no_address_means_a_new_local_cluster_not_one_ray_start_left_running(mon
     assert init_address("10.0.0.5:6379") == "10.0.0.5:6379"
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # a Ray Job's driver: Ray's own address
     assert init_address(None) is None
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},
+        {"cpu/cpu.cfs_quota_us": "150000", "cpu/cpu.cfs_period_us": "100000"},
+        {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"},
+        {"cpu.max": "300000 100000"},
+        {"cpu.max": "max 100000"},
+        {"cpu.max": "50000 100000", "cpuset/cpuset.cpus": "0-3"},
+        {"cpuset/cpuset.cpus": "0-3,8,10-11\n"},
+        {"cpu.max": "400000 100000", "cpuset/cpuset.cpus": "2"},
+    ],
+)
+def test_the_cpus_of_a_local_cluster_are_counted_as_ray_counts_them(tmp_path, files):
+    """What the dry run holds the runs to without starting Ray (stage1_common.cluster.local_cpus)
+    is Ray's own count: the container limits read from the same files."""
+    from ray._private.utils import _get_docker_cpus, get_num_cpus
+
+    from stage1_common.cluster import cgroup_cpus, local_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    ray_reads = _get_docker_cpus(
+        cpu_quota_file_name=str(tmp_path / "cpu/cpu.cfs_quota_us"),
+        cpu_period_file_name=str(tmp_path / "cpu/cpu.cfs_period_us"),
+        cpuset_file_name=str(tmp_path / "cpuset/cpuset.cpus"),
+        cpu_max_file_name=str(tmp_path / "cpu.max"),
+    )
+    assert cgroup_cpus(tmp_path) == ray_reads
+    assert local_cpus() == get_num_cpus(override_docker_cpu_warning=True)
+
+
+def test_the_counts_ray_is_told_are_the_local_clusters(monkeypatch):
+    """RAY_OVERRIDE_RESOURCES gives a node Ray starts here its CPUs and GPUs: the dry run's too
+    (a plan for another machine's counts)."""
+    from stage1_common.cluster import local_cpus, local_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("RAY_OVERRIDE_RESOURCES", '{"CPU": 7, "GPU": 3}')
+    assert (local_cpus(), local_gpus()) == (7, 3)
+    monkeypatch.setenv("RAY_OVERRIDE_RESOURCES", '{"memory": 1e9}')
+    assert local_gpus() == 0

@@ -82,15 +82,17 @@ def ls16k(tmp_path_factory) -> Path:
 def bench(ls16k):
     """The runbook's command line: variables in the environment (DATASET_MANIFEST_PATH the
     fixture's manifest unless given), the script run from anywhere (here the dataset folder:
-    the default output root is checked there, and not created)."""
+    the default output root is checked there, and not created). The runs must fit the local
+    cluster: Ray is told the CPUs of a 2x4090 host (INCLUDE gives its 2 GPUs)."""
 
     def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
         clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
         manifest = {"DATASET_MANIFEST_PATH": str(ls16k / MANIFEST)}
+        host = {"RAY_OVERRIDE_RESOURCES": '{"CPU": 32}'}
         return subprocess.run(
             [str(SCRIPT), *args],
             cwd=ls16k,
-            env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **manifest, **env},
+            env={**clean, "PYTHON": sys.executable, "DRY_RUN": "1", **manifest, **host, **env},
             capture_output=True,
             text=True,
             timeout=120,

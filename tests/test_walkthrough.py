@@ -147,8 +147,9 @@ def run_blocks(marker: str, data: Path) -> str:
     they printed."""
     script = "\n".join(code for m, code in blocks() if m == marker)
     env = dict(os.environ, DATA=str(data), SPACE="4090_mainline")
-    if marker == "cpu":  # dry runs only: the walkthrough's machine has 2 GPUs, counted as Ray
-        env["CUDA_VISIBLE_DEVICES"] = "0,1"  # would (use_gpu true beyond them is refused)
+    if marker == "cpu":  # dry runs only: the walkthrough's machine has 2 GPUs and 32 CPUs,
+        env["CUDA_VISIBLE_DEVICES"] = "0,1"  # counted as Ray would (the runs must fit them)
+        env["RAY_OVERRIDE_RESOURCES"] = '{"CPU": 32}'
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],

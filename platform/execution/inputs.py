@@ -167,28 +167,26 @@ def _check_runs_and_address(space: SearchSpace, runs: list[RunSpec], address: st
     from stage1_common.ray_address import address_problem
 
     check_inputs(space, runs)
-    _check_local_gpus(runs, address)
+    _check_local_fit(runs, address)
     problem = address_problem(address)  # before the output root is made: nothing written yet
     if problem:
         raise UsageError(problem)
 
 
-def _check_local_gpus(runs: list[RunSpec], address: str | None) -> None:
-    """A local cluster has this machine's GPUs: a run with ``use_gpu: true`` that needs more is
-    refused here, naming the key, not after the cluster started."""
-    from stage1_common.cluster import joining, local_gpus
+def _check_local_fit(runs: list[RunSpec], address: str | None) -> None:
+    """Every run must fit the cluster it would use, before Ray starts and in the dry run: a
+    local cluster gets this machine's CPUs and GPUs (counted as Ray will count them:
+    stage1_common.cluster.local_cpus, local_gpus), held to the rule the launch applies to the
+    cluster it started (resources.resolve_resources). A cluster joined with ``--address`` is
+    not joined by the dry run (it starts no Ray): the launch checks it as soon as it joins,
+    before any trial."""
+    from platform.execution.resources import resolve_resources
+    from stage1_common.cluster import joining, local_cpus, local_gpus
 
-    wanting = [r for r in runs if r.config.use_gpu is True]
-    if joining(address) or not wanting:
+    if joining(address):
         return
-    gpus = local_gpus()
-    for run in wanting:
-        if run.config.train_workers > gpus:
-            raise UsageError(
-                f"use_gpu true: run {run.name} needs {run.config.train_workers} GPU(s), this "
-                f"machine has {gpus}; set use_gpu=auto (GPUs where there are enough) or "
-                "use_gpu=false, or lower train_workers"
-            )
+    machine = {"CPU": float(local_cpus()), "GPU": float(local_gpus())}
+    resolve_resources(runs, machine, [machine], where="this machine")
 
 
 def _resumed_root(
@@ -230,7 +228,8 @@ def remove_if_empty(output_root: OutputRoot | Path) -> None:
 
 def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
     """Generate the space's synthetic corpus under ``<output_root>/data/`` and prepare it with
-    data_prep on the sweep's cluster; returns the manifest path."""
+    data_prep in this process (before Ray starts: launch.py says why); returns the manifest
+    path."""
     from data_prep import synth
     from data_prep.layout import discover
     from data_prep.librispeech import prepare
@@ -252,6 +251,7 @@ def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
         trim=plan.trim,
         log_every=100,
         stream=sys.stdout,
+        in_process=True,
     )
     if counts["written"] + counts["skipped"] == 0:
         raise RuntimeError(f"data preparation produced no utterance; see {manifest}")

@@ -1,6 +1,7 @@
 """One way to launch and record a run, for sweeps (``platform.tune``) and final training
-(``platform.train``), in four steps: connect (start or join Ray, check the nodes and that the
-runs fit), prepare the inputs (corpus, tokenizers, run records), build the ``Tuner``
+(``platform.train``), in five steps: the space's corpus and what needs it (its full global
+batches, ``before_trials``) before Ray starts, connect (start or join Ray, check the nodes and
+that the runs fit), prepare the inputs (tokenizers, run records), build the ``Tuner``
 (execution/tuner.py) and run it to the end (signals, manifest, report, exit code). Neither CLI
 copies any of it. The inputs and the checks before Ray are in execution/inputs.py.
 """
@@ -34,6 +35,7 @@ from platform.execution.signals import (
 )
 from platform.record.manifest import write_run_record
 from platform.spaces.expand import RunSpec
+from platform.spaces.preflight import check_full_batches
 from platform.spaces.space import SearchSpace
 from stage1_common.output_root import OutputRoot
 
@@ -68,7 +70,7 @@ class LaunchRequest:
     """platform.train: a resumed run keeps the windows its earlier attempts measured (it
     continues from a checkpoint; rows carry their ``attempt``)."""
     before_trials: Callable[[list[RunSpec]], list[RunSpec]] | None = None
-    """Adjusts the runs once the corpus exists (epochs -> max_steps)."""
+    """Adjusts the runs once the corpus exists, before Ray starts (epochs -> max_steps)."""
     loggers: Sequence[str] = ()
     """The --logger series (platform/record/loggers.py)."""
 
@@ -103,19 +105,32 @@ def launch(request: LaunchRequest) -> int:
     root = request.output_root
     staged = f" (staged in {root.path}, mirrored there)" if root.remote else ""
     print(f"output root: {root.shown}{staged}", flush=True)
+    # A refused launch of a new root leaves nothing: the corpus it made goes too.
+    new_corpus = not request.resume and not root.data.exists()
     try:
-        cluster = _connect(request)
-        try:
-            with start_up_signals():  # after ray.init, whose SIGTERM handler aborts the driver
+        with start_up_signals() as signals:  # SIGINT and SIGTERM until Tune's loop takes them
+            runs = _corpus_and_batches(request)
+            try:
+                cluster = _connect(request)
+                signals.again()  # ray.init put in its own SIGTERM handler: it aborts the driver
                 multi_node = cluster.joined or len(alive_nodes()) > 1
-                runs = _fit_to_cluster(request, multi_node)
+                runs = _fit_to_cluster(request, runs, multi_node)
                 runs, pool = _prepare_runs(request, runs, multi_node)
+            except BaseException:
+                ray.shutdown()
+                raise
+        try:
             _announce(cluster, request.training)
             code, mirrored = _run_to_the_end(request, runs, started, pool)
         finally:
             ray.shutdown()
     except _Refused as refused:
         code, mirrored = refused.code, False
+        if new_corpus:
+            import shutil
+
+            shutil.rmtree(root.data, ignore_errors=True)
+            remove_if_empty(root)
     if mirrored and code == 0:
         # A root on object storage, all of it in the bucket: the driver's staging copy goes
         # (--resume and platform.analyze start from the bucket), but for the corpus it made.
@@ -151,16 +166,42 @@ def _set_ray_environment() -> None:
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
 
 
-def _refuse(request: LaunchRequest, exc: Exception, *, clean: bool = True) -> NoReturn:
+def _refuse(request: LaunchRequest, exc: Exception) -> NoReturn:
     """Print the refusal, named by the calling CLI; a new output root the launch wrote nothing
-    into goes (``clean``)."""
+    into goes (and the corpus it made: ``launch``)."""
     print(f"{request.prog}: error: {exc}", file=sys.stderr)
-    if clean and not request.resume:
+    if not request.resume:
         remove_if_empty(request.output_root)
     raise _Refused(EXIT_USAGE)
 
 
-# --- step 1: connect ---
+# --- step 1: the corpus, and what needs it, before Ray starts ---
+def _corpus_and_batches(request: LaunchRequest) -> list[RunSpec]:
+    """The space's ``data:`` corpus, generated and prepared in the driver, then the checks that
+    need it (a full global batch for every run: preflight.check_full_batches) and
+    ``before_trials``, all before Ray starts: a refusal is one line, not a failed trial. In this
+    process, not on Ray Data: a generated corpus is small (preparing smoke's 32 files takes
+    0.5 s on 2 cores, train_smoke's 640 0.9 s, less than Ray Data's start-up alone), and its
+    generation, which it already was, costs more."""
+    space, runs = request.space, request.runs
+    try:
+        if needs_corpus(space, runs):
+            manifest = prepare_corpus(space.data, request.output_root)
+            runs = [
+                dataclasses.replace(
+                    r, config=dataclasses.replace(r.config, manifest_path=str(manifest))
+                )
+                for r in runs
+            ]
+            check_full_batches(runs)
+        if request.before_trials is not None:
+            runs = request.before_trials(runs)
+    except (UsageError, ValueError) as exc:
+        _refuse(request, exc)
+    return runs
+
+
+# --- step 2: connect ---
 def _connect(request: LaunchRequest):
     """Start a local Ray cluster, or join ``address``."""
     from platform.execution.cluster import start_cluster, train_env_vars
@@ -186,7 +227,7 @@ def _connect(request: LaunchRequest):
         )
 
 
-def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
+def _fit_to_cluster(request: LaunchRequest, runs: list[RunSpec], multi_node: bool) -> list[RunSpec]:
     """Every node runs the driver's versions and sees the output root; every run fits the
     cluster (``use_gpu: auto`` decided)."""
     import ray
@@ -205,7 +246,7 @@ def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
                 flush=True,
             )
         runs = resolve_resources(
-            request.runs,
+            runs,
             ray.cluster_resources(),
             [n["Resources"] for n in ray.nodes() if n.get("Alive")],
         )
@@ -214,35 +255,20 @@ def _fit_to_cluster(request: LaunchRequest, multi_node: bool) -> list[RunSpec]:
         _refuse(request, exc)
 
 
-# --- step 2: prepare the inputs ---
+# --- step 3: prepare the inputs ---
 def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool):
-    """The resident group pool and its first host, the corpus (when the space makes one),
-    ``before_trials``, the resident groups (their first group starts now, while the driver
-    goes on), every node reading the runs' manifests,
+    """The resident group pool and its first host, the resident groups (their first group
+    starts now, while the driver goes on), every node reading the runs' manifests,
     the tokenizers, and ``runs/<run>/config.json`` of each planned run. Returns the runs and
     the resident pool (None when every run is fresh)."""
     from platform.execution.nodes import check_nodes
     from platform.execution.tuner import open_pool, start_pool
 
     space, root = request.space, request.output_root
+    todo = [r for r in runs if r.name not in request.done]
     # The group pool and its first host before everything else here: they reserve no CPU, and
-    # their process starts and imports overlap the corpus and the checks.
-    opened = open_pool(root, space, [r for r in runs if r.name not in request.done])
-    if needs_corpus(space, runs):
-        manifest = prepare_corpus(space.data, root)
-        runs = [
-            dataclasses.replace(
-                r, config=dataclasses.replace(r.config, manifest_path=str(manifest))
-            )
-            for r in runs
-        ]
-    if request.before_trials is not None:
-        try:
-            runs = request.before_trials(runs)
-        except (UsageError, ValueError) as exc:
-            _refuse(request, exc, clean=False)
-    # After the corpus (its Ray Data tasks need the CPUs a group reserves), before the rest.
-    pool = start_pool(root, space, [r for r in runs if r.name not in request.done], opened)
+    # their process starts and imports overlap the checks and the tokenizers.
+    pool = start_pool(root, space, todo, open_pool(root, space, todo))
     if multi_node:
         try:
             check_nodes(manifests=run_manifests(runs))
@@ -283,7 +309,7 @@ def _announce(cluster, training: bool) -> None:
             )
 
 
-# --- steps 3 and 4: build the Tuner, run it to the end ---
+# --- steps 4 and 5: build the Tuner, run it to the end ---
 def _run_to_the_end(
     request: LaunchRequest, runs: list[RunSpec], started: float, pool
 ) -> tuple[int, bool]:

@@ -17,10 +17,14 @@ def resolve_resources(
     runs: list[RunSpec],
     cluster: dict[str, float],
     nodes: list[dict[str, float]] | None = None,
+    *,
+    where: str = "the cluster",
 ) -> list[RunSpec]:
     """Decide ``use_gpu: auto`` and check that every trial fits the cluster (``cluster``: its
     totals; ``nodes``: each alive node's resources), so that no trial waits forever for
-    resources that do not exist, or for nodes a placement strategy needs."""
+    resources that do not exist, or for nodes a placement strategy needs. The launch asks it of
+    the cluster it started or joined; before that (and in the dry run), execution/inputs.py asks
+    it of what a local cluster would have (``where``: "this machine")."""
     cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
     out = []
     for run in runs:
@@ -34,24 +38,26 @@ def resolve_resources(
         need_gpu = cfg.train_workers if use_gpu else 0
         if need_gpu > gpus and cfg.use_gpu is True:
             raise UsageError(
-                f"use_gpu true: run {run.name} needs {need_gpu} GPU(s), the cluster has "
+                f"use_gpu true: run {run.name} needs {need_gpu} GPU(s), {where} has "
                 f"{gpus:g}; set use_gpu=auto (GPUs where there are enough) or use_gpu=false, or "
                 "lower train_workers"
             )
         if need_cpu > cpus or need_gpu > gpus:
             raise UsageError(
                 f"run {run.name} needs {need_cpu} CPUs and {need_gpu} GPUs "
-                f"({cfg.train_workers} train workers x {cfg.cpus_per_train_worker} CPUs), the "
-                f"cluster has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
+                f"({cfg.train_workers} train workers x {cfg.cpus_per_train_worker} CPUs), "
+                f"{where} has {cpus:g} CPUs and {gpus:g} GPUs; lower train_workers, num_workers "
                 "or cpus_per_worker"
             )
         if nodes is not None:
-            _check_placement(run, cfg, bool(use_gpu), nodes)
+            _check_placement(run, cfg, bool(use_gpu), nodes, where)
         out.append(dataclasses.replace(run, config=dataclasses.replace(cfg, use_gpu=use_gpu)))
     return out
 
 
-def _check_placement(run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, float]]) -> None:
+def _check_placement(
+    run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, float]], where: str
+) -> None:
     """A placement that spans nodes (``nodes`` > 0, STRICT_SPREAD, STRICT_PACK) needs enough
     nodes that can each hold their share of the workers."""
     per_node = cfg.workers_per_node
@@ -71,7 +77,7 @@ def _check_placement(run: RunSpec, cfg, use_gpu: bool, nodes: list[dict[str, flo
         raise UsageError(
             f"run {run.name} places {cfg.train_workers} train workers on {want} nodes of "
             f"{per_node} each ({how}), which needs {want} nodes with {cpu} CPUs and {gpu} GPUs "
-            f"free; the cluster has {able} such node(s) of {len(nodes)}; add nodes, or lower "
+            f"free; {where} has {able} such node(s) of {len(nodes)}; add nodes, or lower "
             "train_workers, or use placement_strategy PACK"
         )
 

@@ -251,8 +251,8 @@ def _search_and_stop(
 
 @dataclass(frozen=True)
 class OpenedPool:
-    """The sweep's GroupPool actor and its first group's host, made before the driver prepares
-    the corpus and checks (``open_pool``); no group yet."""
+    """The sweep's GroupPool actor and its first group's host, made first of what the driver
+    prepares once Ray is up (``open_pool``); no group yet."""
 
     name: str
     actor: Any
@@ -262,10 +262,10 @@ class OpenedPool:
 def open_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> OpenedPool | None:
     """The sweep's GroupPool actor (trainables/resident/pool.py), on the driver's node (at most
     max_concurrent_trials resident groups, their Ray Train state under tune/groups/), and the
-    host of its first group, made before anything else the driver prepares: both reserve no CPU,
-    and their process starts and imports (2-3 s each on 2 busy cores) overlap the corpus and
-    the checks instead of coming before Ray Train's controller can start. None when no run of
-    ``todo`` is resident."""
+    host of its first group, made before anything else the driver prepares once Ray is up: both
+    reserve no CPU, and their process starts and imports (2-3 s each on 2 busy cores) overlap
+    the driver's checks and tokenizers instead of coming before Ray Train's controller can
+    start. None when no run of ``todo`` is resident."""
     if not any(r.config.executor == "resident" for r in todo):
         return None
     import uuid
@@ -295,10 +295,9 @@ def start_pool(
     root: OutputRoot, space: SearchSpace, todo: list[RunSpec], opened: OpenedPool | None = None
 ) -> ResidentPool | None:
     """The sweep's resident groups: the pool ``opened`` (``open_pool``) or one made now, and
-    the group of the first resident run to run started at once (after the corpus, whose Ray
-    Data tasks need the CPUs a group reserves; its workers start while Tune starts the run's
-    trial). None when no run of ``todo`` is resident (an opened pool and its host are then
-    stopped: say ``before_trials`` made every run fresh)."""
+    the group of the first resident run to run started at once (its workers start while the
+    driver checks the nodes and builds the tokenizers, and Tune starts the run's trial). None
+    when no run of ``todo`` is resident (an opened pool and its host are then stopped)."""
     import ray
 
     resident = [r for r in todo if r.config.executor == "resident"]

@@ -16,17 +16,30 @@ __all__ = ["SCHEDULERS", "SEARCHES", "DataPlan", "SchedulerPlan", "SearchPlan"]
 @dataclass(frozen=True)
 class DataPlan:
     """A space without a dataset: generate a synthetic LibriSpeech-layout corpus of this size
-    and prepare it with data_prep (on the sweep's cluster) before the first trial."""
+    and prepare it with data_prep (in the driver, before Ray starts) for the runs' manifest."""
 
     synth: dict[str, Any]
     target_sr: int = 16_000
     trim: bool = True
 
+    def _size(self, key: str) -> int:
+        """A size of the corpus: the section's, else data_prep.synth.make_corpus's default."""
+        return int(self.synth.get(key, {"speakers": 4, "chapters": 2, "utts": 10}[key]))
+
+    @property
+    def speakers(self) -> int:
+        return self._size("speakers")
+
+    @property
+    def utterances_per_speaker(self) -> int:
+        """Every speaker reads ``chapters`` x ``utts`` utterances."""
+        return self._size("chapters") * self._size("utts")
+
     def describe(self) -> str:
         s = self.synth
         return (
-            f"synthetic corpus ({s.get('speakers', 4)} speakers x {s.get('chapters', 2)} chapters "
-            f"x {s.get('utts', 10)} utterances{', learnable' if s.get('mode') == 'learnable' else ''}), "
+            f"synthetic corpus ({self.speakers} speakers x {self._size('chapters')} chapters "
+            f"x {self._size('utts')} utterances{', learnable' if s.get('mode') == 'learnable' else ''}), "
             f"prepared to {self.target_sr} Hz" + (" with silence trimming" if self.trim else "")
         )
 

@@ -1,18 +1,21 @@
 """Checks of a sweep's inputs made before anything starts: the tools an optimizer needs,
-pretrained checkpoint folders, the manifests the runs read (present, with the right columns),
-and that each run's corpus gives a full global batch (after held-out speakers and crop
-buckets), which the workers would otherwise find after the whole start-up."""
+pretrained checkpoint folders, that some run reads the data the space gives, the manifests the
+runs read (present, with the right columns), and that each run's corpus gives a full global
+batch (after held-out speakers and crop buckets), which the workers would otherwise find after
+the whole start-up. A ``data:`` section's corpus is made by the real run before Ray starts and
+checked then (``check_full_batches``); before it exists, only its size bounds the batch."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from platform.errors import UsageError
-from platform.spaces.expand import RunSpec
+from platform.spaces.expand import RunSpec, needs_corpus
+from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
 from trainables.crops import crop_options, full_batches, largest_micro_batch
 
-__all__ = ["PATH_KEYS", "check_inputs"]
+__all__ = ["PATH_KEYS", "check_full_batches", "check_inputs"]
 
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
@@ -30,6 +33,7 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
             "pip install ninja, or use optimizer=adamw_torch"
         )
     _check_checkpoints(runs)
+    _check_data_is_read(space, runs)
     for run in runs:
         if run.config.dataset == "manifest" and not run.config.manifest_path and not space.data:
             raise UsageError(
@@ -40,16 +44,45 @@ def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
     for run in runs:
         for key, check in PATH_KEYS.items():
             value = getattr(run.config, key)
+            if key == "manifest_path" and run.config.dataset != "manifest":
+                continue  # not read by this run (a grid over dataset reads it in another)
             if check is not None and value and (key, value) not in seen:
                 seen.add((key, value))
                 check(key, value, run.config)
-    _check_full_batches(runs)
+    check_full_batches(runs)
+    if needs_corpus(space, runs):
+        _check_planned_batches(space.data, runs)
+
+
+def _check_data_is_read(space: SearchSpace, runs: list[RunSpec]) -> None:
+    """A ``data:`` section or a ``manifest_path`` that no run reads is refused, naming
+    ``dataset: manifest``: with ``dataset: synthetic`` (the default) every run trains on generated
+    tensors, and the corpus made or named for it is silently left aside.
+
+    Refused rather than followed: ``dataset`` decides what a run measures (the model's compute
+    alone, or with the loader, the files and real crop lengths), so the platform does not change
+    it behind the user's back, nor an explicit ``dataset: synthetic`` because some path is also
+    set (a space copied with its ``manifest_path``); one edit fixes it and the space then says
+    what it runs. Only when no run reads the data: a sweep whose groups compare synthetic with
+    manifest data (``dataset: [synthetic, manifest]``) reads it in its manifest groups."""
+    paths = sorted({r.config.manifest_path for r in runs if r.config.manifest_path})
+    if not (space.data or paths) or any(r.config.dataset == "manifest" for r in runs):
+        return
+    explicit = "dataset" in space.fixed or "dataset" in space.swept_keys
+    why = f"dataset is synthetic{'' if explicit else ', the default'}: generated tensors"
+    if paths:
+        raise UsageError(
+            f"manifest_path {paths[0]}: no run reads it ({why}); set dataset=manifest "
+            "(or drop manifest_path)"
+        )
+    raise UsageError(
+        f"{space.source}: no run reads the corpus of its data: section ({why}); set "
+        "dataset: manifest under fixed: (or --set dataset=manifest), or drop the data: section"
+    )
 
 
 def _manifest(key: str, value: str, cfg) -> None:
     """A data_prep manifest: the file, with the columns the loader reads."""
-    if key == "manifest_path" and cfg.dataset != "manifest":
-        return
     path = Path(value)
     if not path.is_file():
         raise UsageError(
@@ -89,11 +122,11 @@ PATH_KEYS = {
 }
 
 
-def _check_full_batches(runs: list[RunSpec]) -> None:
+def check_full_batches(runs: list[RunSpec]) -> None:
     """Every run's training split must give at least one full global batch an epoch, as its
     sampler forms them (trainables/data.py: per crop length with crop_buckets_s): the same rule
     from the manifest's lengths, without reading audio (rows whose audio file is missing are the
-    workers' to skip)."""
+    workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
     lengths: dict[tuple, object] = {}
     for run in runs:
         cfg = run.config
@@ -124,6 +157,36 @@ def _check_full_batches(runs: list[RunSpec]) -> None:
         raise UsageError(
             f"micro_batch {cfg.micro_batch}: {cfg.manifest_path} gives no full global batch "
             f"({cfg.micro_batch} x {cfg.train_workers} workers) in {run.name}{where}; {fix}"
+        )
+
+
+def _check_planned_batches(plan: DataPlan, runs: list[RunSpec]) -> None:
+    """Before a ``data:`` section's corpus exists (the dry run; the real run before making it):
+    its utterance count bounds every batch, so a micro-batch the whole training split cannot
+    fill is refused now, by :func:`full_batches`' rule over that many items. Crop buckets (and
+    a file data_prep fails on) can only leave fewer: the real run checks the corpus it made."""
+    import numpy as np
+
+    for run in runs:
+        cfg = run.config
+        held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
+        if cfg.dataset != "manifest" or held_out >= plan.speakers:
+            continue  # too many held out: the real run's speaker split names it
+        items = np.zeros((plan.speakers - held_out) * plan.utterances_per_speaker)
+        sizes = dict(world_size=cfg.train_workers, by_shape=False)
+        if full_batches(items, micro_batch=cfg.micro_batch, **sizes):
+            continue
+        best = largest_micro_batch(items, **sizes)
+        where = f" after holding out val_speakers={held_out}" if held_out else ""
+        fix = (
+            f"the largest that can fit is {best}: --set micro_batch={best}"
+            if best
+            else "make data: synth larger or use fewer train_workers"
+        )
+        raise UsageError(
+            f"micro_batch {cfg.micro_batch}: the data: section's corpus has {len(items)} "
+            f"training utterances{where}, no full global batch ({cfg.micro_batch} x "
+            f"{cfg.train_workers} workers) in {run.name}; {fix}"
         )
 
 
