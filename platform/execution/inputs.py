@@ -258,6 +258,23 @@ def prepare_corpus(plan: DataPlan, output_root: OutputRoot | Path) -> Path:
     return manifest
 
 
+def with_corpus(space: SearchSpace, runs: list[RunSpec], output_root: OutputRoot) -> list[RunSpec]:
+    """The runs reading the space's ``data:`` corpus, made here when they need it (before Ray
+    starts: platform/execution/launch.py), each with its manifest_path, and a full global batch
+    for every run from it (preflight.check_full_batches: UsageError)."""
+    if not needs_corpus(space, runs):
+        return runs
+    from platform.spaces.preflight import check_full_batches
+
+    manifest = str(prepare_corpus(space.data, output_root))
+    runs = [
+        dataclasses.replace(r, config=dataclasses.replace(r.config, manifest_path=manifest))
+        for r in runs
+    ]
+    check_full_batches(runs)
+    return runs
+
+
 def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> list[RunSpec]:
     """Build each manifest's tokenizer once, here, and put it under the output root
     (``tokenizers/``); every rank of every run loads that file (``tokenizer_path``), on any node

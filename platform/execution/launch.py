@@ -8,7 +8,6 @@ copies any of it. The inputs and the checks before Ray are in execution/inputs.p
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -19,14 +18,13 @@ from typing import Any, NoReturn
 
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import (
-    needs_corpus,
-    prepare_corpus,
     prepare_tokenizers,
     remove_if_empty,
     run_manifests,
+    with_corpus,
 )
 from platform.execution.resources import resolve_executors, resolve_resources
-from platform.execution.resume import drop_rows
+from platform.execution.resume import clear_earlier_attempts
 from platform.execution.signals import (
     StopSignals,
     interrupted_counts,
@@ -35,7 +33,6 @@ from platform.execution.signals import (
 )
 from platform.record.manifest import write_run_record
 from platform.spaces.expand import RunSpec
-from platform.spaces.preflight import check_full_batches
 from platform.spaces.space import SearchSpace
 from stage1_common.output_root import OutputRoot
 
@@ -183,17 +180,8 @@ def _corpus_and_batches(request: LaunchRequest) -> list[RunSpec]:
     process, not on Ray Data: a generated corpus is small (preparing smoke's 32 files takes
     0.5 s on 2 cores, train_smoke's 640 0.9 s, less than Ray Data's start-up alone), and its
     generation, which it already was, costs more."""
-    space, runs = request.space, request.runs
     try:
-        if needs_corpus(space, runs):
-            manifest = prepare_corpus(space.data, request.output_root)
-            runs = [
-                dataclasses.replace(
-                    r, config=dataclasses.replace(r.config, manifest_path=str(manifest))
-                )
-                for r in runs
-            ]
-            check_full_batches(runs)
+        runs = with_corpus(request.space, request.runs, request.output_root)
         if request.before_trials is not None:
             runs = request.before_trials(runs)
     except (UsageError, ValueError) as exc:
@@ -331,7 +319,8 @@ def _fit_and_report(
     from platform.execution.tuner import build_sweep
 
     if request.resume:
-        _clear_earlier_attempts(request, [r for r in runs if r.name not in request.done])
+        todo = [r.name for r in runs if r.name not in request.done]
+        clear_earlier_attempts(request.output_root, len(request.done), todo, request.training)
         mirror.sync()  # the earlier attempts' files gone from the bucket before any run starts
     sweep = build_sweep(
         request.space,
@@ -375,21 +364,6 @@ def _ray_alive() -> bool:
             return True
     except Exception:  # refused, unreachable, Ray not connected
         return False
-
-
-def _clear_earlier_attempts(request: LaunchRequest, todo: list[RunSpec]) -> None:
-    """``--resume``: the runs to redo lose what their earlier attempts left (a training run
-    keeps its windows: it continues from its checkpoint)."""
-    removed = drop_rows(request.output_root, [r.name for r in todo], keep_parts=request.training)
-    print(
-        f"resuming: {len(request.done)} runs finished ok are kept, {len(todo)} run again "
-        + (
-            "from their latest complete checkpoint (earlier windows kept)"
-            if request.training
-            else f"({removed} part files of their earlier attempts removed)"
-        ),
-        flush=True,
-    )
 
 
 def _exit_code(

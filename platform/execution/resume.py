@@ -17,7 +17,7 @@ from platform.storage import results
 from stage1_common.fileio import remove_stale_temporaries
 from stage1_common.output_root import OutputRoot
 
-__all__ = ["EARLY_STATUSES", "previous_status", "drop_rows"]
+__all__ = ["EARLY_STATUSES", "clear_earlier_attempts", "drop_rows", "previous_status"]
 
 # Runs the scheduler ended on purpose (platform/control/race.py): kept by --resume like ok runs.
 EARLY_STATUSES = ("stopped_early", "skipped")
@@ -104,3 +104,21 @@ def _attempt_files(root: OutputRoot, run: str, *, again: bool) -> list[Path]:
     if again:
         patterns.append(folder.faults_armed())
     return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]
+
+
+def clear_earlier_attempts(
+    output_root: OutputRoot, kept: int, todo: list[str], training: bool
+) -> None:
+    """``--resume``: the runs to redo (``todo``) lose what their earlier attempts left (a
+    training run keeps its windows: it continues from its checkpoint); ``kept``: the runs that
+    finished ok."""
+    removed = drop_rows(output_root, todo, keep_parts=training)
+    print(
+        f"resuming: {kept} runs finished ok are kept, {len(todo)} run again "
+        + (
+            "from their latest complete checkpoint (earlier windows kept)"
+            if training
+            else f"({removed} part files of their earlier attempts removed)"
+        ),
+        flush=True,
+    )

@@ -82,6 +82,68 @@ def start_up_signals():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
+class StopSignals:
+    """Inside the block, SIGTERM stops the sweep the way Ctrl-C does: Tune's own SIGINT handler
+    ends the experiment gracefully (trials stopped, state saved), and the driver then writes
+    every buffered row, the manifest and the summary."""
+
+    EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+    def __init__(
+        self,
+        on_stuck: Callable[[], None] | None = None,
+        grace_s: float = 3.0,
+        patience_s: float = 60.0,
+        ray_alive: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.received: str | None = None
+        self.previous: dict[int, Any] = {}
+        # After SIGTERM, on a thread of its own: when the sweep has not ended by grace_s and
+        # Ray is gone (its processes got the signal too), or by patience_s whatever Ray does.
+        self.on_stuck, self.grace_s, self.patience_s = on_stuck, grace_s, patience_s
+        self.ray_alive = ray_alive
+        self.ending = threading.Lock()  # held by whoever writes the sweep's last files
+        self.ended = False  # the driver's own end came first: on_stuck does nothing
+        self._timer: threading.Timer | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.EXIT.get(self.received or "", 1)
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.getsignal(sig)
+        signal.signal(signal.SIGTERM, self._on_term)
+        # SIGINT stays Tune's: fit() installs its own handler for the graceful stop.
+        return self
+
+    def _on_term(self, signum, frame) -> None:
+        self.received = self.received or "SIGTERM"
+        if self.on_stuck is not None and self._timer is None:
+            self._timer = threading.Timer(self.grace_s, self._stuck)
+            self._timer.daemon = True
+            self._timer.start()
+        signal.raise_signal(signal.SIGINT)  # Tune's graceful stop
+
+    def _stuck(self) -> None:
+        deadline = time.monotonic() + self.patience_s
+        while not self.ended and self.ray_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)  # Ray is there: Tune's graceful stop goes on
+        with self.ending:
+            if not self.ended:
+                self.on_stuck()  # writes what finished and exits
+        # The driver wrote its last files itself; if its exit still waits on Ray (the shutdown
+        # of a cluster whose processes died), it ends here.
+        time.sleep(self.grace_s)
+        os._exit(self.exit_code)
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 # --- what the command says after a stop signal ---
 def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
     """The command that finishes an interrupted sweep, to copy as it is: the same arguments,
