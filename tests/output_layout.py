@@ -21,7 +21,9 @@ Issue 43 added ``checkpoints.parquet``'s ``checkpoint_registered`` (false: overt
 Issue 42 added the config key ``profile_steps`` (a manifest column like every key).
 Issue 53 added the timing columns ``recompiles``, ``graph_breaks``, ``cudagraph_records``,
 ``cudagraph_skips`` and ``cliff_reason``, the manifest's and per_run_metrics.csv's ``cliff`` and
-summary.json's ``cliffs``; issue 53 item 5 added summary.json's ``calibration``.
+summary.json's ``cliffs``; issue 53 item 5 added summary.json's ``calibration``, item 6
+schedule.json's ``readmitted``, and the config key ``intra_op_threads`` with the manifest's
+``intra_op_threads_effective``. Issue 54 item 6 added summary.json's ``partial``.
 """
 
 from __future__ import annotations
