@@ -246,4 +246,6 @@ def test_raised_at_names_the_innermost_frame_of_the_last_traceback():
     assert raised_at(error, root) == "trainables/faults.py:76 in error: raise RuntimeError("
     outside = '  File "/venv/torch/nn/modules/module.py", line 1, in _call_impl\n    ^^^\n'
     assert raised_at(outside, root) == "/venv/torch/nn/modules/module.py:1 in _call_impl"
+    shipped = '  File "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_ab/trainables/faults.py", line 76, in error\n'
+    assert raised_at(shipped, root) == "trainables/faults.py:76 in error"
     assert raised_at(None) == "" and raised_at("ValueError: no frames") == ""

@@ -219,6 +219,7 @@ def fail_tail(run_dir: Path, lines: int) -> str:
     return format_tails(run_dir, worker_tails(run_dir, lines))
 
 
+_PACKAGES = ("trainables", "data_prep", "stage1_common", "benchmarks")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
@@ -235,6 +236,10 @@ def raised_at(error: str | None, root: Path | None = None) -> str:
         base = root or Path(__file__).resolve().parents[2]
         if where.is_absolute() and where.is_relative_to(base):
             where = where.relative_to(base)
+        elif where.is_absolute():  # the project's code as Ray shipped it to another node
+            parts = where.parts
+            ours = [i for i, p in enumerate(parts) if p in _PACKAGES]
+            where = Path(*parts[ours[-1] :]) if ours else where
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
         code = "" if code.startswith(("File ", "^", "~")) else code
         return f"{where.as_posix()}:{m['line']} in {m['func']}" + (f": {code}" if code else "")
