@@ -172,12 +172,16 @@ def build_sweep(
 class _TunesOwnLines(logging.Filter):
     """Drops Tune's "Resume experiment with: Tuner.restore(path=..., trainable=...)" after a
     stop signal (the platform prints the full command with --resume, and Tuner.restore of a
-    platform sweep would not write its files) and its "Trials did not complete: [...]" (the
-    platform's end-of-sweep lines list every run's status)."""
+    platform sweep would not write its files), its "Stop signal received ... ending Ray Tune
+    run" (the platform's "interrupted by" line says it) and its "Trials did not complete: [...]"
+    (the platform's end-of-sweep lines list every run's status)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        return "Tuner.restore(" not in text and not text.startswith("Trials did not complete")
+        return not (
+            "Tuner.restore(" in text
+            or text.startswith(("Trials did not complete", "Stop signal received"))
+        )
 
 
 def _quiet_tune() -> None:
