@@ -194,11 +194,11 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame,
         "space": space,
         "group": top["group"],
         "rank": 1,
-        "tail_samples_per_sec_mean": _num(top["tail_samples_per_sec_mean"]),
-        "tail_samples_per_sec_std": _num(top["tail_samples_per_sec_std"]),
-        "tail_samples_per_sec_robust": _num(top["tail_samples_per_sec_robust"]),
-        "ci95": [_num(top["ci95_low"]), _num(top["ci95_high"])],
-        "tail_mean_iter_p50_ms": _num(top["tail_mean_iter_p50_ms"]),
+        "tail_samples_per_sec_mean": stats.finite(top["tail_samples_per_sec_mean"]),
+        "tail_samples_per_sec_std": stats.finite(top["tail_samples_per_sec_std"]),
+        "tail_samples_per_sec_robust": stats.finite(top["tail_samples_per_sec_robust"]),
+        "ci95": [stats.finite(top["ci95_low"]), stats.finite(top["ci95_high"])],
+        "tail_mean_iter_p50_ms": stats.finite(top["tail_mean_iter_p50_ms"]),
         "runs_ok": int(top["runs_ok"]),
         "unstable_group": bool(top["unstable_group"]),
         "swept": swept,
@@ -236,14 +236,6 @@ def _yaml(value: Any) -> str:
     return str(value)
 
 
-def _num(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value
-
-
 def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> dict[str, Any]:
     statuses = manifest["status"].value_counts().to_dict()
     noise = stats.within_noise(ranked)
@@ -265,7 +257,7 @@ def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> di
             for r in not_ok.to_dict("records")
         ],
         "ranking": [
-            {k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
+            {k: (stats.finite(v) if isinstance(v, float) else v) for k, v in row.items()}
             for row in ranked.to_dict("records")
         ],
     }
@@ -378,17 +370,17 @@ def format_ranked(
 def _sps(g: dict[str, Any]) -> str:
     """The robust tail samples/s, or for a group with only stopped runs their partial figure
     in brackets (it ranks after every group with a finished run)."""
-    if not g.get("runs_ok") and _num(g.get("partial_samples_per_sec")) is not None:
+    if not g.get("runs_ok") and stats.finite(g.get("partial_samples_per_sec")) is not None:
         return f"({g['partial_samples_per_sec']:.1f})"
     return _fmt(g["tail_samples_per_sec_robust"])
 
 
 def _interval(g: dict[str, Any]) -> str:
     """The 95 % interval as low-high, or - with fewer than 2 ok runs."""
-    low, high = _num(g["ci95_low"]), _num(g["ci95_high"])
+    low, high = stats.finite(g["ci95_low"]), stats.finite(g["ci95_high"])
     return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
-    value = _num(value)
+    value = stats.finite(value)
     return "-" if value is None else f"{value:.{digits}f}"

@@ -9,9 +9,9 @@ not (clearly ahead), or cannot be told (a group with fewer than 2 ok runs has no
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from platform.analysis import stats
 from stage1_common.storage import is_remote
 
 __all__ = ["NOISE_LINES", "jittery_legend", "noise_line", "verdict"]
@@ -50,7 +50,7 @@ def verdict(
     ``ranking``: ranked_groups.csv's rows in order; ``best``: best_config.json; ``root``: the
     output root as the retest command names it ('' for none: a folder without the sweep's
     files, which --from-ranked needs)."""
-    measured = [g for g in ranking if (_num(g.get("runs_ok")) or 0) > 0]
+    measured = [g for g in ranking if (stats.finite(g.get("runs_ok")) or 0) > 0]
     if not measured:
         counts = summary.get("status_counts") or {}
         said = ", ".join(f"{status} {n}" for status, n in counts.items()) or "no runs"
@@ -58,7 +58,7 @@ def verdict(
     top = next((g for g in measured if g["group"] == best.get("group")), measured[0])
     wins = "leads so far" if summary.get("partial") else "wins"  # an interrupted sweep
     parts = [
-        f"{top['group']} {wins} with {_num(top.get('tail_samples_per_sec_robust')):.1f} tail "
+        f"{top['group']} {wins} with {stats.finite(top.get('tail_samples_per_sec_robust')):.1f} tail "
         "samples/s"
         + ("; it is jittery (every group is)" if _true(top.get("unstable_group")) else ""),
         _baseline(top, ranking),
@@ -80,7 +80,7 @@ def _baseline(top: dict[str, Any], ranking: list[dict[str, Any]]) -> str:
         return "x baseline: not recorded in this ranking"
     if base is None:
         return "x baseline: none (no group of this sweep is its space's baseline)"
-    ratio = _num(top.get("vs_baseline"))
+    ratio = stats.finite(top.get("vs_baseline"))
     if ratio is None:
         return f"x baseline: unknown (the baseline, {base['group']}, has no ok run)"
     return f"{ratio:.2f}x the baseline ({base['group']})"
@@ -91,8 +91,11 @@ def _how_sure(top: dict, second: dict | None, noise: bool | None, retest: tuple)
     surer (a retest of the top two: platform/control/promote.py)."""
     if second is None:
         return "the only group measured, so nothing to compare it with"
-    name, runs = second["group"], [int(_num(g.get("runs_ok")) or 0) for g in (top, second)]
-    a, b = _num(top["tail_samples_per_sec_robust"]), _num(second["tail_samples_per_sec_robust"])
+    name, runs = second["group"], [int(stats.finite(g.get("runs_ok")) or 0) for g in (top, second)]
+    a, b = (
+        stats.finite(top["tail_samples_per_sec_robust"]),
+        stats.finite(second["tail_samples_per_sec_robust"]),
+    )
     if a and b and a < b:  # only a jittery group ranks after a faster steady one
         return f"ahead of {name} only because {name} is jittery ({(b / a - 1) * 100:.1f} % faster)"
     gap = f"{(a / b - 1) * 100:.1f} % faster" if a and b else "?"
@@ -128,18 +131,10 @@ def _retest(space: str | None, root: str, repeats: int) -> str:
 
 
 def _interval(g: dict[str, Any]) -> str:
-    low, high = _num(g.get("ci95_low")), _num(g.get("ci95_high"))
+    low, high = stats.finite(g.get("ci95_low")), stats.finite(g.get("ci95_high"))
     return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
 
 
 def _true(value: Any) -> bool:
     """A flag from summary.json (a bool) or a CSV cell (True/"True")."""
     return str(value).lower() == "true"
-
-
-def _num(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from platform.analysis import stats
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.machine_cache import machine_cache
@@ -65,7 +66,7 @@ def comparison_of(row: Mapping[str, Any]) -> str | None:
     """The comparison a run's config (a manifest row) is measured by: its strategy, ZeRO stage,
     torch_compile and compile_mode; None where no reference exists (ZeRO-3, compiled ZeRO,
     another compile mode)."""
-    strategy, zero = _text(row.get("strategy")), int(_number(row.get("zero_stage")) or 0)
+    strategy, zero = _text(row.get("strategy")), int(stats.finite(row.get("zero_stage")) or 0)
     if strategy == "auto":  # as TrialConfig resolves it
         strategy = "ddp" if zero == 0 else "deepspeed"
     compiled = _text(row.get("torch_compile")).lower() in ("true", "1", "yes")
@@ -100,13 +101,13 @@ def entry_of(record: Mapping[str, Any], *, measured: str, source: str) -> dict[s
         raise UsageError(f"{source}: no reference result names its device and torch")
     comparisons = {}
     for row in rows:
-        ratio = _number(row.get("platform_over_reference"))
+        ratio = stats.finite(row.get("platform_over_reference"))
         if ratio is not None and row.get("strategy"):
             comparisons[str(row["strategy"])] = {
                 "reference": row.get("reference") or row["strategy"],
                 "ratio": ratio,
-                "low": _number(row.get("ratio_low")) or ratio,
-                "high": _number(row.get("ratio_high")) or ratio,
+                "low": stats.finite(row.get("ratio_low")) or ratio,
+                "high": stats.finite(row.get("ratio_high")) or ratio,
                 "pairs": int(row.get("pairs") or 1),
             }
     if not comparisons:
@@ -220,7 +221,7 @@ def _host(env: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any] | No
     if not env.get("torch"):
         return None
     gpus = env.get("gpus") or []
-    count = _number(row.get("train_workers")) or len(gpus) or 1
+    count = stats.finite(row.get("train_workers")) or len(gpus) or 1
     return {"device": gpus[0] if gpus else "cpu", "count": int(count), "torch": str(env["torch"])}
 
 
@@ -304,11 +305,3 @@ def _text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(value).strip()
-
-
-def _number(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(value) else value

@@ -354,3 +354,13 @@ def bottlenecks(
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float, or None for a missing, unparsable or NaN one (a CSV cell, a JSON
+    field)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
