@@ -63,24 +63,16 @@ CASES: dict[str, tuple[list[str], dict]] = {
     "fsdp2": (["--strategy", "fsdp2"], {"strategy": "fsdp2", "zero_stage": 0}),
     "zero1": (["--strategy", "zero1"], {"strategy": "deepspeed", "zero_stage": 1}),
     "zero2": (["--strategy", "zero2"], {"strategy": "deepspeed", "zero_stage": 2}),
-    # Regional compile (every transformer block and the feature encoder compiled one by one),
-    # without and with CUDA graphs (compile_mode reduce-overhead).
-    "ddp_compiled": (
-        ["--strategy", "ddp", "--compile", "default"],
-        {"strategy": "ddp", **_REGIONAL, "compile_mode": "default"},
-    ),
-    "fsdp2_compiled": (
-        ["--strategy", "fsdp2", "--compile", "default"],
-        {"strategy": "fsdp2", **_REGIONAL, "compile_mode": "default"},
-    ),
-    "ddp_cudagraphs": (
-        ["--strategy", "ddp", "--compile", "reduce-overhead"],
-        {"strategy": "ddp", **_REGIONAL, "compile_mode": "reduce-overhead"},
-    ),
-    "fsdp2_cudagraphs": (
-        ["--strategy", "fsdp2", "--compile", "reduce-overhead"],
-        {"strategy": "fsdp2", **_REGIONAL, "compile_mode": "reduce-overhead"},
-    ),
+}
+# Regional compile (every transformer block and the feature encoder compiled one by one),
+# without and with CUDA graphs (compile_mode reduce-overhead): ddp_compiled, fsdp2_cudagraphs, ...
+CASES |= {
+    f"{strategy}_{name}": (
+        ["--strategy", strategy, "--compile", mode],
+        {"strategy": strategy, **_REGIONAL, "compile_mode": mode},
+    )
+    for name, mode in (("compiled", "default"), ("cudagraphs", "reduce-overhead"))
+    for strategy in ("ddp", "fsdp2")
 }
 EAGER = ("ddp", "fsdp2", "zero1", "zero2")
 OUTPUT_ROOT = Path("/tmp/reference_compare")

@@ -241,7 +241,7 @@ def raised_at(error: str | None, root: Path | None = None) -> str:
             ours = [i for i, p in enumerate(parts) if p in _PACKAGES]
             where = Path(*parts[ours[-1] :]) if ours else where
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        code = "" if code.startswith(("File ", "^", "~")) else code
+        code = "" if code.startswith(_NOISE) else code
         return f"{where.as_posix()}:{m['line']} in {m['func']}" + (f": {code}" if code else "")
     return ""
 
