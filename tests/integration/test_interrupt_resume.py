@@ -7,7 +7,10 @@ runs exactly the runs that did not finish ok.
 The sweep's output root is a bucket on a real S3-compatible server (moto in a subprocess,
 issue 26): the driver stages it and mirrors it there, the workers upload their run folders from
 their scratch folders, and each --resume starts from what the bucket holds. Every check reads
-the bucket (a fresh copy of it), never the driver's staging folder."""
+the bucket (a fresh copy of it), never the driver's staging folder. The corpus is the space's
+own ``data:`` section, made in the staging folder: when the sweep ends whole in the bucket the
+staging copy goes but for that corpus, and the printed training command still finds it
+(issue 54 item 7)."""
 
 import json
 import os
@@ -19,7 +22,8 @@ import pandas as pd
 import pytest
 
 from stage1_common.storage import Location
-from tests.integration.helpers import LiveCli, smoke_manifest
+from tests.cli import run_module
+from tests.integration.helpers import LiveCli
 from tests.s3server import bucket_env
 
 pytestmark = pytest.mark.integration
@@ -65,10 +69,9 @@ class Bucket:
 class Sweep(LiveCli):
     """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
 
-    def __init__(self, root: str, manifest: Path, *flags: str):
-        sets = [*SETS, f"manifest_path={manifest}"]
+    def __init__(self, root: str, *flags: str):
         args = ["--space", "smoke", "--output-root", str(root)]
-        super().__init__("platform.tune", *args, *[a for s in sets for a in ("--set", s)], *flags)
+        super().__init__("platform.tune", *args, *[a for s in SETS for a in ("--set", s)], *flags)
 
 
 def manifest(root: Path) -> pd.DataFrame:
@@ -85,12 +88,11 @@ def windows(df: pd.DataFrame, run: str) -> list[int]:
 
 def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bucket):
     remote = Bucket(bucket, tmp_path)
-    corpus = smoke_manifest(tmp_path / "corpus")
     full = list(range(6))  # 30 steps / 5
 
     # 1. kill -9 of rank 1's Ray Train worker: that run fails, the sweep goes on; Ctrl-C in the
     #    next run stops the sweep within 15 s with exit 130.
-    sweep = Sweep(bucket, corpus)
+    sweep = Sweep(bucket)
     sweep.wait_for(f"[1/2] {FIRST}: step 10/30")
     # Uploaded by the rank from its node as soon as it registered.
     worker = json.loads(remote.read(f"runs/{FIRST}/workers/rank1.json"))
@@ -121,7 +123,7 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
 
     # 2. --resume reruns both: the first to the end; a SIGKILL of the driver in the second. No
     #    handler runs, yet every file on disk reads back and the finished run is complete.
-    sweep = Sweep(bucket, corpus, "--resume")
+    sweep = Sweep(bucket, "--resume")
     sweep.wait_for(f"[2/2] {SECOND}: step 10/30")
     remote.caught_up(  # the first run's end is in the bucket: its manifest row and windows
         lambda root: (
@@ -143,15 +145,28 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
             pd.read_parquet(part)  # no part file is truncated
 
     # 3. --resume finishes exactly the missing run: complete, no duplicate rows.
-    sweep = Sweep(bucket, corpus, "--resume")
+    sweep = Sweep(bucket, "--resume")
     sweep.finish()
     assert sweep.proc.returncode == 0, sweep.out[-4000:]
     assert "resuming: 1 runs finished ok are kept, 1 run again" in sweep.out
     assert f"report: {bucket}/report.html" in sweep.out
-    # Whole in the bucket and exit 0: the driver's staging copy is gone (issue 43 item 10).
+    # Whole in the bucket and exit 0: the driver's staging copy is gone (issue 43 item 10) but
+    # for the corpus the runs read, and the printed training command runs (issue 54 item 7).
     from platform.storage.mirror import staging_folder
 
-    assert not staging_folder(bucket).exists()
+    staged = staging_folder(bucket)
+    assert [p.name for p in staged.iterdir()] == ["data"], sorted(staged.rglob("*"))
+    assert f"the space's corpus stays in {staged / 'data'}" in sweep.out
+    (command,) = [
+        ln.split("train with it: ", 1)[1].strip() for ln in sweep.lines if "train with it: " in ln
+    ]
+    assert command == f"python -m platform.train --config {bucket}/best_config.json", command
+    dry = run_module(*command.split()[2:], "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    (manifest_path,) = [
+        w.split("=", 1)[1] for w in dry.stdout.split() if w.startswith("manifest_path=")
+    ]
+    assert Path(manifest_path).is_file() and Path(manifest_path).is_relative_to(staged)
     root = remote.copy()
     m = manifest(root)
     assert list(m["status"]) == ["ok", "ok"] and list(m["exit_code"]) == [0, 0]
