@@ -6,6 +6,11 @@ FLOPs are counted once, at start-up, with ``torch.utils.flop_counter.FlopCounter
 forward and backward pass of the bare model (matmuls, convolutions and attention, the usual MFU
 convention) on a batch of the run's mean crop length. MFU = samples/s x FLOPs per sample /
 (peak x GPUs).
+
+One correction to torch's counter (``counter``): it counts a grouped convolution's weight
+gradient as if the convolution were not grouped (``groups`` times too many; torch 2.11 and
+2.13). wav2vec2's positional convolution has 16 groups, so torch's count of the base model
+carries its weight gradient 16 times (see docs for the size of it at the best point).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from trainables.config import TrialConfig
 from trainables.engine.precision import DTYPES
 from trainables.engine.shapes import probe_batch, probe_shape
 
-__all__ = ["PEAK_TFLOPS", "cached_flops_per_sample", "flops_per_sample", "peak_tflops"]
+__all__ = ["PEAK_TFLOPS", "cached_flops_per_sample", "counter", "flops_per_sample", "peak_tflops"]
 
 # Dense peak TFLOP/s per GPU from the vendors' data sheets (no sparsity). Low precision is the
 # tensor-core rate with fp32 accumulation; fp32 is the non-tensor-core rate (TF32 is not used
@@ -49,21 +54,50 @@ def peak_tflops(device: torch.device, precision: str) -> float:
     return math.nan
 
 
-def flops_per_sample(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> float:
-    """FLOPs of a forward and backward pass per sample of ``batch`` (gradients are cleared)."""
+# The counting rules' version, in the cache key: 2 = grouped convolutions' weight gradients
+# counted once (``_conv_backward_flops``).
+COUNTING = 2
+
+
+def _conv_backward_flops(*args, out_shape, **kwargs) -> int:
+    """torch's count of a convolution's backward, with the weight gradient counted as the
+    forward convolution it is (``x`` against ``grad_out``: the weight's shape already holds
+    ``C_in / groups``), where torch multiplies it by ``groups``."""
+    from torch.utils.flop_counter import conv_backward_flop, conv_flop_count
+
+    grad_out, x, w = args[0], args[1], args[2]
+    transposed, output_mask = args[7], args[10]
+    counted = conv_backward_flop(*args, out_val=out_shape, **kwargs)
+    if transposed or not output_mask[1]:
+        return counted
+    torch_weight_grad = conv_backward_flop(*args[:10], [False, True, False], out_val=out_shape)
+    return counted - torch_weight_grad + conv_flop_count(list(x), list(w), list(grad_out))
+
+
+def counter():
+    """A ``FlopCounterMode`` with the grouped-convolution correction (module docstring)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    counter = FlopCounterMode(display=False)
-    with counter:
+    return FlopCounterMode(
+        display=False,
+        custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flops},
+    )
+
+
+def flops_per_sample(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> float:
+    """FLOPs of a forward and backward pass per sample of ``batch`` (gradients are cleared)."""
+    counter_mode = counter()
+    with counter_mode:
         speech, text, scale = model(**batch)
         (speech.float().sum() + text.float().sum() + scale.float().sum()).backward()
     model.zero_grad(set_to_none=True)
-    return counter.get_total_flops() / batch["audio"].shape[0]
+    return counter_mode.get_total_flops() / batch["audio"].shape[0]
 
 
 def _cache_key(cfg: TrialConfig, load_dtype: str, attention: dict) -> str:
     """What the count depends on: the model's shape and dtype, its attention kernels, the probe
-    batch's shape, and the torch and transformers versions."""
+    batch's shape, the torch and transformers versions, and the counting rules (``COUNTING``:
+    a count made before a correction is not reused)."""
     import transformers
 
     audio_n, text_n = probe_shape(cfg)
@@ -80,6 +114,7 @@ def _cache_key(cfg: TrialConfig, load_dtype: str, attention: dict) -> str:
             [2, text_n],
             torch.__version__,
             transformers.__version__,
+            COUNTING,
         ]
     )
 
