@@ -1,6 +1,6 @@
-# Sourced by the benchmarks/*_gpu.sh scripts: $OUT, the environment the GPU hosts need, and the
-# 1,600-utterance corpus (2-8 s; CORPUS_SPEAKERS=N: N x 200 utterances), made once per machine
-# under /tmp and reused while it is warm.
+# Sourced by the benchmarks/*_gpu.sh and benchmarks/probes/*_gpu.sh scripts: $OUT, the
+# environment the GPU hosts need, and the 1,600-utterance corpus (2-8 s; CORPUS_SPEAKERS=N:
+# N x 200 utterances), made once per machine under /tmp and reused while it is warm.
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

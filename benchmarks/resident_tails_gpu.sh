@@ -9,14 +9,14 @@
 # and each block's sweep. About 10 minutes on an H100 with the default space: longer than one
 # device command, so start it in the background and collect it with a later command:
 #   (setsid nohup bash benchmarks/resident_tails_gpu.sh > /tmp/tails.log 2>&1 < /dev/null &)
-# TAILS_PROBE=1 first runs benchmarks/resident_speed_probe.py (no Ray, telemetry off): fresh
-# processes against runs in one process after serve.release, with and without gc.freeze.
+# TAILS_PROBE=1 first runs benchmarks/probes/resident_speed_probe.py (no Ray, telemetry off):
+# fresh processes against runs in one process after serve.release, with and without gc.freeze.
 set -u
 source "$(dirname "$0")/gpu_common.sh"
 if [ "${TAILS_PROBE:-0}" = 1 ]; then
-  make_corpus && python -m benchmarks.resident_speed_probe --manifest "$M" --micro-batch 160 \
-    --sequence fresh,first,release,freeze,release,freeze,fresh --json "$OUT/speed_probe.json" \
-    > "$OUT/speed_probe.log" 2>&1
+  make_corpus && python -m benchmarks.probes.resident_speed_probe --manifest "$M" \
+    --micro-batch 160 --sequence fresh,first,release,freeze,release,freeze,fresh \
+    --json "$OUT/speed_probe.json" > "$OUT/speed_probe.log" 2>&1
 fi
 TTA_SPACE=${TAILS_SPACE:-benchmarks/spaces/h100_mb160_buckets.yaml} TTA_LIMIT=${TAILS_LIMIT:-1500} \
   bash "$(dirname "$0")/time_to_answer_gpu.sh" --executors resident,fresh,resident \

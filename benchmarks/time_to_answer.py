@@ -23,8 +23,9 @@ the previous run's last window end (runs in the order they started). Tail sample
 summary.json's robust figure (one block per executor), and the median over the group's runs of
 the mean of their last 3 windows. The manifest gives start-up and compile figures; a resident sweep's groups.json the
 memory after each run against the group's first run. The host's speed over each run's tail
-windows comes from benchmarks/host_canary.py, run beside the sweeps (``--no-canary``: not), and
-each group's resident/fresh ratio at the same host speed from benchmarks/host_adjust.py. Writes JSON (default
+windows comes from benchmarks/probes/host_canary.py, run beside the sweeps (``--no-canary``:
+not), and each group's resident/fresh ratio at the same host speed from
+benchmarks/probes/host_adjust.py. Writes JSON (default
 benchmarks/results/time_to_answer_<label>/time_to_answer.json) and markdown beside it; exits 1
 when any sweep failed, after writing what was measured.
 """
@@ -43,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host_canary import Canary, host_over, read_samples
+from benchmarks.probes.host_canary import Canary, host_over, read_samples
 from benchmarks.time_to_answer_compare import compare, markdown
 from stage1_common.output_root import OutputRoot
 
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-canary",
         dest="canary",
         action="store_false",
-        help="no host-speed sampler beside the sweeps (benchmarks/host_canary.py)",
+        help="no host-speed sampler beside the sweeps (benchmarks/probes/host_canary.py)",
     )
     given = sys.argv[1:] if argv is None else argv
     args = p.parse_args(given)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from benchmarks.host_adjust import FIGURES, host_adjusted
+from benchmarks.probes.host_adjust import FIGURES, host_adjusted
 
 __all__ = ["SAME", "blocks", "compare", "markdown", "spread_of"]
 
@@ -91,7 +91,7 @@ def compare_tails(variants: dict[str, dict], scheduler: str) -> dict[str, dict]:
 
 
 def adjust_for_host(variants: dict[str, dict], scheduler: str, tails: dict[str, dict]):
-    """benchmarks/host_adjust.py over every run of ``scheduler``'s fresh and resident blocks
+    """benchmarks/probes/host_adjust.py over every run of ``scheduler``'s fresh and resident blocks
     that the host canary covered; each group's adjusted ratio goes into ``tails``."""
     runs = [
         {
@@ -176,8 +176,8 @@ def markdown(space: str, variants: dict[str, dict], cmp: dict) -> str:
     if fit:
         rows += [
             "",
-            f"Host-adjusted (benchmarks/host_adjust.py, {fit['runs']} runs): resident effect "
-            f"{f(fit['resident_effect'], '.3f')} (95 %: "
+            f"Host-adjusted (benchmarks/probes/host_adjust.py, {fit['runs']} runs): "
+            f"resident effect {f(fit['resident_effect'], '.3f')} (95 %: "
             f"{', '.join(f(v, '.3f') for v in fit['resident_effect_95'] or [None])}), R^2 "
             f"{f(fit['r2'], '.3f')} ({f(fit['r2_without_host'], '.3f')} without the host's "
             f"speed), elasticities "

@@ -1,5 +1,6 @@
-"""The host-speed canary (benchmarks/host_canary.py) and the tails adjusted for it
-(benchmarks/host_adjust.py): a real sampler process, and a fit that recovers what was planted."""
+"""The host-speed canary (benchmarks/probes/host_canary.py) and the tails adjusted for it
+(benchmarks/probes/host_adjust.py): a real sampler process, and a fit that recovers what was
+planted."""
 
 import json
 import random
@@ -8,8 +9,8 @@ import time
 
 import pytest
 
-from benchmarks.host_adjust import host_adjusted
-from benchmarks.host_canary import Canary, host_over, neighbours_fresh, read_samples
+from benchmarks.probes.host_adjust import host_adjusted
+from benchmarks.probes.host_canary import Canary, host_over, neighbours_fresh, read_samples
 from benchmarks.time_to_answer_compare import compare, markdown
 
 

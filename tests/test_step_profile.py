@@ -54,9 +54,9 @@ def test_a_trace_without_steps_is_refused_with_the_fix():
 
 
 def test_host_ops_names_the_loop_threads_extra_op_and_the_slower_launches():
-    # benchmarks/host_ops.py: the same workload's traces, the second with a host-side sum on
+    # benchmarks/probes/host_ops.py: the same workload's traces, the second with a host-side sum on
     # the loop's thread and slower launches on autograd's thread.
-    from benchmarks.host_ops import compare, per_thread, threads
+    from benchmarks.probes.host_ops import compare, per_thread, threads
 
     def trace(extra_sum_us, launch_us):
         events = []

@@ -1,7 +1,7 @@
 """Where a sweep's first run waits before its first step, process by process (issue 40):
 
-    python -m benchmarks.startup_chain [--space smoke] [--set KEY=VALUE ...] [--json OUT.json]
-        [--importtime] [--tree DIR]
+    python -m benchmarks.probes.startup_chain [--space smoke] [--set KEY=VALUE ...]
+        [--json OUT.json] [--importtime] [--tree DIR]
 
 Runs the space once (a new output root under the system's temporary folder) and reads its Ray
 session: each worker process's start (its core worker log's first line) and the actor it
@@ -126,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"first run: startup_s {float(first['startup_s']):.1f} ({first['startup_breakdown']})")
     if args.json:
         result = {
-            "command": " ".join(["python -m benchmarks.startup_chain", *(argv or sys.argv[1:])]),
+            "command": " ".join(
+                ["python -m benchmarks.probes.startup_chain", *(argv or sys.argv[1:])]
+            ),
             "chain": rows,
             "first_window_s": round(float(first_step), 2),
             "startup_s": float(first["startup_s"]),

@@ -1,6 +1,6 @@
 """How fast the host's CPU and memory are, sampled over time beside a probe (issue 24).
 
-The resident-vs-fresh tails gap of benchmarks/resident_speed_probe.py showed up as uniformly
+The resident-vs-fresh tails gap of benchmarks/probes/resident_speed_probe.py showed up as uniformly
 dearer CPU work on some hosts, in runs that sat in the middle of each sequence, between the
 fresh runs. A process that stays slow and a host that is slow for a few minutes look the same
 there. This canary tells them apart: a separate process that, every ``--period`` seconds, times a
@@ -8,8 +8,8 @@ fixed piece of CPU work (SHA-256 over a 256 KiB buffer that stays in the core's 
 fixed memory copy (64 MiB, beyond the caches), and appends one JSON line per sample. Its own
 process never changes, so a dip in its figures is the host's, not the probe process's.
 
-    python -m benchmarks.host_canary --out canary.jsonl &         # until killed
-    python -m benchmarks.host_canary --summarize probe.json canary.jsonl
+    python -m benchmarks.probes.host_canary --out canary.jsonl &         # until killed
+    python -m benchmarks.probes.host_canary --summarize probe.json canary.jsonl
 
 ``--summarize`` takes each run's tail (the span of its last three timed windows, from
 ``window_ends``), the canary's medians over that span, and each run's tail over the mean of the
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host_adjust import host_adjusted
+from benchmarks.probes.host_adjust import host_adjusted
 
-TAIL_WINDOWS = 3  # as benchmarks/resident_speed_probe.py
+TAIL_WINDOWS = 3  # as benchmarks/probes/resident_speed_probe.py
 
 
 def sample(buf: bytes, src: bytearray, dst: bytearray) -> dict[str, float]:
@@ -65,9 +65,9 @@ class Canary:
 
     def __enter__(self) -> Canary:
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "benchmarks.host_canary", "--out", str(self.out)]
+        cmd = [sys.executable, "-m", "benchmarks.probes.host_canary", "--out", str(self.out)]
         cmd += ["--period", str(self.period)]
-        self.proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent)
+        self.proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[2])
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,7 +139,7 @@ def summarize(probe: Path, canary: Path) -> list[str]:
         lo_hi = ", ".join(f"{v:.3f}" for v in fit["resident_effect_95"] or [])
         lines += [
             "",
-            f"In-process over fresh at the same host speed (benchmarks/host_adjust.py, "
+            f"In-process over fresh at the same host speed (benchmarks/probes/host_adjust.py, "
             f"{fit['runs']} runs): {fit['resident_effect']:.3f} (95 %: {lo_hi}); R^2 "
             f"{fit['r2']:.3f}, {fit['r2_without_host']:.3f} without the host's speed",
         ]
@@ -147,7 +147,7 @@ def summarize(probe: Path, canary: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.host_canary", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.probes.host_canary", description=__doc__)
     p.add_argument("--out", type=Path, help="append samples here until killed")
     p.add_argument("--period", type=float, default=0.5)
     p.add_argument("--summarize", nargs=2, type=Path, metavar=("PROBE_JSON", "CANARY_JSONL"))

@@ -3,7 +3,8 @@ what trainables/engine/compile_watch.py counts per window (issue 53: FSDP2 with 
 compile and reduce-overhead ran at 107 samples/s on 2x H200, against 1,030 with compile_mode
 default):
 
-    python -m benchmarks.cudagraph_rerecords [plain fsdp2 fsdp2_keep] [--windows 3] [--steps 5]
+    python -m benchmarks.probes.cudagraph_rerecords [plain fsdp2 fsdp2_keep] [--windows 3] \
+        [--steps 5]
 
 Four transformer layers, each compiled on its own (the platform's compile_scope layers), in one
 process on one GPU (a process group of one: FSDP2 gathers and frees as it does on more).

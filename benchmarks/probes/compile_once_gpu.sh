@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 40's "compile once per machine" on a GPU host, in one command through the device tool:
-#   source .gpu/setup.sh && bash benchmarks/compile_once_gpu.sh
+#   source .gpu/setup.sh && bash benchmarks/probes/compile_once_gpu.sh
 # The runbooks' mainline space at one compiled point (crop buckets 1-3 s, regional compile,
 # reduce-overhead: CUDA graphs, mb 128, every GPU), three times on one machine cache folder:
 # a sweep into a new root (cold), the same sweep into another new root, and platform.train with
@@ -13,7 +13,7 @@
 # trainings take in turn, each one environment assignment or `-` (the platform's default), e.g.
 # "- TORCH_WARM_POOL=1": then each variant's median compile_s and its ratio to the first's.
 set -u -o pipefail
-source "$(dirname "$0")/gpu_common.sh"
+source "$(dirname "$0")/../gpu_common.sh"
 list_gpus
 make_corpus
 export STAGE1_CACHE_DIR=/tmp/stage1-machine-cache

@@ -1,4 +1,4 @@
-"""What benchmarks/resident_speed_probe.py records of a process's memory (issue 24: is a
+"""What benchmarks/probes/resident_speed_probe.py records of a process's memory (issue 24: is a
 long-lived process's CPU work dearer because of how its memory is laid out?): transparent huge
 pages (``AnonHugePages`` against ``Anonymous``, /proc/self/smaps_rollup), page faults per step
 over a run's timed windows (the process's and its loader workers'), and glibc malloc's state

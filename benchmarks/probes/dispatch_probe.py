@@ -3,7 +3,7 @@ training thread, alternating, in one command (issue 53): the platform's eager st
 by the host's kernel launches, and on 2x H200 its loop waits longer per step under Ray than
 under torchrun with the same CPU time per step.
 
-    python -m benchmarks.dispatch_probe [--turns 3] [--blocks 2000] [--ops 500] [--json OUT]
+    python -m benchmarks.probes.dispatch_probe [--turns 3] [--blocks 2000] [--ops 500] [--json OUT]
 
 Each side times ``--blocks`` blocks of ``--ops`` in-place adds on a CPU tensor (each releases
 and takes back the GIL, as every op the loop launches does; one intra-op thread) and prints the
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def blocks(n_blocks: int, ops: int) -> dict[str, float]:
@@ -60,7 +60,7 @@ def blocks(n_blocks: int, ops: int) -> dict[str, float]:
 
 def _plain(args) -> dict[str, float]:
     code = (
-        "import json, sys; from benchmarks.dispatch_probe import blocks; "
+        "import json, sys; from benchmarks.probes.dispatch_probe import blocks; "
         f"print(json.dumps(blocks({args.blocks}, {args.ops})))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -75,7 +75,7 @@ def _ray_side(args, result: Path, spy: Path | None) -> dict[str, float]:
 
     def train_fn(_config) -> None:
         sys.path.insert(0, str(ROOT))
-        from benchmarks.dispatch_probe import blocks as run_blocks
+        from benchmarks.probes.dispatch_probe import blocks as run_blocks
 
         recorder = None
         if spy is not None:

@@ -5,7 +5,7 @@ the medians of the sweep's wall time (command start to exit), of the time from i
 its first timed window, and of its first run's start-up (trial start to first step, with its
 ``ray_workers`` and ``imports`` parts), and their ratios.
 
-    python -m benchmarks.sweep_startup --baseline 2ff22b5 --repeats 4 \\
+    python -m benchmarks.probes.sweep_startup --baseline 2ff22b5 --repeats 4 \\
         --json benchmarks/results/sweep_startup_cpu2.json
 
 Both revisions run with this Python and its installed packages; Ray's workers import the
@@ -29,7 +29,7 @@ from benchmarks.sweeps import prepared_synth_corpus
 from stage1_common.fileio import write_json
 from stage1_common.version import git
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(argv: list, cwd: Path) -> float:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(
             args.json,
             {
-                "command": "python -m benchmarks.sweep_startup " + " ".join(sys.argv[1:]),
+                "command": "python -m benchmarks.probes.sweep_startup " + " ".join(sys.argv[1:]),
                 "baseline": args.baseline,
                 "current": git("rev-parse", "--short", "HEAD", checkout=ROOT),
                 "runs": rows,

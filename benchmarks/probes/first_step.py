@@ -1,6 +1,6 @@
 """A new worker process's way to its first step, with and without the device warm-up (issue 40):
 
-    python -m benchmarks.first_step [--repeats 2] [--json OUT.json]
+    python -m benchmarks.probes.first_step [--repeats 2] [--json OUT.json]
 
 Each run is a new process that does what a train worker does before its first step, outside
 Ray: import torch, the process group (a world of one), the model code's imports, the engine
@@ -134,7 +134,7 @@ def child(variant: str) -> dict:
 
 
 def _run_child(variant: str, timeout: float) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.first_step", "--child", variant]
+    cmd = [sys.executable, "-m", "benchmarks.probes.first_step", "--child", variant]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Issue 53, item 1 on a 2-GPU host: where the platform's eager DDP loses host time against its
 # reference, one suspect at a time, in one command through the device tool:
-#   source .gpu/setup.sh && bash benchmarks/host_gap_gpu.sh
+#   source .gpu/setup.sh && bash benchmarks/probes/host_gap_gpu.sh
 # 1. benchmarks.reference_compare --strategies ddp: the reference and the platform (Ray, a
 #    resident group) at the references' point; the platform run's config.json is kept.
 # 2. HG_PAIRS times, alternating: the bare reference; the reference fed by a torch DataLoader
 #    (--loader 4, pinned, as the platform's synthetic data is fed); the platform's own loop
 #    without Ray (torchrun -m trainables.torchrun_main, the run's config).
-# 3. benchmarks.thread_census beside all of it: each process's threads' CPU use, in cores.
+# 3. benchmarks.probes.thread_census beside all of it: each process's threads' CPU use, in cores.
 # Writes $OUT/host_gap.md (samples/s of every run, medians per variant) and the logs.
 set -u -o pipefail
-source "$(dirname "$0")/gpu_common.sh"
+source "$(dirname "$0")/../gpu_common.sh"
 list_gpus
 { nproc; lscpu | grep -E "Model name|Socket|Thread|NUMA|MHz"; nvidia-smi topo -m; } > "$OUT/host.txt" 2>&1
 rm -rf /tmp/hg && mkdir -p /tmp/hg
-python -m benchmarks.thread_census --out "$OUT/census.jsonl" --period 1 \
+python -m benchmarks.probes.thread_census --out "$OUT/census.jsonl" --period 1 \
   --match benchmarks.strategy_reference --match trainables.torchrun_main --match RayTrainWorker \
   --match ray::  &
 CENSUS=$!
@@ -47,4 +47,4 @@ for name, vals in rows.items():
     print(f"| {name} | {', '.join(f'{v:.1f}' for v in vals)} | {med or 0:.1f} | "
           f"{(med / base) if med and base else 0:.3f} |")
 EOF
-python -m benchmarks.thread_census --summarize "$OUT/census.jsonl" | tee "$OUT/census.md"
+python -m benchmarks.probes.thread_census --summarize "$OUT/census.jsonl" | tee "$OUT/census.md"

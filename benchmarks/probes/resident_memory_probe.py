@@ -1,7 +1,7 @@
 """What a resident worker keeps on the GPU after a run (issue 24): three runs of the base models
 in one process (DDP, world 1), ``serve.release`` after each, then the CUDA memory still
 allocated, what the garbage collector sees of it, and whether waiting or one more collective
-gives the rest back. ``python -m benchmarks.resident_memory_probe`` on a GPU."""
+gives the rest back. ``python -m benchmarks.probes.resident_memory_probe`` on a GPU."""
 
 import gc
 import time
@@ -9,7 +9,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from benchmarks.resident_speed_probe import gpu_worker, init_process_group
+from benchmarks.probes.resident_speed_probe import gpu_worker, init_process_group
 from trainables.config import TrialConfig
 from trainables.loop import run_training
 from trainables.resident.serve import leftover_tensors, release

@@ -1,9 +1,9 @@
 """Which threads of a training process use the CPU, sampled from /proc beside a run (issue 53):
 a platform worker against its reference, thread by thread.
 
-    python -m benchmarks.thread_census --out census.jsonl --match strategy_reference \
+    python -m benchmarks.probes.thread_census --out census.jsonl --match strategy_reference \
         --match torchrun_main --match RayTrainWorker --match ray::  &     # until killed
-    python -m benchmarks.thread_census --summarize census.jsonl [--top 12]
+    python -m benchmarks.probes.thread_census --summarize census.jsonl [--top 12]
 
 Every ``--period`` seconds it reads, for each process whose command line contains one of the
 ``--match`` strings, every thread's name, user and system CPU time, involuntary context

@@ -2,7 +2,7 @@
 and the way it is, side by side on this machine (issue 42: the platform's DDP ran 16 % behind
 its reference on 2x H200, and the loop thread's largest extra op was this count):
 
-    python -m benchmarks.window_audio_count [--micro-batch 128] [--audio-s 2.0] [--threads 5]
+    python -m benchmarks.probes.window_audio_count [--micro-batch 128] [--audio-s 2.0] [--threads 5]
         [--steps 50] [--repeats 5] [--json OUT.json]
 
 ``cpu_mask``: the sum of the CPU-side boolean mask read back as an int every step (before);

@@ -4,7 +4,7 @@ alternating, ``--repeats`` times. A process imports torch, Ray Train and the mod
 (trainables/startup.py: ``import_model_code``) as a train worker does, then one full
 collection (what a pause put off is counted); prints the medians and their ratio.
 
-    python -m benchmarks.import_collector --repeats 5 \\
+    python -m benchmarks.probes.import_collector --repeats 5 \\
         --json benchmarks/results/import_collector_cpu2.json
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from stage1_common.fileio import write_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = """
 import time
@@ -72,7 +72,7 @@ def main() -> int:
         f"{medians['paused']:.2f} s, paused/running {ratio:.3f}"
     )
     if args.json:
-        command = "python -m benchmarks.import_collector " + " ".join(sys.argv[1:])
+        command = "python -m benchmarks.probes.import_collector " + " ".join(sys.argv[1:])
         write_json(
             args.json, {"command": command, "runs": runs, "medians": medians, "ratio": ratio}
         )

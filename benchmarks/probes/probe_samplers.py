@@ -1,4 +1,4 @@
-"""What benchmarks/resident_speed_probe.py samples around a run: the GPU's clocks (NVML), the
+"""What benchmarks/probes/resident_speed_probe.py samples around a run: the GPU's clocks (NVML), the
 CUDA kernels of one window (torch.profiler), the host's stacks of two windows (py-spy), what
 the process carries into a run, and where on the host it runs: the cores its threads ran on
 and the NUMA node of its memory (a long-lived process may run far from memory an earlier run

@@ -2,19 +2,19 @@
 # Issue 53, item 1, second step on a 2-GPU host: the platform's loop runs at the reference's
 # speed under torchrun but not under Ray (host_gap_gpu.sh). Does other work on the machine's
 # cores slow the reference the same way, and which of Ray's processes are busy meanwhile?
-#   source .gpu/setup.sh && bash benchmarks/host_noise_gpu.sh
+#   source .gpu/setup.sh && bash benchmarks/probes/host_noise_gpu.sh
 # 1. HN_PAIRS times: the bare reference (DDP, the references' point), then the same with
 #    HN_BURNERS processes spinning on the CPU beside it (nothing else shared).
 # 2. The platform at the same point (DDP, HN_REPEATS runs in one sweep), as it is, then with
 #    RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=2 (Ray's default; the platform sets 0.25).
 # 3. The platform's loop under torchrun, its windows kept (cpu_s, gc_ms per window).
-# benchmarks.thread_census --all beside it: $OUT/census.md lists the busiest other processes.
+# benchmarks.probes.thread_census --all beside it: $OUT/census.md lists the busiest other processes.
 # Writes $OUT/host_noise.md and $OUT/data.tar.gz (timing windows of both sides, manifests).
 set -u -o pipefail
-source "$(dirname "$0")/gpu_common.sh"
+source "$(dirname "$0")/../gpu_common.sh"
 list_gpus
 rm -rf /tmp/hn && mkdir -p /tmp/hn
-python -m benchmarks.thread_census --out /tmp/hn/census.jsonl --period 1 \
+python -m benchmarks.probes.thread_census --out /tmp/hn/census.jsonl --period 1 \
   --match benchmarks.strategy_reference --match trainables.torchrun_main --match RayTrainWorker &
 CENSUS=$!
 REF=(python -m torch.distributed.run --standalone --nproc_per_node="$GPUS" -m benchmarks.strategy_reference
@@ -41,7 +41,7 @@ CONFIG=$(ls /tmp/hn/plat/runs/*/config.json | head -1)
 python -m torch.distributed.run --standalone --nproc_per_node="$GPUS" -m trainables.torchrun_main \
   --config "$CONFIG" --out /tmp/hn/loop 2>&1 | grep "torchrun: tail"
 kill $CENSUS; wait $CENSUS 2>/dev/null
-python -m benchmarks.thread_census --summarize /tmp/hn/census.jsonl > "$OUT/census.md"
+python -m benchmarks.probes.thread_census --summarize /tmp/hn/census.jsonl > "$OUT/census.md"
 python - <<'PY' | tee "$OUT/host_noise.md"
 import glob, json, statistics
 import pandas as pd

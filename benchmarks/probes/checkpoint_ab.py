@@ -5,8 +5,8 @@ host buffers, the writer process starting). Here each run's windows are compared
 timed windows against the run's later ones, and the step time of the runs with checkpoints
 against the runs without.
 
-    python -m benchmarks.checkpoint_ab --space h200_train_z1 --manifest PATH --output-root DIR \
-        [--strategies ddp,fsdp2] [--every 200] [--repeats 2] [--set KEY=VALUE ...]
+    python -m benchmarks.probes.checkpoint_ab --space h200_train_z1 --manifest PATH \
+        --output-root DIR [--strategies ddp,fsdp2] [--every 200] [--repeats 2] [--set KEY=VALUE ...]
 
 Per run: samples/s of windows 1-4, the excess seconds of windows 1-2 over the run's median
 window, and the seconds in steps after the start-up window (window 0). Per strategy: the

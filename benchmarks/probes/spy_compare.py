@@ -1,9 +1,9 @@
 """Two py-spy raw profiles side by side (``py-spy record --format raw --threads``, as
-benchmarks/resident_speed_probe.py's ``:spy`` runs write them): samples per thread, then for one
-thread each frame's inclusive samples in both, heaviest difference first. py-spy leaves out a
-thread's idle samples, so a thread's count is its busy time (100 samples a second).
+benchmarks/probes/resident_speed_probe.py's ``:spy`` runs write them): samples per thread, then
+for one thread each frame's inclusive samples in both, heaviest difference first. py-spy leaves
+out a thread's idle samples, so a thread's count is its busy time (100 samples a second).
 
-    python -m benchmarks.spy_compare A.txt B.txt [--thread MainThread] [--top 30]
+    python -m benchmarks.probes.spy_compare A.txt B.txt [--thread MainThread] [--top 30]
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The host's side of two profiled steps, op by op (issue 42): where a platform run's loop and
 autograd threads spend CPU time that its reference's do not.
 
-    python -m benchmarks.host_ops BASE_TRACE.json OTHER_TRACE.json [--top 15] [--json OUT.json]
+    python -m benchmarks.probes.host_ops BASE_TRACE.json OTHER_TRACE.json [--top 15] \
+        [--json OUT.json]
 
 Two Chrome traces of the same workload (benchmarks/strategy_reference.py's ``--profile`` and the
 platform's ``profile_steps``, as benchmarks/reference_compare.py makes them; ``.gz`` read too).

@@ -1,6 +1,7 @@
 """Ray Data pipeline against a plain single-process loop, same per-file work, one run.
 
-    python -m benchmarks.data_prep_bench [--files 320] [--repeats 3] [--workers N] [--corpus DIR]
+    python -m benchmarks.probes.data_prep_bench [--files 320] [--repeats 3] [--workers N] \
+        [--corpus DIR]
 
 Both variants call data_prep.pipeline.process_row on the same task list (decode, downmix,
 resample to 16 kHz, trim, write FLAC; --force so nothing is skipped) into fresh output folders.

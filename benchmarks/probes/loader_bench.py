@@ -1,6 +1,6 @@
 """Seek-crop reading against full-file decoding, same manifest, same crops, one run.
 
-    python -m benchmarks.loader_bench [--files 64] [--workers 1] [--batches 40] [--repeats 3]
+    python -m benchmarks.probes.loader_bench [--files 64] [--workers 1] [--batches 40] [--repeats 3]
 
 The corpus is synthetic with LibriSpeech-like lengths (9-18 s before trimming, ~12 s after, as LibriSpeech: the
 ratio grows with file length, so it is printed). Both variants run trainables.manifest.ManifestDataset through a torch DataLoader with

@@ -3,7 +3,7 @@ host's drift during the command is taken out.
 
 On two H100 hosts (benchmarks/results/time_to_answer_1xh100/tails/11_host_canary/) the tail
 samples/s of eleven runs of one configuration, fresh and in-process alternating, followed what a
-separate process (benchmarks/host_canary.py) measured over the same seconds: its memory-copy
+separate process (benchmarks/probes/host_canary.py) measured over the same seconds: its memory-copy
 bandwidth (r = 0.93 on one host) and its SHA-256 speed (r = 0.85 on the other). The host's speed
 moved during the command, and it moved the runs with it. A run's tail is therefore compared at
 the host speed of the whole command:

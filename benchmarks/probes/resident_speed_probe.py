@@ -21,9 +21,9 @@ stacks, Python and C++, over two windows with py-spy (``--spy-window``, ``--spy-
 host's side of a step goes. Tails leave out the profiled or sampled windows (and the next).
 Each run records page faults per step, its anonymous memory on huge pages and glibc malloc's
 state; ``mallopt``, ``thp`` and ``hugefresh`` change how malloc and the kernel back a run's memory
-(benchmarks/memory_facts.py). The samplers: benchmarks/probe_samplers.py.
+(benchmarks/probes/memory_facts.py). The samplers: benchmarks/probes/probe_samplers.py.
 
-    python -m benchmarks.resident_speed_probe --manifest PATH [--steps 150] [--json F]
+    python -m benchmarks.probes.resident_speed_probe --manifest PATH [--steps 150] [--json F]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.memory_facts import (
+from benchmarks.probes.memory_facts import (
     FaultAccount,
     advise_huge_pages,
     fix_malloc_thresholds,
@@ -49,7 +49,7 @@ from benchmarks.memory_facts import (
     memory_table,
     smaps_rollup,
 )
-from benchmarks.probe_samplers import (
+from benchmarks.probes.probe_samplers import (
     CpuAccount,
     Gpu,
     KernelWindow,
@@ -198,7 +198,7 @@ def light_release() -> None:
 def pin_to_gpu_node(host: dict[str, Any]) -> None:
     """Every thread of this process (and the loader workers it forks later) on the cores of
     the GPU's NUMA node: the placement a fresh process's first touch would favour."""
-    from benchmarks.probe_samplers import node_cores
+    from benchmarks.probes.probe_samplers import node_cores
 
     cores = node_cores(host.get("gpu_numa_node"))
     if not cores:
@@ -230,7 +230,7 @@ def fresh(
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One run in a new process (its own imports, CUDA context and process group)."""
-    cmd = [sys.executable, "-m", "benchmarks.resident_speed_probe", "--one"]
+    cmd = [sys.executable, "-m", "benchmarks.probes.resident_speed_probe", "--one"]
     cmd += ["--manifest", args.manifest, "--steps", str(args.steps), "--case", case]
     cmd += ["--micro-batch", str(args.micro_batch), "--profile-window", str(profile_window)]
     cmd += ["--telemetry"] if args.telemetry else []

@@ -1,10 +1,11 @@
 """A py-spy speedscope record as a timeline: per second, each thread's most sampled frames
-(``py-spy record --format speedscope --threads --idle -r 100``, as benchmarks/first_run_gpu.sh
-with FIRST_RUN_SPY=1 writes it). A speedscope profile keeps its samples in order, so a sample's
-index at a known rate is its time; a thread's clock starts when py-spy first saw it (every
-thread's record ends with the recording).
+(``py-spy record --format speedscope --threads --idle -r 100``, as
+benchmarks/probes/first_run_gpu.sh with FIRST_RUN_SPY=1 writes it). A speedscope profile keeps
+its samples in order, so a sample's index at a known rate is its time; a thread's clock starts
+when py-spy first saw it (every thread's record ends with the recording).
 
-    python -m benchmarks.spy_timeline RECORD.json[.gz] [--rate 100] [--threads MainThread,...]
+    python -m benchmarks.probes.spy_timeline RECORD.json[.gz] [--rate 100] \
+        [--threads MainThread,...]
 
 Each line: the second, then the two most sampled pairs "our frame >> leaf frame" of that second
 (our frame: the innermost frame of this project's packages, '-' when none).

@@ -1,6 +1,7 @@
 """Where a warm compile's seconds go, variant by variant, outside Ray (issue 40):
 
-    python -m benchmarks.compile_warm --json OUT.json [--variants layers_ro,layers_default,...]
+    python -m benchmarks.probes.compile_warm --json OUT.json \
+        [--variants layers_ro,layers_default,...]
 
 Each variant runs in fresh processes on one device: first cold (an empty cache folder of its
 own family of graphs, unless a variant of the same family ran cold before), then warm (the same
@@ -235,7 +236,7 @@ def _run_child(variant: str, cache: Path, temperature: str, profile: bool, timeo
     cmd = [
         sys.executable,
         "-m",
-        "benchmarks.compile_warm",
+        "benchmarks.probes.compile_warm",
         "--child",
         variant,
         "--cache",
