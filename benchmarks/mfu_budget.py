@@ -61,6 +61,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp16", "fp32"))
     p.add_argument("--attention", default="sdpa", help="attention kernel of both encoders")
     p.add_argument("--compile", default="none", choices=("none", "default", "reduce-overhead"))
+    p.add_argument(
+        "--sdpa",
+        default="auto",
+        choices=("auto", "flash", "cudnn", "efficient", "math"),
+        help="the SDPA backend every attention runs on (auto: torch's choice)",
+    )
+    p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
+    p.add_argument(
+        "--no-masks",
+        action="store_true",
+        help="no attention masks (none is needed when no row is padded, as under crop buckets)",
+    )
+    p.add_argument(
+        "--detail", action="store_true", help="also time the parts' pieces (rows 'part.piece')"
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--json", type=Path, help="write the rows here too")
@@ -101,6 +116,8 @@ class Point:
             device
         )
         self.text_mask = torch.ones_like(self.input_ids)
+        if args.no_masks:
+            self.audio_mask = self.text_mask = None
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=1e-4, fused=True if device.type == "cuda" else None
         )
@@ -125,7 +142,11 @@ def part_steps(pt: Point) -> dict[str, Callable[[], None]]:
         feats = speech.feature_extractor(pt.audio).detach()
         frames = feats.shape[-1]
         hidden_dim = speech.config.hidden_size
-    frame_mask = speech._get_feature_vector_attention_mask(frames, pt.audio_mask)
+    frame_mask = (
+        None
+        if pt.audio_mask is None
+        else speech._get_feature_vector_attention_mask(frames, pt.audio_mask)
+    )
 
     def extractor_fwd():
         return speech.feature_extractor(pt.audio)
@@ -138,8 +159,11 @@ def part_steps(pt: Point) -> dict[str, Callable[[], None]]:
         return text(pt.input_ids, attention_mask=pt.text_mask).last_hidden_state[:, 0]
 
     def head_fwd(frames_out, cls):
-        fm = frame_mask.unsqueeze(-1).to(frames_out.dtype)
-        pooled = (frames_out * fm).sum(1) / fm.sum(1).clamp(min=1.0)
+        if frame_mask is None:
+            pooled = frames_out.mean(1)
+        else:
+            fm = frame_mask.unsqueeze(-1).to(frames_out.dtype)
+            pooled = (frames_out * fm).sum(1) / fm.sum(1).clamp(min=1.0)
         s = F.normalize(m.speech_proj(pooled), dim=-1)
         t = F.normalize(m.text_proj(cls), dim=-1)
         return contrastive_loss(s, t, m.logit_scale.exp().clamp(1.0, m.logit_scale_max))
@@ -186,6 +210,70 @@ def part_steps(pt: Point) -> dict[str, Callable[[], None]]:
         "head": head,
         "optimizer": optimizer,
     }
+
+
+def piece_steps(pt: Point) -> dict[str, Callable[[], None]]:
+    """The pieces of the parts (``--detail``), each alone on its input: the first convolution
+    with its GroupNorm, the other six; the feature projection with the positional convolution,
+    the speech transformer's layers; BERT's embeddings, its layers (unmasked)."""
+    speech, text = pt.model.speech, pt.model.text
+    convs = speech.feature_extractor.conv_layers
+    enc = speech.encoder
+    with torch.no_grad(), pt.autocast():
+        h0 = convs[0](pt.audio[:, None]).detach()
+        feats = speech.feature_extractor(pt.audio).detach()
+        hidden = speech.feature_projection(feats.transpose(1, 2))[0].detach()
+        emb = text.embeddings(input_ids=pt.input_ids).detach()
+
+    def conv0():
+        return convs[0](pt.audio[:, None])
+
+    def conv_rest(x):
+        for layer in convs[1:]:
+            x = layer(x)
+        return x
+
+    def projection_pos(f):
+        h = speech.feature_projection(f.transpose(1, 2))[0]
+        return enc.layer_norm(h + enc.pos_conv_embed(h))
+
+    def speech_layers(h):
+        for layer in enc.layers:
+            h = layer(h, attention_mask=None)[0] if _returns_tuple(layer) else layer(h)
+        return h
+
+    def text_embeddings():
+        return text.embeddings(input_ids=pt.input_ids)
+
+    def text_layers(e):
+        return text.encoder(e).last_hidden_state
+
+    def run(fn, inp=None):
+        fn = pt.compiled(fn)
+
+        def step():
+            x = None if inp is None else inp.clone().requires_grad_(True)
+            with pt.autocast():
+                out = fn() if x is None else fn(x)
+            out.float().sum().backward()
+
+        return step
+
+    return {
+        "extractor.conv0_groupnorm": run(conv0),
+        "extractor.conv1_6": run(conv_rest, h0),
+        "speech_encoder.projection_posconv": run(projection_pos, feats),
+        "speech_encoder.layers": run(speech_layers, hidden),
+        "text_encoder.embeddings": run(text_embeddings),
+        "text_encoder.layers": run(text_layers, emb),
+    }
+
+
+def _returns_tuple(layer) -> bool:
+    """transformers 4 encoder layers return a tuple, transformers 5's a tensor."""
+    import inspect
+
+    return "output_attentions" in inspect.signature(layer.forward).parameters
 
 
 def whole_step(pt: Point) -> Callable[[], None]:
@@ -283,6 +371,23 @@ def flops_formula(args: argparse.Namespace, speech_cfg, text_cfg) -> dict[str, f
 
 
 def budget(args: argparse.Namespace) -> list[dict]:
+    """The rows, under the SDPA backend and cuDNN setting asked for."""
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    if args.sdpa == "auto":
+        return _budget(args)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[args.sdpa]
+    with sdpa_kernel(backend):
+        return _budget(args)
+
+
+def _budget(args: argparse.Namespace) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     pt = Point(args, device)
     peak = peak_tflops(device, pt.precision)
@@ -300,9 +405,15 @@ def budget(args: argparse.Namespace) -> list[dict]:
         print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     whole_ms = timed_ms(whole, device, args.warmup, args.iters)
     whole_flops = counted_flops(whole)
-    parts_ms = sum(r["gpu_ms"] for r in rows)
+    parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
     rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
     rows.append(_row("step", whole_ms, whole_flops, peak))
+    if args.detail:
+        for name, fn in piece_steps(pt).items():
+            ms = timed_ms(fn, device, args.warmup, args.iters)
+            rows.append(_row(name, ms, counted_flops(fn), peak))
+            pt.model.zero_grad(set_to_none=False)
+            print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     for r in rows:
         r["share"] = r["gpu_ms"] / whole_ms if whole_ms else float("nan")
     formula = flops_formula(args, pt.model.speech.config, pt.model.text.config)
@@ -341,7 +452,8 @@ def profile_rows(trace: Path) -> list[dict]:
 def table(rows: list[dict], args: argparse.Namespace, peak: float) -> str:
     head = (
         f"MFU budget: {args.model_size}, micro-batch {args.micro_batch}, {args.audio_s} s audio, "
-        f"{args.text_tokens} tokens, compile {args.compile}; peak {peak:.0f} TFLOP/s"
+        f"{args.text_tokens} tokens, compile {args.compile}, sdpa {args.sdpa}, cudnn benchmark "
+        f"{args.cudnn_benchmark}, masks {not args.no_masks}; peak {peak:.0f} TFLOP/s"
     )
     cols = (
         "part",

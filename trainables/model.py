@@ -216,14 +216,18 @@ class Stage1Model(nn.Module):
     def forward(
         self,
         audio: torch.Tensor,
-        audio_mask: torch.Tensor,
+        audio_mask: torch.Tensor | None,
         input_ids: torch.Tensor,
-        text_mask: torch.Tensor,
+        text_mask: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A mask of None: no row is padded (mean over every frame; attention unmasked)."""
         frames = self.speech(audio, attention_mask=audio_mask).last_hidden_state
-        frame_mask = self.speech._get_feature_vector_attention_mask(frames.shape[1], audio_mask)
-        frame_mask = frame_mask.unsqueeze(-1).to(frames.dtype)
-        pooled = (frames * frame_mask).sum(1) / frame_mask.sum(1).clamp(min=1.0)
+        if audio_mask is None:
+            pooled = frames.mean(1)
+        else:
+            frame_mask = self.speech._get_feature_vector_attention_mask(frames.shape[1], audio_mask)
+            frame_mask = frame_mask.unsqueeze(-1).to(frames.dtype)
+            pooled = (frames * frame_mask).sum(1) / frame_mask.sum(1).clamp(min=1.0)
         cls = self.text(input_ids, attention_mask=text_mask).last_hidden_state[:, 0]
         speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
         text_emb = F.normalize(self.text_proj(cls), dim=-1)
