@@ -280,7 +280,7 @@ def whole_step(pt: Point) -> Callable[[], None]:
     m = pt.model
 
     def fwd():
-        s, t, scale = m(pt.audio, pt.audio_mask, pt.input_ids, pt.text_mask)
+        s, t, scale = m(pt.audio, pt.input_ids, pt.audio_mask, pt.text_mask)
         return contrastive_loss(s, t, scale)
 
     fwd_c = pt.compiled(fwd)

@@ -9,8 +9,9 @@ It imports nothing of this project (no ``platform``, no ``trainables``): the two
 built here from transformers' configs (wav2vec2-base and bert-base, LayerDrop and SpecAugment
 off, SDPA attention), mean-pooled speech frames and the text [CLS] state are projected into one
 space and trained with a CLIP loss over the global batch (an all-gather with a gradient).
-The batch is one made-up batch of the given shape (every row full length, masks of ones, as the
-platform's synthetic dataset gives them), made on the device once (no DataLoader: the
+The batch is one made-up batch of the given shape (every row full length, so wav2vec2 gets no
+padding mask, as the platform's loader leaves it out of such a batch; BERT's mask of ones),
+made on the device once (no DataLoader: the
 strategy's own cost, not the input pipeline's). Each strategy as its documentation sets it up:
 
 - ``ddp``: ``DistributedDataParallel`` (25 MB buckets), fp32 weights, autocast to bf16, fused
@@ -100,7 +101,8 @@ def build_model(size: str, proj_dim: int = 256):
             self.logit_scale = nn.Parameter(torch.full((1,), math.log(1 / 0.07)))
 
         def forward(self, audio, audio_mask, input_ids, text_mask):
-            frames = self.speech(audio, attention_mask=audio_mask).last_hidden_state.mean(1)
+            del audio_mask  # every row full length (module docstring)
+            frames = self.speech(audio).last_hidden_state.mean(1)
             cls = self.text(input_ids, attention_mask=text_mask).last_hidden_state[:, 0]
             return (
                 nn.functional.normalize(self.speech_proj(frames), dim=-1),

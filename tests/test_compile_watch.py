@@ -37,7 +37,7 @@ def _window_metrics(watch: CompileWatch) -> dict:
         flops_per_sample=1.0, peak_tflops=math.nan, effective={}, lr=lambda: 1e-3
     )
     window = Window.on(torch.device("cpu"))
-    window.add_audio(torch.ones(2, 100, dtype=torch.bool))
+    window.add_audio({"audio": torch.zeros(2, 100)})
     window.timer.add(data_ms=1.0, step_ms=9.0, iter_ms=10.0)
     state = RunState(step=5)
     metrics = WindowMetrics(cfg, worker, engine, {}, None, watch)

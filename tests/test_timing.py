@@ -42,16 +42,18 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     from trainables.window_metrics import Window
 
     window = Window.on(torch.device("meta"))
-    window.add_audio(torch.ones(4, 32_000, dtype=torch.bool, device="meta"))
+    window.add_audio({"audio_mask": torch.ones(4, 32_000, dtype=torch.bool, device="meta")})
     assert window.audio_valid.device.type == "meta" and window.audio_total == 4 * 32_000
     with pytest.raises(ValueError, match=r"^audio_mask on cpu: pass the batch's mask on the run"):
-        window.add_audio(torch.ones(4, 8, dtype=torch.bool))
+        window.add_audio({"audio_mask": torch.ones(4, 8, dtype=torch.bool)})
     cpu = Window.on(torch.device("cpu"))
     for valid in (3, 5):
         mask = torch.zeros(2, 4, dtype=torch.bool)
         mask.view(-1)[:valid] = True
-        cpu.add_audio(mask)
+        cpu.add_audio({"audio": torch.zeros(2, 4), "audio_mask": mask})
     assert (int(cpu.audio_valid), cpu.audio_total) == (8, 16)
+    cpu.add_audio({"audio": torch.zeros(2, 4)})  # no mask: no row padded
+    assert (int(cpu.audio_valid), cpu.audio_total) == (16, 24)
     cpu.next()
     assert (int(cpu.audio_valid), cpu.audio_total) == (0, 0)
 

@@ -288,7 +288,7 @@ def _step(run: _Run, window: Window) -> float:
         cpu_batch = next(run.batches)
         batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         data_s += time.perf_counter() - td
-        window.add_audio(batch["audio_mask"])
+        window.add_audio(batch)
         phase = run.profiler.phase  # the profiler's marks (profile_steps), else no-ops
         with engine.accumulating(last):
             with phase("forward"):

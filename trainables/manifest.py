@@ -160,18 +160,25 @@ def collate_padded(
     length (items carry a length, not a mask as long as their audio). The audio mask is bool:
     as long as the audio, an int64 one was twice the audio's bytes (61 MB of a 91 MB batch at
     mb 160 and 3 s), all of it pinned and copied to the GPU by the loader, and the model reads
-    only its lengths (transformers' feature-vector mask takes a bool one as it is)."""
+    only its lengths (transformers' feature-vector mask takes a bool one as it is).
+
+    No row padded (crop buckets, equal crops): no audio mask at all. An all-true mask changes
+    nothing the model computes but costs wav2vec2 a masked fill (a boolean index: a host sync)
+    and the frames' mask: 7 % of an eager step at mb 256 and 2 s on an H200
+    (benchmarks/results/mfu_budget_2xh200/)."""
     from torch.nn.utils.rnn import pad_sequence
 
     audio = pad_sequence([it["audio"] for it in items], batch_first=True)
     ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad_id)
     if text_to is not None and ids.shape[1] < text_to:
         ids = torch.nn.functional.pad(ids, (0, text_to - ids.shape[1]), value=pad_id)
-    audio_len = torch.tensor([it["audio_len"] for it in items])
+    lengths = [it["audio_len"] for it in items]
     text_len = torch.tensor([len(it["input_ids"]) for it in items])
-    return {
+    batch = {
         "audio": audio,
-        "audio_mask": torch.arange(audio.shape[1]) < audio_len[:, None],
         "input_ids": ids,
         "text_mask": (torch.arange(ids.shape[1]) < text_len[:, None]).long(),
     }
+    if min(lengths) < audio.shape[1]:
+        batch["audio_mask"] = torch.arange(audio.shape[1]) < torch.tensor(lengths)[:, None]
+    return batch

@@ -216,11 +216,11 @@ class Stage1Model(nn.Module):
     def forward(
         self,
         audio: torch.Tensor,
-        audio_mask: torch.Tensor | None,
         input_ids: torch.Tensor,
-        text_mask: torch.Tensor | None,
+        audio_mask: torch.Tensor | None = None,
+        text_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A mask of None: no row is padded (mean over every frame; attention unmasked)."""
+        """No mask: no row is padded (the mean over every frame; attention unmasked)."""
         frames = self.speech(audio, attention_mask=audio_mask).last_hidden_state
         if audio_mask is None:
             pooled = frames.mean(1)

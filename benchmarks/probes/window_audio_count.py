@@ -40,7 +40,7 @@ def _device_mask(_mask_cpu: torch.Tensor, mask_dev: torch.Tensor, steps: int) ->
     window = Window.on(mask_dev.device)
     t0 = time.perf_counter()
     for _ in range(steps):
-        window.add_audio(mask_dev)
+        window.add_audio({"audio_mask": mask_dev})
     seconds = (time.perf_counter() - t0) / steps
     int(window.audio_valid)  # the window's one read, outside the steps
     return seconds
