@@ -74,6 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="no attention masks (none is needed when no row is padded, as under crop buckets)",
     )
     p.add_argument(
+        "--dropout",
+        type=float,
+        help="every dropout of both encoders at this rate (default: transformers' 0.1)",
+    )
+    p.add_argument(
         "--detail", action="store_true", help="also time the parts' pieces (rows 'part.piece')"
     )
     p.add_argument("--warmup", type=int, default=3)
@@ -106,6 +111,8 @@ class Point:
             precision=self.precision,
         )
         self.model = model.to(device).train()
+        if args.dropout is not None:
+            set_dropout(self.model, args.dropout)
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -132,6 +139,17 @@ class Point:
         if self.compile == "none":
             return fn
         return torch.compile(fn, mode=None if self.compile == "default" else self.compile)
+
+
+def set_dropout(model: torch.nn.Module, rate: float) -> None:
+    """Every dropout of the model at ``rate``: the modules, and the rate transformers' attention
+    classes keep as a float attribute for SDPA's ``dropout_p``."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = rate
+        for attr in ("dropout", "dropout_prob", "attention_dropout"):
+            if isinstance(getattr(module, attr, None), float):
+                setattr(module, attr, rate)
 
 
 def part_steps(pt: Point) -> dict[str, Callable[[], None]]:
@@ -453,7 +471,8 @@ def table(rows: list[dict], args: argparse.Namespace, peak: float) -> str:
     head = (
         f"MFU budget: {args.model_size}, micro-batch {args.micro_batch}, {args.audio_s} s audio, "
         f"{args.text_tokens} tokens, compile {args.compile}, sdpa {args.sdpa}, cudnn benchmark "
-        f"{args.cudnn_benchmark}, masks {not args.no_masks}; peak {peak:.0f} TFLOP/s"
+        f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}; "
+        f"peak {peak:.0f} TFLOP/s"
     )
     cols = (
         "part",
