@@ -105,8 +105,8 @@ class WorkloadConfig:
     executor: vocab.Executor = _doc(
         "Where a sweep's run trains: `resident` in a worker group kept alive across the runs of "
         "one resource shape (no process start-up per run), `fresh` in new Ray Train workers of "
-        "its own; `auto`: resident, unless the run needs its own processes (injected leaks or "
-        "kills, checkpoints with restarts) or is platform.train's.",
+        "its own; `auto`: resident, unless the run needs its own processes (a planted leak, "
+        "checkpoints, the profiler) or is platform.train's.",
         default="auto",
     )
     # --- batch and loader ---

@@ -1,7 +1,7 @@
 """Per-run figures, group statistics over repeats and the ranking, as pure functions of the
-timing rows and the run manifest (platform/analyze.py writes them to files).
+timing rows and the run manifest (platform/analysis/analyze.py writes them to files).
 
-Definitions (docs/ARCHITECTURE.md, "Analysis"):
+Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md):
 
 - a run's *tail* is its last ``tail_timing_points`` windows of rank 0;
 - ``iter_p90_over_p50`` (and data, step) is the mean over the tail windows of each window's

@@ -52,7 +52,7 @@ SEARCHES = ("grid", "random", "optuna")
 class SchedulerPlan:
     """``scheduler:`` how runs are stopped early. ``fifo``: never (every run to max_steps);
     ``asha``: Tune's ASHAScheduler on the run's samples/s after the warm-up windows; ``race``:
-    platform.control.race, a noise-aware racing of the groups (docs/ARCHITECTURE.md, "Racing").
+    platform.control.race, a noise-aware racing of the groups (docs/internals/control.md).
 
     A run's first ``warmup_windows`` windows never count. ``race``: a group is judged once it has
     ``min_windows`` clean windows (no stall alert, no epoch boundary); its bounds are the mean
