@@ -27,7 +27,7 @@ def collector_paused() -> Iterator[None]:
     any garbage, while the collector's full passes walk all of them again and again. Importing
     torch, Ray Train and the model code, then one full collection, took 2.92 s with it paused
     against 3.41 s without on the 2-core CPU machine (medians of 5:
-    benchmarks/import_collector.py, issue 40)."""
+    benchmarks/probes/import_collector.py, issue 40)."""
     was_on = gc.isenabled()
     gc.disable()
     try:

@@ -139,7 +139,7 @@ class ManifestDataset(Dataset):
             with sf.SoundFile(path) as f:
                 f.seek(start)
                 audio = f.read(frames, dtype="float32")
-        else:  # decode the whole file, then crop (the baseline of benchmarks/loader_bench.py)
+        else:  # decode the whole file, then crop (the baseline of benchmarks/probes/loader_bench.py)
             audio = sf.read(path, dtype="float32")[0][start : start + frames]
         valid = len(audio)  # fewer than asked for only if the file is shorter than its manifest row
         if valid < length:

@@ -186,7 +186,7 @@ def _flush_collectives() -> None:
     """One barrier on the default group (every rank releases, so every rank calls it): NCCL's
     process group keeps the tensors of the last collectives (DDP's gradient buckets, up to the
     size of all gradients) alive until a later collective; on the H100 probe 225-777 MB stayed
-    allocated after a run without it, 0 MB with it (benchmarks/resident_memory_probe.py)."""
+    allocated after a run without it, 0 MB with it (benchmarks/probes/resident_memory_probe.py)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
