@@ -1,0 +1,123 @@
+"""How sure the ranking is of its winner: the probability that each group is the fastest, and
+which groups are within noise of the winner, by a two-level bootstrap over the measurements.
+
+A group's figure is the mean over its ok runs of each run's tail mean samples/s (the ranking's
+figure, stats.group_summary). One bootstrap draw resamples a group's ok runs with replacement
+and, inside each drawn run, its tail windows with replacement (a hierarchical bootstrap: the
+noise between repeats, which is the larger on a shared host, and the noise inside a run both
+count). Over the draws:
+
+- ``p_best``: the share of draws in which the group has the highest figure (ties split);
+- ``vs_best_low`` / ``vs_best_high``: the 2.5 % and 97.5 % quantiles of the group's figure over
+  the named winner's in the same draw;
+- ``within_noise_of_best``: that interval reaches 1 (the winner itself: True).
+
+A group measured by one run has no repeat to resample: its draws carry the windows' noise
+only, which understates how much a second run on the same host can differ (about 10 % on the
+GPU hosts this was built on); ``noise`` says which kind each group's interval holds, and
+``sentence`` says it in words. Seeded: the same measurements give the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["DRAWS", "confidence", "sentence", "tail_windows"]
+
+DRAWS = 4000
+LEVEL = 0.95
+
+
+def tail_windows(
+    timing: pd.DataFrame, tail_points: Mapping[str, int], runs: Sequence[str]
+) -> dict[str, np.ndarray]:
+    """Each run's tail windows' samples/s (rank 0; a restarted run's last attempt), for the
+    ``runs`` given (the ok ones): the same windows stats.run_figures averages."""
+    rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
+    out: dict[str, np.ndarray] = {}
+    for run, df in rank0[rank0["run"].isin(list(runs))].groupby("run", sort=False):
+        order = ["attempt", "window"] if "attempt" in df else ["window"]
+        tail = df.sort_values(order).tail(max(1, int(tail_points.get(run, 1))))
+        values = tail["samples_per_s"].to_numpy(dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values):
+            out[str(run)] = values
+    return out
+
+
+def _draws(runs: list[np.ndarray], rng: np.random.Generator, draws: int) -> np.ndarray:
+    """A group's figure in each draw: runs resampled, then each drawn run's windows."""
+    slots = len(runs)
+    pick = rng.integers(0, slots, size=(draws, slots)) if slots > 1 else np.zeros((draws, 1), int)
+    figure = np.zeros(draws)
+    for s in range(slots):
+        chosen = pick[:, s]
+        for r, windows in enumerate(runs):
+            rows = np.flatnonzero(chosen == r)
+            if not len(rows):
+                continue
+            resampled = rng.integers(0, len(windows), size=(len(rows), len(windows)))
+            figure[rows] += windows[resampled].mean(axis=1)
+    return figure / slots
+
+
+def confidence(
+    groups: Mapping[str, list[np.ndarray]], best: str, *, draws: int = DRAWS, seed: int = 0
+) -> pd.DataFrame:
+    """One row per group with measured runs (``groups``: group -> its ok runs' tail windows),
+    the named winner ``best`` first, then by ``p_best``: columns group, runs, windows, p_best,
+    vs_best_low, vs_best_high, within_noise_of_best, noise."""
+    measured = {g: [np.asarray(w, float) for w in runs if len(w)] for g, runs in groups.items()}
+    measured = {g: runs for g, runs in measured.items() if runs}
+    if best not in measured:
+        raise ValueError(f"the winner {best!r} has no measured run")
+    rng = np.random.default_rng(seed)
+    names = list(measured)
+    figures = np.stack([_draws(measured[g], rng, draws) for g in names])  # groups x draws
+    top = figures.max(axis=0)
+    at_top = figures == top
+    p_best = (at_top / at_top.sum(axis=0)).mean(axis=1)
+    ratio = figures / figures[names.index(best)]
+    low, high = np.quantile(ratio, [(1 - LEVEL) / 2, (1 + LEVEL) / 2], axis=1)
+    rows = [
+        {
+            "group": g,
+            "runs": len(measured[g]),
+            "windows": int(sum(len(w) for w in measured[g])),
+            "p_best": float(p_best[i]),
+            "vs_best_low": 1.0 if g == best else float(low[i]),
+            "vs_best_high": 1.0 if g == best else float(high[i]),
+            "within_noise_of_best": bool(g == best or high[i] >= 1.0),
+            "noise": "runs and windows" if len(measured[g]) > 1 else "windows only",
+        }
+        for i, g in enumerate(names)
+    ]
+    table = pd.DataFrame(rows)
+    table["_first"] = table["group"] != best
+    table = table.sort_values(["_first", "p_best"], ascending=[True, False], kind="stable")
+    return table.drop(columns="_first").reset_index(drop=True)
+
+
+def sentence(table: pd.DataFrame) -> str:
+    """The winner's confidence in one line: its probability of being the fastest, what the
+    intervals rest on, the groups within noise of it (with their interval)."""
+    if table.empty:
+        return "how sure: nothing measured"
+    best = table.iloc[0]
+    runs = int(table["runs"].min())
+    close = table.iloc[1:][table.iloc[1:]["within_noise_of_best"]]
+    near = ", ".join(
+        f"{r.group} ({r.vs_best_low:.3f}-{r.vs_best_high:.3f}x)" for r in close.itertuples()
+    )
+    text = f"P(fastest) {best.p_best:.2f}"
+    text += f"; within noise of it: {near}" if near else "; no other group within noise"
+    if runs < 2:
+        text += (
+            "; a group measured by one run carries its windows' noise only (a repeat on the "
+            "same host can differ by more): run 2 or more repeats for how sure"
+        )
+    return text if math.isfinite(best.p_best) else "how sure: cannot be told"
