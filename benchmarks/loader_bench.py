@@ -3,7 +3,7 @@
     python -m benchmarks.loader_bench [--files 64] [--workers 1] [--batches 40] [--repeats 3]
 
 The corpus is synthetic with LibriSpeech-like lengths (9-18 s before trimming, ~12 s after, as LibriSpeech: the
-ratio grows with file length, so it is printed). Both variants run trainables.manifest.ManifestDataset through a torch DataLoader with
+ratio grows with file length, so it is printed). Both variants run trainables.data.manifest.ManifestDataset through a torch DataLoader with
 ``--workers`` loader processes (limit_longest crops of 1-3 s, micro-batch 8): `seek` reads only
 the crop (soundfile seek + read), `full` decodes the whole file and then crops. Repeats alternate
 the variants; medians of samples/s per loader worker and their ratio are printed.
@@ -26,7 +26,7 @@ from data_prep.layout import discover
 from data_prep.librispeech import write_outputs
 from data_prep.pipeline import make_tasks, run_serial
 from stage1_common.fileio import write_json
-from trainables.manifest import ManifestDataset, collate_padded
+from trainables.data.manifest import ManifestDataset, collate_padded
 
 
 def prepared_manifest(files: int, root: Path) -> Path:

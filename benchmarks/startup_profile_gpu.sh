@@ -16,7 +16,7 @@ nproc | tee "$OUT/nproc.txt"
 SECONDS=0; make_corpus; echo "corpus ${SECONDS} s" | tee -a "$OUT/prep.log"
 {
   for mod in "import torch; torch.cuda.init()" "import ray.train.torch" \
-      "from trainables.startup import import_model_code; import_model_code()"; do
+      "from trainables.observe.startup import import_model_code; import_model_code()"; do
     echo "== $mod"
     /usr/bin/time -f "wall %e s" python -X importtime -c "$mod" 2> /tmp/it.txt
     grep -E "^wall" /tmp/it.txt || tail -1 /tmp/it.txt

@@ -197,7 +197,7 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
     for run in runs:
         cfg = run.config
         if cfg.epochs:
-            from trainables.manifest_table import read_manifest_table, speaker_split
+            from trainables.data.manifest_table import read_manifest_table, speaker_split
 
             table = read_manifest_table(Path(cfg.manifest_path))
             rows = table.num_rows

@@ -1,12 +1,12 @@
-"""The driver's count of full global batches (trainables/crops.py) is the samplers' own: for
-the shape-bucket, length-bucket and plain samplers of trainables/data.py, an epoch holds as many
+"""The driver's count of full global batches (trainables/data/crops.py) is the samplers' own: for
+the shape-bucket, length-bucket and plain samplers of trainables/data/loader.py, an epoch holds as many
 batches as ``full_batches`` says, and ``largest_micro_batch`` is the largest that gives one."""
 
 import numpy as np
 import pytest
 
-from trainables.crops import crop_lengths, full_batches, largest_micro_batch
-from trainables.data import LengthBucketBatchSampler, ShapeBucketBatchSampler
+from trainables.data.crops import crop_lengths, full_batches, largest_micro_batch
+from trainables.data.loader import LengthBucketBatchSampler, ShapeBucketBatchSampler
 
 
 @pytest.mark.parametrize("buckets", [(), (1.0, 1.5, 2.0, 3.0)])

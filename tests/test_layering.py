@@ -57,7 +57,7 @@ CLI_LAYER = 9
 FORBIDDEN = {"trainables.resident": ("trainables.trial",)}
 MAX_LINES = 400
 # At most one module may be longer, with its reason (none is now: TrialConfig's fields are
-# split between trainables/config_workload.py and trainables/config.py).
+# split between trainables/config/trial_config.py and trainables/config/trial_config.py).
 LONG_MODULES: dict[str, str] = {}
 
 
@@ -287,7 +287,7 @@ def test_modules_stay_under_400_lines():
 
 def test_the_driver_checks_manifests_and_builds_tokenizers_without_torch(tmp_path):
     """The driver never trains: importing torch for a manifest's columns or the text encoder's
-    vocabulary cost every platform.tune 2.6 s of CPU on 2 cores (trainables/manifest_table.py)."""
+    vocabulary cost every platform.tune 2.6 s of CPU on 2 cores (trainables/data/manifest_table.py)."""
     import subprocess
     import sys
 
@@ -343,7 +343,7 @@ MATCH = {
 CHECKED = (*RunFolder.NAMES, *CheckpointFolder.NAMES, OutputRoot.RUNS)
 # The same spelling meaning another file: (module, constant) -> why it may stay.
 ALLOWED = {
-    ("trainables/pretrained.py", "config.json"): "save_pretrained's own file, not the run's",
+    ("trainables/model/pretrained.py", "config.json"): "save_pretrained's own file, not the run's",
 }
 _PATH_CALLS = {"join", "joinpath", "remote_join", "with_name", "glob", "rglob"}
 _PATH_TYPES = {"Path", "PurePath", "PurePosixPath"}

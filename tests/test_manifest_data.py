@@ -10,8 +10,8 @@ import soundfile as sf
 import torch
 
 from trainables.config import TrialConfig
-from trainables.data import build_dataset
-from trainables.manifest import ManifestDataset, collate_padded, crop_window
+from trainables.data.loader import build_dataset
+from trainables.data.manifest import ManifestDataset, collate_padded, crop_window
 
 RATE = 16_000
 
@@ -147,7 +147,7 @@ def test_bad_manifests_are_refused(tmp_path):
 
 
 def test_build_dataset_from_config_and_a_model_step_on_real_crops(prepared_corpus):
-    from trainables.model import build_model, contrastive_loss
+    from trainables.model.stage1 import build_model, contrastive_loss
 
     cfg = TrialConfig(dataset="manifest", manifest_path=str(prepared_corpus[0]), text_tokens=10)
     ds, collate = build_dataset(cfg, world_size=1)
@@ -165,7 +165,7 @@ def test_a_corpus_gives_the_same_tokenizer_in_every_build_and_every_process(prep
     import subprocess
     import sys
 
-    from trainables.text import build_tokenizer
+    from trainables.data.text import build_tokenizer
 
     manifest = prepared_corpus[0]
     transcripts = pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"].tolist()
@@ -173,7 +173,7 @@ def test_a_corpus_gives_the_same_tokenizer_in_every_build_and_every_process(prep
     assert len(here) == 1
     code = (
         "import sys, pandas as pd\n"
-        "from trainables.text import build_tokenizer\n"
+        "from trainables.data.text import build_tokenizer\n"
         "t = pd.read_csv(sys.argv[1], sep='\\t', keep_default_na=False)['transcript'].tolist()\n"
         "print(build_tokenizer(t, 1000).to_str())\n"
     )
@@ -197,7 +197,7 @@ def test_crop_lengths_are_the_lengths_the_items_have(prepared_corpus):
 
 
 def _bucket_batches(lengths, *, world, mb, pool, epoch=0, seed=0):
-    from trainables.data import LengthBucketBatchSampler
+    from trainables.data.loader import LengthBucketBatchSampler
 
     per_rank = []
     for rank in range(world):
@@ -238,7 +238,7 @@ def test_length_bucketing_is_deterministic_per_epoch_and_differs_across_epochs()
 
 
 def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
-    from trainables.data import build_loader, epochs
+    from trainables.data.loader import build_loader, epochs
 
     def padding(bucketing: bool) -> float:
         cfg = TrialConfig(
@@ -260,7 +260,7 @@ def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
 
 def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corpus, tmp_path):
     from tests.checkpoints import save_tiny_checkpoints
-    from trainables.pretrained import load_tokenizer
+    from trainables.model.pretrained import load_tokenizer
 
     manifest = prepared_corpus[0]
     transcripts = pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"].tolist()
@@ -285,7 +285,7 @@ def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corp
 
 
 def test_a_corpus_smaller_than_one_global_batch_says_so(prepared_corpus):
-    from trainables.data import build_loader, epochs
+    from trainables.data.loader import build_loader, epochs
 
     for bucketing in (False, True):
         cfg = TrialConfig(

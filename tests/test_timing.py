@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainables.timing import WindowTimer, window_stats
+from trainables.observe.timing import WindowTimer, window_stats
 
 
 def test_window_stats_by_hand():
@@ -39,7 +39,7 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     # sum, a 0-dim tensor, would still add to a device counter).
     import torch
 
-    from trainables.window_metrics import Window
+    from trainables.observe.window_metrics import Window
 
     window = Window.on(torch.device("meta"))
     window.add_audio(torch.ones(4, 32_000, dtype=torch.bool, device="meta"))
@@ -77,7 +77,7 @@ def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
 
 
 def test_the_process_group_timeout_follows_the_stall_timeout():
-    from trainables.watchdog import pg_timeout_for
+    from trainables.observe.watchdog import pg_timeout_for
 
     assert pg_timeout_for(0, 1800) == 1800  # watchdog off: the configured timeout
     assert pg_timeout_for(8, 1800) == 13  # a 5 s grace for the stack dumps
@@ -86,7 +86,7 @@ def test_the_process_group_timeout_follows_the_stall_timeout():
 
 
 def test_a_stuck_resident_worker_outlives_the_process_groups_timeout():
-    from trainables.watchdog import pg_timeout_for, resident_end_after
+    from trainables.observe.watchdog import pg_timeout_for, resident_end_after
 
     # With several workers the collectives' timeout must end a hung run first (as in a fresh
     # run): the worker's own end comes 10 s after it, at least 15 s after the stall dump.
@@ -103,7 +103,7 @@ def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
     import threading
     import time
 
-    from trainables.watchdog import StallWatchdog
+    from trainables.observe.watchdog import StallWatchdog
 
     dog = StallWatchdog(0.4, tmp_path, rank=3).start()
     release = threading.Event()
@@ -126,7 +126,7 @@ def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
 def test_the_collector_clock_times_collections_inside_it_only():
     import gc
 
-    from trainables.gc_control import CollectorClock
+    from trainables.observe.gc_control import CollectorClock
 
     with CollectorClock() as clock:
         assert clock.take() == {"gc_ms": 0.0, "gc_collections": 0}
@@ -143,7 +143,7 @@ def test_the_collector_clock_times_collections_inside_it_only():
 def test_the_collector_is_paused_for_imports_and_put_back_as_it_was():
     import gc
 
-    from trainables.gc_control import CollectorClock, collector_paused
+    from trainables.observe.gc_control import CollectorClock, collector_paused
 
     assert gc.isenabled()
     with CollectorClock() as clock:

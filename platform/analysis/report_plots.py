@@ -90,7 +90,7 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
     model's loss starts near ln of it), and how that number is made; None where the run does
     not record its micro_batch (or, for global scope, its world size). Global scope: micro_batch x world (every rank's embeddings
     are gathered); local: micro_batch. Not the global batch: gradient accumulation adds
-    samples to a step, not candidates to a sample's loss (trainables/model.py)."""
+    samples to a step, not candidates to a sample's loss (trainables/model/stage1.py)."""
     manifest = data["manifest"]
     rows = {r["run"]: r for r in manifest.to_dict("records")} if "run" in manifest else {}
     out: dict[str, tuple[int, str] | None] = {}

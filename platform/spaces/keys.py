@@ -1,7 +1,7 @@
 """The config keys as users read them: each key's family, type, default and doc (``python -m
 platform.tune --keys [PATTERN]``), and a config's keys grouped by family in lines of about 100
 columns (the dry run's ``fixed:`` block). The docs themselves are TrialConfig's field metadata
-(trainables/config.py)."""
+(trainables/config/trial_config.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from platform.errors import UsageError
 from trainables.config import TrialConfig, field_doc, field_names
-from trainables.config_checks import describe_type
+from trainables.config.checks import describe_type
 
 __all__ = ["FAULTS", "defaults", "family", "format_grouped", "format_keys", "matching_keys"]
 

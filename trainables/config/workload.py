@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trainables import config_types as vocab
+from trainables.config import choices as vocab
 
 __all__ = ["WorkloadConfig", "doc_field"]
 

@@ -3,7 +3,7 @@
 Plain dicts cross the Ray boundary (Tune param space, ``train_loop_config``); on each side they
 are turned back into a :class:`TrialConfig`, which validates every field in ``__post_init__`` so
 that a bad value fails before any work starts, with one line naming the key and the fix (the
-checks themselves are in ``trainables/config_checks.py``). The field docs below are the table of
+checks themselves are in ``trainables/config/checks.py``). The field docs below are the table of
 every key users read.
 """
 
@@ -15,8 +15,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from trainables import config_types as vocab
-from trainables.config_checks import (
+from trainables.config import choices as vocab
+from trainables.config.checks import (
     MAX_TEXT_TOKENS,
     ConfigError,
     check_config,
@@ -24,7 +24,7 @@ from trainables.config_checks import (
     is_union,
     match_type,
 )
-from trainables.config_workload import WorkloadConfig, doc_field
+from trainables.config.workload import WorkloadConfig, doc_field
 
 __all__ = ["ConfigError", "MAX_TEXT_TOKENS", "TrialConfig", "field_names", "coerce_value"]
 
@@ -34,7 +34,7 @@ _doc = doc_field
 
 @dataclass(kw_only=True)
 class TrialConfig(WorkloadConfig):
-    """Everything one trial needs: the workload's fields (trainables/config_workload.py), then
+    """Everything one trial needs: the workload's fields (trainables/config/trial_config.py), then
     how the run runs. Field docs are the reference for search-space keys."""
 
     # --- training (sweeps keep these off, as the runbooks do; platform.train turns them on) ---

@@ -1,7 +1,7 @@
 """A manifest item's crop, computed without torch (the driver checks batches with it before Ray
 starts; the dataset crops with it as it reads): the window of one utterance (``crop_window``),
 every item's padded length (``crop_lengths``), and how many full global batches an epoch holds
-under the run's sampler (``full_batches``, ``largest_micro_batch``: trainables/data.py's
+under the run's sampler (``full_batches``, ``largest_micro_batch``: trainables/data/loader.py's
 samplers drop what fills no global batch)."""
 
 from __future__ import annotations

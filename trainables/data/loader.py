@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 from trainables.config import TrialConfig
-from trainables.manifest import collate_padded
-from trainables.text import text_vocab_size
+from trainables.data.manifest import collate_padded
+from trainables.data.text import text_vocab_size
 
 __all__ = [
     "EpochIterator",
@@ -281,7 +281,7 @@ def collate_for(cfg: TrialConfig, pad_id: int) -> Callable:
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
     """The run's dataset and its collate function."""
     if cfg.dataset == "manifest":
-        from trainables.manifest import ManifestDataset
+        from trainables.data.manifest import ManifestDataset
 
         ds = ManifestDataset(
             Path(cfg.manifest_path),

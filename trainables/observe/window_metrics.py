@@ -14,8 +14,8 @@ import torch
 from trainables.config import TrialConfig
 from trainables.distributed import gather_to_rank0
 from trainables.engine.compile_watch import CompileWatch
-from trainables.run_state import RunState
-from trainables.timing import WindowTimer
+from trainables.observe.timing import WindowTimer
+from trainables.run_folder.run_state import RunState
 
 __all__ = ["Window", "WindowMetrics", "gathered_extras", "rank_window_fields"]
 

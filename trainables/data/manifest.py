@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainables.crops import SAMPLE_RATE, CropPolicy, crop_lengths, crop_window
-from trainables.manifest_table import (
+from trainables.data.crops import SAMPLE_RATE, CropPolicy, crop_lengths, crop_window
+from trainables.data.manifest_table import (
     check_missing,
     existing_files,
     read_manifest_table,
@@ -57,7 +57,7 @@ class ManifestDataset(Dataset):
         """``tokenizer_manifest``: the manifest whose tokenizer encodes the transcripts (the
         training manifest, for a validation split); ``val_speakers``: the last N speakers (in
         sorted order) are the ``val`` split, the others the ``train`` split."""
-        from trainables.text import text_tokenizer
+        from trainables.data.text import text_tokenizer
 
         table = read_manifest_table(manifest_path)
         tok_table = table if tokenizer_manifest is None else read_manifest_table(tokenizer_manifest)
