@@ -26,6 +26,7 @@ from data_prep.layout import discover
 from data_prep.librispeech import write_outputs
 from data_prep.pipeline import make_tasks, run_serial
 from stage1_common.fileio import write_json
+from trainables.data.crops import CropSettings
 from trainables.data.manifest import ManifestDataset, collate_padded
 
 
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {"seek": [], "full": []}
     for rep in range(1, args.repeats + 1):
         for read in rates:
-            ds = ManifestDataset(manifest, vocab_size=1000, max_tokens=32, read=read, seed=rep)
+            crop = CropSettings(seed=rep)
+            ds = ManifestDataset(manifest, vocab_size=1000, max_tokens=32, read=read, crop=crop)
             rates[read].append(samples_per_s(ds, args.workers, args.batches, args.batch_size))
             print(f"  repeat {rep} {read:<4} {rates[read][-1]:8.1f} samples/s", flush=True)
     per_worker = max(args.workers, 1)

@@ -10,6 +10,7 @@ import soundfile as sf
 import torch
 
 from trainables.config import TrialConfig
+from trainables.data.crops import CropSettings
 from trainables.data.loader import build_dataset
 from trainables.data.manifest import ManifestDataset, collate_padded, crop_window
 
@@ -52,7 +53,7 @@ def test_fixed_slice_is_always_exactly_the_slice(num_samples):
 
 
 def dataset(manifest, **kw):
-    args = dict(vocab_size=1000, max_tokens=12, policy="limit_longest", seed=3)
+    args = dict(vocab_size=1000, max_tokens=12, crop=CropSettings(policy="limit_longest", seed=3))
     args.update(kw)
     return ManifestDataset(manifest, **args)
 
@@ -79,14 +80,14 @@ def test_items_are_crops_of_the_prepared_files_read_by_seek(prepared_corpus):
 
 def test_crops_are_deterministic_per_seed(prepared_corpus):
     manifest, _ = prepared_corpus
-    a, b, c = dataset(manifest, seed=3), dataset(manifest, seed=3), dataset(manifest, seed=4)
+    a, b, c = (dataset(manifest, crop=CropSettings(seed=seed)) for seed in (3, 3, 4))
     assert all(torch.equal(a[i]["audio"], b[i]["audio"]) for i in range(len(a)))
     assert any(len(a[i]["audio"]) != len(c[i]["audio"]) for i in range(len(a)))
 
 
 def test_fixed_slice_items_are_padded_to_the_slice_with_a_mask(prepared_corpus):
     manifest, _ = prepared_corpus
-    ds = dataset(manifest, policy="fixed_slice", fixed_slice_s=10.0)
+    ds = dataset(manifest, crop=CropSettings(policy="fixed_slice", fixed_s=10.0, seed=3))
     table = pd.read_csv(manifest, sep="\t")
     for i in range(len(ds)):
         item = ds[i]

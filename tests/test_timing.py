@@ -56,6 +56,19 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     assert (int(cpu.audio_valid), cpu.audio_total) == (0, 0)
 
 
+def test_a_windows_samples_are_the_optimizer_steps_global_batch():
+    """samples_per_s counts micro_batch x world size x grad_accum_steps samples per step."""
+    from types import SimpleNamespace
+
+    from trainables.config import TrialConfig, global_batch
+    from trainables.observe.window_metrics import WindowMetrics
+
+    cfg = TrialConfig(micro_batch=4, grad_accum_steps=3)
+    metrics = WindowMetrics(cfg, SimpleNamespace(world_size=2), None, {}, None)
+    assert metrics.global_batch == 24
+    assert metrics.global_batch == global_batch(micro_batch=4, world_size=2, grad_accum_steps=3)
+
+
 def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
     import socket
 

@@ -22,6 +22,7 @@ from platform.analysis.figures import (
 )
 from platform.analysis.stats import BOTTLENECK_LIMITS, P50_FLOOR_MS, throttle_names
 from platform.storage import results
+from trainables.config import global_batch
 
 __all__ = ["candidates", "data_share", "gpu", "host", "iteration", "loss", "skew"]
 
@@ -104,7 +105,8 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
         micro, accum = int(micro), int(_known(known, "grad_accum_steps", 1))
         world = _column_max(windows, "world_size")
         if not world or math.isnan(world):  # rows of a version that did not record it
-            world = _column_max(windows, "global_batch") / (micro * accum)
+            per_rank = global_batch(micro_batch=micro, world_size=1, grad_accum_steps=accum)
+            world = _column_max(windows, "global_batch") / per_rank
         if _known(known, "contrastive_scope", "global") == "local":
             out[run] = (micro, f"micro_batch {micro}, local scope")
         elif math.isfinite(world):

@@ -13,7 +13,7 @@ from platform.errors import UsageError
 from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
-from trainables.data.crops import crop_options, full_batches, largest_micro_batch
+from trainables.data.crops import crop_settings, full_batches, largest_micro_batch
 
 __all__ = ["PATH_KEYS", "check_full_batches", "check_inputs"]
 
@@ -133,7 +133,7 @@ def check_full_batches(runs: list[RunSpec]) -> None:
         if cfg.dataset != "manifest" or not cfg.manifest_path:
             continue
         held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
-        key = (cfg.manifest_path, held_out, *crop_options(cfg).values())
+        key = (cfg.manifest_path, held_out, crop_settings(cfg))
         if key not in lengths:
             lengths[key] = _train_crop_lengths(cfg, held_out)
         by_shape = bool(cfg.crop_buckets)
@@ -202,7 +202,7 @@ def _train_crop_lengths(cfg, held_out: int):
             num_samples = num_samples[~speaker_split(table, held_out)]
         except ValueError as exc:  # too many held out, or no speaker column: one line
             raise UsageError(f"{exc} ({cfg.manifest_path})") from None
-    return crop_lengths(num_samples, **crop_options(cfg))
+    return crop_lengths(num_samples, crop_settings(cfg))
 
 
 def _check_checkpoints(runs: list[RunSpec]) -> None:

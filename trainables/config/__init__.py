@@ -1,7 +1,8 @@
 """A trial's typed configuration, one module per concern:
 
 - ``trial_config``: ``TrialConfig``, every key with its doc (the workload's keys first, then how
-  the run runs), its conversions at the Ray boundary, and the coercion of a value to its key;
+  the run runs), its conversions at the Ray boundary, the coercion of a value to its key, and
+  ``global_batch`` (the batch three of its keys make);
 - ``checks``: the checks ``TrialConfig.__post_init__`` runs (ranges, rules across keys, type
   matching), each a one-line ``ConfigError``;
 - ``choices``: the values each enumerated key accepts (its ``Literal`` type).
@@ -17,6 +18,7 @@ from trainables.config.trial_config import (
     coerce_value,
     field_doc,
     field_names,
+    global_batch,
 )
 
 __all__ = [
@@ -27,4 +29,5 @@ __all__ = [
     "coerce_value",
     "field_doc",
     "field_names",
+    "global_batch",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "doc_field",
     "field_doc",
     "field_names",
+    "global_batch",
 ]
 
 
@@ -516,6 +517,14 @@ class TrialConfig:
     @property
     def audio_samples(self) -> int:
         return int(round(self.audio_s * 16_000))
+
+
+def global_batch(*, micro_batch: int, world_size: int, grad_accum_steps: int = 1) -> int:
+    """Samples in one global batch: ``micro_batch`` on each of ``world_size`` ranks, for each of
+    ``grad_accum_steps`` micro-batches. With a run's grad_accum_steps, an optimizer step's batch
+    (throughput, steps per epoch); with 1, one micro-step of every rank: what a sampler cuts
+    into the ranks' micro-batches."""
+    return micro_batch * world_size * grad_accum_steps
 
 
 def field_names() -> list[str]:
