@@ -1,6 +1,6 @@
 """A worker's big imports with Python's collector running and paused
-(trainables/observe/gc_control.py: ``collector_paused``), side by side: each variant in a new process,
-alternating, ``--repeats`` times. A process imports torch, Ray Train and the model code
+(trainables/observe/gc_control.py: ``collector_paused``), side by side: each variant in a new
+process, alternating, ``--repeats`` times. A process imports torch, Ray Train and the model code
 (trainables/observe/startup.py: ``import_model_code``) as a train worker does, then one full
 collection (what a pause put off is counted); prints the medians and their ratio.
 

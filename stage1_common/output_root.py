@@ -204,9 +204,9 @@ class RunFolder:
     FAULTS_ARMED = "faults_armed-rank{rank}.json"
     CURVES = "curves.png"  # platform.train's plot
     PROFILE = "profile-rank{rank}.json"  # profile_steps: a torch profiler trace (Chrome's format)
-    # workers/: one record per rank (pid, node, log files: trainables/run_folder/worker_logs.py) and, for a
-    # root on object storage, its log tails; workers/previous/: the records of the attempt
-    # before this one (a restarted worker group moves them there).
+    # workers/: one record per rank (pid, node, log files: trainables/run_folder/worker_logs.py)
+    # and, for a root on object storage, its log tails; workers/previous/: the records of the
+    # attempt before this one (a restarted worker group moves them there).
     WORKERS = "workers"
     WORKERS_PREVIOUS = "previous"
     WORKER = "rank{rank}.json"

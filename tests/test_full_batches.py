@@ -1,6 +1,6 @@
 """The driver's count of full global batches (trainables/data/crops.py) is the samplers' own: for
-the shape-bucket, length-bucket and plain samplers of trainables/data/loader.py, an epoch holds as many
-batches as ``full_batches`` says, and ``largest_micro_batch`` is the largest that gives one."""
+the shape-bucket, length-bucket and plain samplers of trainables/data/loader.py, an epoch holds as
+many batches as ``full_batches`` says, and ``largest_micro_batch`` is the largest that gives one."""
 
 import numpy as np
 import pytest

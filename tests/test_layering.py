@@ -361,7 +361,8 @@ def test_a_hall_and_a_module_without_its_concern_are_found(tmp_path):
 
 def test_the_driver_checks_manifests_and_builds_tokenizers_without_torch(tmp_path):
     """The driver never trains: importing torch for a manifest's columns or the text encoder's
-    vocabulary cost every platform.tune 2.6 s of CPU on 2 cores (trainables/data/manifest_table.py)."""
+    vocabulary cost every platform.tune 2.6 s of CPU on 2 cores
+    (trainables/data/manifest_table.py)."""
     import subprocess
     import sys
 

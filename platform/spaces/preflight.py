@@ -124,9 +124,9 @@ PATH_KEYS = {
 
 def check_full_batches(runs: list[RunSpec]) -> None:
     """Every run's training split must give at least one full global batch an epoch, as its
-    sampler forms them (trainables/data/loader.py: per crop length with crop_buckets_s): the same rule
-    from the manifest's lengths, without reading audio (rows whose audio file is missing are the
-    workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
+    sampler forms them (trainables/data/loader.py: per crop length with crop_buckets_s): the same
+    rule from the manifest's lengths, without reading audio (rows whose audio file is missing are
+    the workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
     lengths: dict[tuple, object] = {}
     for run in runs:
         cfg = run.config

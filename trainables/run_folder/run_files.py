@@ -63,8 +63,8 @@ class RunFiles:
         self.record: dict[str, Any] = {}
 
     def register(self, rank: int, local_rank: int) -> dict[str, Any]:
-        """This rank's record (pid, node, log files: trainables/run_folder/worker_logs.py), written and
-        uploaded first, before anything can fail."""
+        """This rank's record (pid, node, log files: trainables/run_folder/worker_logs.py), written
+        and uploaded first, before anything can fail."""
         self.record = register_worker(self.folder, rank, local_rank)
         folder = RunFolder(self.folder)
         previous = folder.worker(rank, previous=True)
