@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from trainables.engine.mfu import counter, peak_tflops
 from trainables.engine.precision import resolve_precision
-from trainables.model import build_model_with_attention, contrastive_loss
+from trainables.model.stage1 import build_model_with_attention, contrastive_loss
 
 PARTS = ("extractor", "speech_encoder", "text_encoder", "head", "optimizer")
 SAMPLE_RATE = 16_000

@@ -29,7 +29,7 @@ compile)
 pretrained)
   # Random base-size weights saved with save_pretrained stand in for downloaded checkpoints.
   python -c "
-from trainables.model import build_model
+from trainables.model.stage1 import build_model
 m = build_model('base', 256)
 m.speech.save_pretrained('/tmp/ckpt/speech'); m.text.save_pretrained('/tmp/ckpt/text')" 2>&1 | tail -1
   python -m platform.tune --space fast_smoke --output-root /tmp/pt --set manifest_path=$M \

@@ -34,7 +34,7 @@ from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, is_remote
-from trainables.config import ConfigError, TrialConfig
+from trainables.config import ConfigError, TrialConfig, global_batch
 
 __all__ = ["main", "training_defaults"]
 
@@ -197,13 +197,17 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
     for run in runs:
         cfg = run.config
         if cfg.epochs:
-            from trainables.manifest_table import read_manifest_table, speaker_split
+            from trainables.data.manifest_table import read_manifest_table, speaker_split
 
             table = read_manifest_table(Path(cfg.manifest_path))
             rows = table.num_rows
             if cfg.val_speakers and not cfg.val_manifest_path:
                 rows -= int(speaker_split(table, cfg.val_speakers).sum())
-            per_epoch = rows // (cfg.micro_batch * cfg.train_workers * cfg.grad_accum_steps)
+            per_epoch = rows // global_batch(
+                micro_batch=cfg.micro_batch,
+                world_size=cfg.train_workers,
+                grad_accum_steps=cfg.grad_accum_steps,
+            )
             if per_epoch < 1:
                 raise UsageError(
                     f"epochs: the manifest's {rows} training rows fill no global batch; "

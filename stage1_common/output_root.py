@@ -12,7 +12,7 @@ name the files of a run's folder with ``RunFolder(path)``.
 An output root on object storage (``--output-root s3://bucket/prefix``) is staged: ``path`` is a
 local folder the driver writes as it would write any root, ``remote`` the bucket's address that
 folder is mirrored to (platform/storage/mirror.py); the workers write their run folders on
-their own node and upload them (trainables/run_files.py).
+their own node and upload them (trainables/run_folder/run_files.py).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class RunFolder:
     (config, environment, log tails, the curves of platform.train) and what the workers write
     (their records, stack dumps, armed faults, checkpoints, the export). The workers build it
     from the folder's path (a node's own copy for a root on object storage:
-    trainables/run_files.py)."""
+    trainables/run_folder/run_files.py)."""
 
     path: Path
 
@@ -195,21 +195,23 @@ class RunFolder:
     ERROR = "error.txt"  # a failed run's error as Ray and Tune gave it (the console has one line)
     # The log tails of the attempt that ended before attempt <attempt> (from 1) began.
     RESTART_TAIL = "restart_tail-attempt{attempt}.txt"
-    STACKS = "stacks-rank{rank}.txt"  # a stalled rank's thread stacks (trainables/watchdog.py)
+    STACKS = (
+        "stacks-rank{rank}.txt"  # a stalled rank's thread stacks (trainables/observe/watchdog.py)
+    )
     # A rank of the run's first attempt armed its inject_* faults (one file per rank: ranks of
     # one attempt start at different times); later attempts (a restart, a resumed training)
     # train without them (trainables/faults.py).
     FAULTS_ARMED = "faults_armed-rank{rank}.json"
     CURVES = "curves.png"  # platform.train's plot
     PROFILE = "profile-rank{rank}.json"  # profile_steps: a torch profiler trace (Chrome's format)
-    # workers/: one record per rank (pid, node, log files: trainables/worker_logs.py) and, for a
-    # root on object storage, its log tails; workers/previous/: the records of the attempt
-    # before this one (a restarted worker group moves them there).
+    # workers/: one record per rank (pid, node, log files: trainables/run_folder/worker_logs.py)
+    # and, for a root on object storage, its log tails; workers/previous/: the records of the
+    # attempt before this one (a restarted worker group moves them there).
     WORKERS = "workers"
     WORKERS_PREVIOUS = "previous"
     WORKER = "rank{rank}.json"
     WORKER_LOG = "rank{rank}.{stream}.log"  # stream: stdout or stderr
-    # export/: the model platform.train exported (trainables/export.py): where it came from,
+    # export/: the model platform.train exported (trainables/model/export.py): where it came from,
     # the projection heads, and a save_pretrained folder per encoder.
     EXPORT = "export"
     EXPORT_RECORD = "export.json"

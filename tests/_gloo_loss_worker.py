@@ -5,7 +5,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from trainables.model import contrastive_loss
+from trainables.model.stage1 import contrastive_loss
 
 
 def run(
@@ -27,7 +27,7 @@ def run(
 def gather_windows(rank: int, world: int, port: int, out: dict) -> None:
     """Each rank reports a window whose iter_ms_p50 is 10 x (rank + 1); rank 0 gathers them."""
     from trainables.distributed import gather_to_rank0
-    from trainables.window_metrics import rank_window_fields
+    from trainables.observe.window_metrics import rank_window_fields
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)

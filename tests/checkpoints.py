@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from trainables.model import build_model
+from trainables.model.stage1 import build_model
 
 
 def save_tiny_checkpoints(
@@ -15,7 +15,7 @@ def save_tiny_checkpoints(
     the text folder also gets a tokenizer (tokenizer.json) trained on them."""
     from transformers import BertTokenizerFast
 
-    from trainables.text import build_tokenizer
+    from trainables.data.text import build_tokenizer
 
     torch.manual_seed(seed)
     model = build_model("tiny", proj_dim=8)

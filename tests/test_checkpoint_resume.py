@@ -46,7 +46,7 @@ def train(config: dict, run_dir, world: int = 2) -> list[dict]:
 
 
 def exported(folder):
-    from trainables.export import load_exported
+    from trainables.model.export import load_exported
 
     return load_exported(folder / "export")
 

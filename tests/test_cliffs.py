@@ -103,7 +103,7 @@ def test_a_known_cliff_is_named_before_the_first_run_and_runs_anyway():
 
 
 def _result(window: int, start: float, records: int) -> dict:
-    """One window report of rank 0 (as trainables/window_metrics.py builds it)."""
+    """One window report of rank 0 (as trainables/observe/window_metrics.py builds it)."""
     return {
         "step": 5 * (window + 1),
         "window": window,

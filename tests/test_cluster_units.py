@@ -159,7 +159,7 @@ def test_placement_fields_say_where_each_rank_ran():
 
 
 def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus):
-    from trainables.text import load_or_build_tokenizer
+    from trainables.data.text import load_or_build_tokenizer
 
     manifest, _ = prepared_corpus
     runs = [

@@ -11,8 +11,8 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.engine.compile_watch import COUNTS, CompileWatch
-from trainables.run_state import RunState
-from trainables.window_metrics import Window, WindowMetrics
+from trainables.observe.window_metrics import Window, WindowMetrics
+from trainables.run_folder.run_state import RunState
 
 RERECORD_LOG = "torch._inductor.cudagraph_trees.__cudagraphs"
 
@@ -27,8 +27,8 @@ def fresh_dynamo():
 
 
 def _window_metrics(watch: CompileWatch) -> dict:
-    """One window's metrics as rank 0 reports them (trainables/window_metrics.py), of a made-up
-    worker and engine: what matters here is what the watch adds."""
+    """One window's metrics as rank 0 reports them (trainables/observe/window_metrics.py), of a
+    made-up worker and engine: what matters here is what the watch adds."""
     cfg = TrialConfig(use_gpu=False, max_steps=10, log_every=5)
     worker = SimpleNamespace(
         device=torch.device("cpu"), world_size=1, rank=0, node="n", node_id="", start_ts=0.0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainables.config import ConfigError, TrialConfig, coerce_value
+from trainables.config import ConfigError, TrialConfig, coerce_value, global_batch
 
 
 def test_defaults_are_valid_and_round_trip_through_a_plain_dict():
@@ -158,3 +158,19 @@ def test_the_corpus_and_weights_on_object_storage_get_the_fix(key, value, tool):
     # One small file, read once per worker: a tokenizer in a bucket is read from there.
     tok = "s3://sweeps/a/tokenizers/manifest-30522-0123abcd.json"
     assert TrialConfig.from_dict({**base, "tokenizer_path": tok}).tokenizer_path == tok
+
+
+def test_the_global_batch_is_micro_batch_x_ranks_x_accumulation():
+    """One function says it: an optimizer step's batch (throughput, steps per epoch) with the
+    run's grad_accum_steps, one micro-step of every rank (what the samplers cut) without."""
+    assert global_batch(micro_batch=8, world_size=4, grad_accum_steps=3) == 96
+    assert global_batch(micro_batch=8, world_size=4) == 32
+    cfg = TrialConfig(micro_batch=6, grad_accum_steps=2, train_workers=3)
+    assert (
+        global_batch(
+            micro_batch=cfg.micro_batch,
+            world_size=cfg.train_workers,
+            grad_accum_steps=cfg.grad_accum_steps,
+        )
+        == 36
+    )

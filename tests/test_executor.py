@@ -169,7 +169,7 @@ def test_a_stuck_resident_worker_writes_its_stacks_then_ends_its_process(tmp_pat
         f"""
         import time
         from pathlib import Path
-        from trainables.watchdog import StallWatchdog
+        from trainables.observe.watchdog import StallWatchdog
         StallWatchdog(0.5, Path({str(tmp_path)!r}), rank=0, end_after_s=1.0).start()
         time.sleep(60)  # a step that never ends
         """
@@ -185,7 +185,7 @@ def test_a_fresh_worker_only_writes_its_stacks(tmp_path):
         f"""
         import time
         from pathlib import Path
-        from trainables.watchdog import StallWatchdog
+        from trainables.observe.watchdog import StallWatchdog
         StallWatchdog(0.3, Path({str(tmp_path)!r}), rank=0).start()
         time.sleep(2.5)
         """

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from platform.record.failures import exit_code, fail_tail, failure_reason
-from trainables.worker_logs import read_registrations, tail_lines
+from trainables.run_folder.worker_logs import read_registrations, tail_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def test_a_worker_registers_the_files_its_output_goes_to(tmp_path):
     # As under Ray: the process's stdout and stderr are redirected to files.
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     code = (
-        "import sys; from trainables.worker_logs import register_worker; "
+        "import sys; from trainables.run_folder.worker_logs import register_worker; "
         f"r = register_worker({str(tmp_path / 'run')!r}, rank=1, local_rank=1); "
         "print('hello from rank 1', flush=True); print('boom', file=sys.stderr)"
     )
@@ -190,7 +190,7 @@ def _register(run: Path, tmp_path: Path, rank: int, stderr: str) -> None:
     under Ray (its output redirected to files), run to its end."""
     err = tmp_path / f"rank{rank}-{len(list(tmp_path.glob('*.err')))}.err"
     code = (
-        "import sys; from trainables.worker_logs import register_worker; "
+        "import sys; from trainables.run_folder.worker_logs import register_worker; "
         f"register_worker({str(run)!r}, rank={rank}, local_rank={rank}); "
         f"sys.stderr.write({stderr!r})"
     )

@@ -10,8 +10,9 @@ import soundfile as sf
 import torch
 
 from trainables.config import TrialConfig
-from trainables.data import build_dataset
-from trainables.manifest import ManifestDataset, collate_padded, crop_window
+from trainables.data.crops import CropSettings
+from trainables.data.loader import build_dataset
+from trainables.data.manifest import ManifestDataset, collate_padded, crop_window
 
 RATE = 16_000
 
@@ -52,7 +53,7 @@ def test_fixed_slice_is_always_exactly_the_slice(num_samples):
 
 
 def dataset(manifest, **kw):
-    args = dict(vocab_size=1000, max_tokens=12, policy="limit_longest", seed=3)
+    args = dict(vocab_size=1000, max_tokens=12, crop=CropSettings(policy="limit_longest", seed=3))
     args.update(kw)
     return ManifestDataset(manifest, **args)
 
@@ -79,14 +80,14 @@ def test_items_are_crops_of_the_prepared_files_read_by_seek(prepared_corpus):
 
 def test_crops_are_deterministic_per_seed(prepared_corpus):
     manifest, _ = prepared_corpus
-    a, b, c = dataset(manifest, seed=3), dataset(manifest, seed=3), dataset(manifest, seed=4)
+    a, b, c = (dataset(manifest, crop=CropSettings(seed=seed)) for seed in (3, 3, 4))
     assert all(torch.equal(a[i]["audio"], b[i]["audio"]) for i in range(len(a)))
     assert any(len(a[i]["audio"]) != len(c[i]["audio"]) for i in range(len(a)))
 
 
 def test_fixed_slice_items_are_padded_to_the_slice_with_a_mask(prepared_corpus):
     manifest, _ = prepared_corpus
-    ds = dataset(manifest, policy="fixed_slice", fixed_slice_s=10.0)
+    ds = dataset(manifest, crop=CropSettings(policy="fixed_slice", fixed_s=10.0, seed=3))
     table = pd.read_csv(manifest, sep="\t")
     for i in range(len(ds)):
         item = ds[i]
@@ -139,7 +140,7 @@ def test_a_batch_with_no_padded_row_has_no_audio_mask_and_the_model_agrees():
     """An all-true audio mask changes nothing the model computes but costs wav2vec2 a masked
     fill and a host sync (7 % of an eager step on an H200, issue 56): such a batch carries
     none, and the model's embeddings are the same either way."""
-    from trainables.model import build_model
+    from trainables.model.stage1 import build_model
 
     items = [
         {"audio": torch.randn(4000), "audio_len": 4000, "input_ids": torch.tensor([2, 7, 3])},
@@ -168,7 +169,7 @@ def test_bad_manifests_are_refused(tmp_path):
 
 
 def test_build_dataset_from_config_and_a_model_step_on_real_crops(prepared_corpus):
-    from trainables.model import build_model, contrastive_loss
+    from trainables.model.stage1 import build_model, contrastive_loss
 
     cfg = TrialConfig(dataset="manifest", manifest_path=str(prepared_corpus[0]), text_tokens=10)
     ds, collate = build_dataset(cfg, world_size=1)
@@ -186,7 +187,7 @@ def test_a_corpus_gives_the_same_tokenizer_in_every_build_and_every_process(prep
     import subprocess
     import sys
 
-    from trainables.text import build_tokenizer
+    from trainables.data.text import build_tokenizer
 
     manifest = prepared_corpus[0]
     transcripts = pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"].tolist()
@@ -194,7 +195,7 @@ def test_a_corpus_gives_the_same_tokenizer_in_every_build_and_every_process(prep
     assert len(here) == 1
     code = (
         "import sys, pandas as pd\n"
-        "from trainables.text import build_tokenizer\n"
+        "from trainables.data.text import build_tokenizer\n"
         "t = pd.read_csv(sys.argv[1], sep='\\t', keep_default_na=False)['transcript'].tolist()\n"
         "print(build_tokenizer(t, 1000).to_str())\n"
     )
@@ -218,7 +219,7 @@ def test_crop_lengths_are_the_lengths_the_items_have(prepared_corpus):
 
 
 def _bucket_batches(lengths, *, world, mb, pool, epoch=0, seed=0):
-    from trainables.data import LengthBucketBatchSampler
+    from trainables.data.loader import LengthBucketBatchSampler
 
     per_rank = []
     for rank in range(world):
@@ -259,7 +260,7 @@ def test_length_bucketing_is_deterministic_per_epoch_and_differs_across_epochs()
 
 
 def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
-    from trainables.data import build_loader, epochs
+    from trainables.data.loader import build_loader, epochs
 
     def padding(bucketing: bool) -> float:
         cfg = TrialConfig(
@@ -283,7 +284,7 @@ def test_length_bucketing_lowers_the_loaders_padding(prepared_corpus):
 
 def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corpus, tmp_path):
     from tests.checkpoints import save_tiny_checkpoints
-    from trainables.pretrained import load_tokenizer
+    from trainables.model.pretrained import load_tokenizer
 
     manifest = prepared_corpus[0]
     transcripts = pd.read_csv(manifest, sep="\t", keep_default_na=False)["transcript"].tolist()
@@ -308,7 +309,7 @@ def test_the_dataset_tokenises_with_the_text_checkpoints_tokenizer(prepared_corp
 
 
 def test_a_corpus_smaller_than_one_global_batch_says_so(prepared_corpus):
-    from trainables.data import build_loader, epochs
+    from trainables.data.loader import build_loader, epochs
 
     for bucketing in (False, True):
         cfg = TrialConfig(

@@ -8,7 +8,7 @@ import torch
 from trainables.config import TrialConfig
 from trainables.engine.mfu import PEAK_TFLOPS, counter, flops_per_sample, peak_tflops
 from trainables.engine.shapes import probe_batch
-from trainables.model import build_model
+from trainables.model.stage1 import build_model
 
 
 def test_flops_grow_with_audio_length_and_grads_are_cleared():

@@ -22,7 +22,7 @@ from stage1_common.output_root import CheckpointFolder, OutputRoot
 from stage1_common.storage import Location, StorageError
 from tests.cli import run_module
 from tests.s3server import CLIENT_ENV, make_bucket, moto_server
-from trainables.run_files import RunFiles
+from trainables.run_folder.run_files import RunFiles
 from trainables.ticket import RunStorage
 
 BUCKET = "sweeps"

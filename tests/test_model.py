@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from tests import _gloo_loss_worker
 from tests._forked import start
-from trainables.data import SyntheticSpeechText
-from trainables.manifest import collate_padded
-from trainables.model import build_model, contrastive_loss
+from trainables.data.loader import SyntheticSpeechText
+from trainables.data.manifest import collate_padded
+from trainables.model.stage1 import build_model, contrastive_loss
 
 
 def batch(n=4, seconds=1.0, tokens=16):
@@ -103,7 +103,7 @@ def test_global_loss_over_two_gloo_ranks_equals_the_full_batch_loss():
 
 
 def test_attention_kinds_compute_the_same_model_and_unavailable_ones_fall_back():
-    from trainables.model import build_model_with_attention
+    from trainables.model.stage1 import build_model_with_attention
 
     cpu = torch.device("cpu")
     outs = {}

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.checkpoints import save_tiny_checkpoints
-from trainables.model import build_model, build_model_with_attention
-from trainables.pretrained import checkpoint_problem, has_tokenizer, load_tokenizer
-from trainables.text import text_vocab_size
+from trainables.data.text import text_vocab_size
+from trainables.model.pretrained import checkpoint_problem, has_tokenizer, load_tokenizer
+from trainables.model.stage1 import build_model, build_model_with_attention
 
 TRANSCRIPTS = ["the cat sat on the mat", "a dog ran home", "speech and text in one space"]
 

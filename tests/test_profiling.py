@@ -30,7 +30,7 @@ def test_the_profiler_window_stays_in_the_second_window_and_out_of_the_tail():
 
 
 def test_a_profiled_run_gets_processes_of_its_own():
-    from trainables.config_checks import needs_own_processes
+    from trainables.config.checks import needs_own_processes
 
     assert "profile_steps" in needs_own_processes(TrialConfig(max_steps=30, profile_steps=3))
     with pytest.raises(ConfigError, match="^executor: resident cannot run this run: it runs the"):

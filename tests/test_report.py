@@ -163,7 +163,7 @@ def test_a_folder_without_a_sweep_is_one_line_and_exit_2(tmp_path):
 
 def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
     from platform.record.grafana import UID, dashboard, gauges_in
-    from trainables.telemetry import RayGauges
+    from trainables.observe.telemetry import RayGauges
 
     out = run_module("platform.grafana", "--out", tmp_path / "board.json")
     assert out.returncode == 0, out.stderr
@@ -174,7 +174,7 @@ def test_the_grafana_dashboard_draws_exactly_the_exported_gauges(tmp_path):
     assert len(ids) == len(set(ids)) == 5
     assert all(p["type"] == "timeseries" and p["targets"][0]["expr"] for p in board["panels"])
     # The names RayGauges declares are the ones it creates (read from its source).
-    source = (ROOT / "trainables" / "telemetry.py").read_text()
+    source = (ROOT / "trainables" / "observe" / "telemetry.py").read_text()
     assert set(re.findall(r'Gauge\(\s*"(stage1_\w+)"', source)) == set(RayGauges.NAMES)
 
 

@@ -69,7 +69,7 @@ def ls16k(tmp_path_factory) -> Path:
     """The runbook's dataset folder. DRY_RUN checks the inputs as a real run would, so its
     manifest is a real file: a data_prep manifest's columns, and 2,000 rows of 3 s (no audio:
     nothing reads it), enough for a full global batch of every runbook space's micro-batch."""
-    from trainables.manifest_table import MANIFEST_REQUIRED
+    from trainables.data.manifest_table import MANIFEST_REQUIRED
 
     folder = tmp_path_factory.mktemp("runbook-ls16k")
     values = {"num_samples": "48000", "sample_rate": "16000", "transcript": "A WORD"}

@@ -9,8 +9,8 @@ import torch
 from torch.utils.data import Dataset
 
 from trainables.config import ConfigError, TrialConfig
-from trainables.data import EpochIterator, ShapeBucketBatchSampler, build_loader
-from trainables.manifest import crop_window
+from trainables.data.loader import EpochIterator, ShapeBucketBatchSampler, build_loader
+from trainables.data.manifest import crop_window
 
 BUCKETS = (1.0, 1.5, 2.0, 2.5, 3.0)
 
@@ -158,7 +158,7 @@ def test_the_loader_keeps_prefetching_across_epoch_boundaries():
     waits a whole batch's read time."""
     from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-    from trainables.data import EpochsBatchSampler, ResumableDistributedSampler
+    from trainables.data.loader import EpochsBatchSampler, ResumableDistributedSampler
 
     ds = _SlowItems(16, delay_s=0.05)  # a batch of 4 takes 0.2 s to read in one worker
 
@@ -198,7 +198,7 @@ def test_the_loader_keeps_prefetching_across_epoch_boundaries():
 
 
 def test_the_startup_clock_splits_the_time_to_the_first_step():
-    from trainables.startup import StartupClock
+    from trainables.observe.startup import StartupClock
 
     start = time.time()
     clock = StartupClock(start - 2.0, start)
@@ -225,7 +225,7 @@ def test_the_device_warm_up_runs_the_steps_kinds_of_ops_and_never_raises(monkeyp
 
     import torch
 
-    from trainables import startup
+    from trainables.observe import startup
 
     # Nothing to warm on a CPU: no thread, nothing waited for.
     assert startup.DeviceWarmUp(torch.device("cpu")).join() == 0.0

@@ -8,10 +8,10 @@ import torch
 import torch.distributed as dist
 
 from trainables.config import ConfigError, TrialConfig
-from trainables.data import SyntheticSpeechText
+from trainables.data.loader import SyntheticSpeechText
+from trainables.data.manifest import collate_padded
 from trainables.engine import build_engine, deepspeed_config, resolve_precision
-from trainables.manifest import collate_padded
-from trainables.model import contrastive_loss
+from trainables.model.stage1 import contrastive_loss
 
 
 def test_precision_policy_on_cpu():

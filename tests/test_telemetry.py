@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainables.telemetry import HostSampler, NvmlGpu, Telemetry, safe_environment
+from trainables.observe.telemetry import HostSampler, NvmlGpu, Telemetry, safe_environment
 
 RECORDING = Path(__file__).parent / "data" / "nvml_h200x2.json"
 
@@ -224,7 +224,7 @@ def test_env_facts_unpickle_without_importing_torch():
 
     import torch
 
-    from trainables.telemetry import collect_env
+    from trainables.observe.telemetry import collect_env
 
     facts = collect_env(torch.device("cpu"))
     assert facts["torch"] == torch.__version__ and facts["python"]

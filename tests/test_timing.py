@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainables.timing import WindowTimer, window_stats
+from trainables.observe.timing import WindowTimer, window_stats
 
 
 def test_window_stats_by_hand():
@@ -39,7 +39,7 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     # sum, a 0-dim tensor, would still add to a device counter).
     import torch
 
-    from trainables.window_metrics import Window
+    from trainables.observe.window_metrics import Window
 
     window = Window.on(torch.device("meta"))
     window.add_audio({"audio_mask": torch.ones(4, 32_000, dtype=torch.bool, device="meta")})
@@ -56,6 +56,19 @@ def test_a_windows_audio_count_stays_on_the_device_until_the_report():
     assert (int(cpu.audio_valid), cpu.audio_total) == (16, 24)
     cpu.next()
     assert (int(cpu.audio_valid), cpu.audio_total) == (0, 0)
+
+
+def test_a_windows_samples_are_the_optimizer_steps_global_batch():
+    """samples_per_s counts micro_batch x world size x grad_accum_steps samples per step."""
+    from types import SimpleNamespace
+
+    from trainables.config import TrialConfig, global_batch
+    from trainables.observe.window_metrics import WindowMetrics
+
+    cfg = TrialConfig(micro_batch=4, grad_accum_steps=3)
+    metrics = WindowMetrics(cfg, SimpleNamespace(world_size=2), None, {}, None)
+    assert metrics.global_batch == 24
+    assert metrics.global_batch == global_batch(micro_batch=4, world_size=2, grad_accum_steps=3)
 
 
 def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
@@ -79,7 +92,7 @@ def test_timing_ranks_all_gathers_every_ranks_window_to_rank_0():
 
 
 def test_the_process_group_timeout_follows_the_stall_timeout():
-    from trainables.watchdog import pg_timeout_for
+    from trainables.observe.watchdog import pg_timeout_for
 
     assert pg_timeout_for(0, 1800) == 1800  # watchdog off: the configured timeout
     assert pg_timeout_for(8, 1800) == 13  # a 5 s grace for the stack dumps
@@ -88,7 +101,7 @@ def test_the_process_group_timeout_follows_the_stall_timeout():
 
 
 def test_a_stuck_resident_worker_outlives_the_process_groups_timeout():
-    from trainables.watchdog import pg_timeout_for, resident_end_after
+    from trainables.observe.watchdog import pg_timeout_for, resident_end_after
 
     # With several workers the collectives' timeout must end a hung run first (as in a fresh
     # run): the worker's own end comes 10 s after it, at least 15 s after the stall dump.
@@ -105,7 +118,7 @@ def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
     import threading
     import time
 
-    from trainables.watchdog import StallWatchdog
+    from trainables.observe.watchdog import StallWatchdog
 
     dog = StallWatchdog(0.4, tmp_path, rank=3).start()
     release = threading.Event()
@@ -128,7 +141,7 @@ def test_the_watchdog_dumps_every_thread_once_when_progress_stops(tmp_path):
 def test_the_collector_clock_times_collections_inside_it_only():
     import gc
 
-    from trainables.gc_control import CollectorClock
+    from trainables.observe.gc_control import CollectorClock
 
     with CollectorClock() as clock:
         assert clock.take() == {"gc_ms": 0.0, "gc_collections": 0}
@@ -145,7 +158,7 @@ def test_the_collector_clock_times_collections_inside_it_only():
 def test_the_collector_is_paused_for_imports_and_put_back_as_it_was():
     import gc
 
-    from trainables.gc_control import CollectorClock, collector_paused
+    from trainables.observe.gc_control import CollectorClock, collector_paused
 
     assert gc.isenabled()
     with CollectorClock() as clock:

@@ -74,7 +74,9 @@ def test_trainers_are_built_and_their_context_unpickled_without_torch(tmp_path):
     lines = _run(BUILD.format(use_gpu=False, root=str(tmp_path / "root"), out=str(out)))
     assert lines[-1] == "[]"  # the trial and the group host: no torch, no model code
     timeout, configs = lines[0].split(" ", 1)
-    assert int(timeout) > 300  # the run's stall timeout and a margin (trainables/watchdog.py)
+    assert (
+        int(timeout) > 300
+    )  # the run's stall timeout and a margin (trainables/observe/watchdog.py)
     assert configs == str(
         [{"backend": "gloo", "init_method": "env", "timeout_s": int(timeout)}] * 2
     )

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from tests.cli import run_module
 from trainables.checkpoint.files import best_checkpoint, find_resume_checkpoint, is_complete
 from trainables.config import ConfigError, TrialConfig
-from trainables.data import build_loader
+from trainables.data.loader import build_loader
 from trainables.engine import lr_factor
 from trainables.validation import retrieval_metrics
 
@@ -95,7 +95,7 @@ def test_a_resumed_loader_continues_the_same_sample_sequence(prepared_corpus, bu
         return [batches.__next__()["input_ids"][:, 1].tolist() for _ in range(n)]
 
     loader = build_loader(cfg, rank=1, world_size=2, pin_memory=False)
-    from trainables.data import EpochIterator
+    from trainables.data.loader import EpochIterator
 
     whole = EpochIterator(loader, cfg.micro_batch).start()
     expected = ids(whole, 7)  # 3 batches per epoch: crosses two epoch boundaries

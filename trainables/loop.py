@@ -20,24 +20,24 @@ from stage1_common.storage import Location
 from trainables.checkpoint.files import best_checkpoint, read_meta
 from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
-from trainables.data import build_loader, collate_for, epochs
+from trainables.data.loader import build_loader, collate_for, epochs
 from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
 from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.engine.compile_watch import CompileWatch
-from trainables.export import export_model
 from trainables.faults import NoFaults, build_faults
-from trainables.gc_control import CollectorClock
 from trainables.host_settings import apply_host_settings
-from trainables.model import contrastive_loss
-from trainables.profiling import StepProfiler
-from trainables.run_files import RunFiles
-from trainables.run_state import RunState, load_checkpoint, resume, resume_position, save
-from trainables.startup import DeviceWarmUp, StartupClock, import_model_code, process_start
-from trainables.telemetry import collect_env, start_telemetry
+from trainables.model.export import export_model
+from trainables.model.stage1 import contrastive_loss
+from trainables.observe.gc_control import CollectorClock
+from trainables.observe.profiling import StepProfiler
+from trainables.observe.startup import DeviceWarmUp, StartupClock, import_model_code, process_start
+from trainables.observe.telemetry import collect_env, start_telemetry
+from trainables.observe.watchdog import StallWatchdog, resident_end_after
+from trainables.observe.window_metrics import Window, WindowMetrics, gathered_extras
+from trainables.run_folder.run_files import RunFiles
+from trainables.run_folder.run_state import RunState, load_checkpoint, resume, resume_position, save
 from trainables.validation import build_val_dataset, evaluate
-from trainables.watchdog import StallWatchdog, resident_end_after
-from trainables.window_metrics import Window, WindowMetrics, gathered_extras
 
 __all__ = ["WorkerContext", "run_training"]
 

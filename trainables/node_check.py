@@ -55,7 +55,7 @@ def node_facts(
 
 def _read_manifest(path: Path, audio: list[str]) -> str:
     """'' when the manifest and the ``audio`` files can be read here."""
-    from trainables.manifest_table import read_manifest_table
+    from trainables.data.manifest_table import read_manifest_table
 
     try:
         read_manifest_table(path)
@@ -73,7 +73,7 @@ def _read_manifest(path: Path, audio: list[str]) -> str:
 def audio_sample(manifest: Path, audio_root: str, sample: int = 8) -> list[str]:
     """Up to ``sample`` audio files of a manifest, spread over it, that can be read here (the
     driver picks them; every node must then read the same ones)."""
-    from trainables.manifest_table import read_manifest_table
+    from trainables.data.manifest_table import read_manifest_table
 
     table = read_manifest_table(manifest)
     if not table.num_rows or "path" not in table.column_names:

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainables.config import TrialConfig
-from trainables.gc_control import collector_paused
-from trainables.run_files import RunFiles
-from trainables.startup import process_start
+from trainables.observe.gc_control import collector_paused
+from trainables.observe.startup import process_start
+from trainables.run_folder.run_files import RunFiles
 from trainables.ticket import RunTicket
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ _GAUGES: dict[str, Any] = {}  # one set per process (a resident worker serves ma
 
 def ray_gauges(run: str):
     """This process's RayGauges, set to ``run``'s tags."""
-    from trainables.telemetry import RayGauges
+    from trainables.observe.telemetry import RayGauges
 
     if "gauges" not in _GAUGES:
         _GAUGES["gauges"] = RayGauges(run)

@@ -37,7 +37,7 @@ class RunStorage:
     """Where a sweep's runs write, as every worker sees it. With a root in a folder every node
     mounts, the runs write there; with a root on object storage (``on_bucket``), Ray Train's
     storage is the bucket and each rank writes the run's folder on its own node, in a scratch
-    folder named ``scratch`` (trainables/run_files.py), uploaded to the bucket."""
+    folder named ``scratch`` (trainables/run_folder/run_files.py), uploaded to the bucket."""
 
     runs: str  # Ray Train's storage of every run: the root's runs/ folder, or its bucket's runs/
     groups: str  # Ray Train's storage of the resident groups: tune/groups/, in the root or bucket

@@ -27,7 +27,7 @@ from typing import Any
 import ray
 from ray.train.backend import Backend, BackendConfig
 
-from trainables.gc_control import collector_paused
+from trainables.observe.gc_control import collector_paused
 from trainables.resident.shape import GroupShape
 
 __all__ = ["TorchBackendConfig", "torch_trainer"]
@@ -150,7 +150,7 @@ def _rendezvous_env(addr: str, port: int) -> None:
 
 def _on_worker(name: str, **kwargs: Any) -> Any:
     """Ray's function ``name`` of ``ray.train.torch.config``, imported on the worker (torch
-    first: the collector paused, trainables/gc_control.py)."""
+    first: the collector paused, trainables/observe/gc_control.py)."""
     with collector_paused():
         from ray.train.torch import config
 

@@ -27,7 +27,7 @@ import yaml
 from stage1_common.fileio import atomic_write_text, write_json
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
-from trainables.watchdog import pg_timeout_for
+from trainables.observe.watchdog import pg_timeout_for
 
 __all__ = ["main"]
 

@@ -46,7 +46,7 @@ def build_trainer(ticket: RunTicket):
                 checkpoint_score_order=cfg.checkpoint_score_order,
             ),
             # A dead worker restarts the worker group, which resumes from the newest complete
-            # checkpoint in the run's folder (trainables/run_state.py: resume).
+            # checkpoint in the run's folder (trainables/run_folder/run_state.py: resume).
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             # Ray Train logs every report of every rank at INFO; the driver prints progress
             # itself. The full logs stay in Ray's session log folder.

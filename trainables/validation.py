@@ -37,8 +37,8 @@ def build_val_dataset(cfg: TrialConfig):
     training manifest's tokenizer, so ids mean the same words."""
     if not cfg.val_every:
         return None
-    from trainables.data import manifest_options
-    from trainables.manifest import ManifestDataset
+    from trainables.data.loader import manifest_options
+    from trainables.data.manifest import ManifestDataset
 
     common = manifest_options(cfg)
     if cfg.val_manifest_path:

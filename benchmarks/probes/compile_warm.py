@@ -147,7 +147,7 @@ def _timed_steps(engine, cfg, device) -> list[float]:
     import torch
 
     from trainables.engine.shapes import shape_batch
-    from trainables.model import contrastive_loss
+    from trainables.model.stage1 import contrastive_loss
 
     seconds = []
     for audio_n, text_n in cfg.static_shapes:
@@ -186,7 +186,7 @@ def child(variant: str, cache: str, profile: bool) -> dict:
     from trainables.config import TrialConfig
     from trainables.engine import compile as compiling
     from trainables.engine.build import build_engine
-    from trainables.startup import import_model_code
+    from trainables.observe.startup import import_model_code
 
     import_model_code()
     imports_s = time.perf_counter() - t_start

@@ -7,7 +7,7 @@ Ray: import torch, the process group (a world of one), the model code's imports,
 (trainables.engine.build_engine: the runbooks' mainline point, DDP, base model, mb 160, eager,
 FLOPs counted as on a new machine), then two steps of a made-up 3 s batch, each part
 synchronised and timed. ``plain`` imports the model code, then builds; ``warm`` runs
-trainables.startup.DeviceWarmUp (the CUDA context, cuBLAS and cuDNN, the step's kinds of
+trainables.observe.startup.DeviceWarmUp (the CUDA context, cuBLAS and cuDNN, the step's kinds of
 kernels, on a thread) while it imports, as the platform's workers do. The batch's rows have
 unequal lengths (padding masks), as the loader's have. The variants alternate,
 ``--repeats`` times each; the table gives each run and the medians. On a machine without a GPU
@@ -59,7 +59,7 @@ def child(variant: str) -> dict:
     store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)
     dist.init_process_group("nccl" if on_gpu else "gloo", store=store, rank=0, world_size=1)
     lap("process_group")
-    from trainables.startup import DeviceWarmUp, import_model_code
+    from trainables.observe.startup import DeviceWarmUp, import_model_code
 
     warm = DeviceWarmUp(device, "auto") if variant == "warm" else None
     import_model_code()
@@ -72,7 +72,7 @@ def child(variant: str) -> dict:
     from trainables.config import TrialConfig
     from trainables.engine.build import build_engine
     from trainables.engine.shapes import shape_batch
-    from trainables.model import contrastive_loss
+    from trainables.model.stage1 import contrastive_loss
 
     cfg = TrialConfig.from_dict(
         {

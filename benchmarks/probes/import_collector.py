@@ -1,7 +1,7 @@
 """A worker's big imports with Python's collector running and paused
-(trainables/gc_control.py: ``collector_paused``), side by side: each variant in a new process,
-alternating, ``--repeats`` times. A process imports torch, Ray Train and the model code
-(trainables/startup.py: ``import_model_code``) as a train worker does, then one full
+(trainables/observe/gc_control.py: ``collector_paused``), side by side: each variant in a new
+process, alternating, ``--repeats`` times. A process imports torch, Ray Train and the model code
+(trainables/observe/startup.py: ``import_model_code``) as a train worker does, then one full
 collection (what a pause put off is counted); prints the medians and their ratio.
 
     python -m benchmarks.probes.import_collector --repeats 5 \\
@@ -24,13 +24,13 @@ PROBE = """
 import time
 t0 = time.perf_counter()
 if {paused}:
-    from trainables.gc_control import collector_paused
+    from trainables.observe.gc_control import collector_paused
 else:
     from contextlib import nullcontext as collector_paused
 with collector_paused():
     import torch
     import ray.train
-from trainables.startup import import_model_code
+from trainables.observe.startup import import_model_code
 if {paused}:
     import_model_code()
 else:

@@ -3,7 +3,7 @@
     python -m benchmarks.probes.loader_bench [--files 64] [--workers 1] [--batches 40] [--repeats 3]
 
 The corpus is synthetic with LibriSpeech-like lengths (9-18 s before trimming, ~12 s after, as LibriSpeech: the
-ratio grows with file length, so it is printed). Both variants run trainables.manifest.ManifestDataset through a torch DataLoader with
+ratio grows with file length, so it is printed). Both variants run trainables.data.manifest.ManifestDataset through a torch DataLoader with
 ``--workers`` loader processes (limit_longest crops of 1-3 s, micro-batch 8): `seek` reads only
 the crop (soundfile seek + read), `full` decodes the whole file and then crops. Repeats alternate
 the variants; medians of samples/s per loader worker and their ratio are printed.
@@ -26,7 +26,8 @@ from data_prep.layout import discover
 from data_prep.librispeech import write_outputs
 from data_prep.pipeline import make_tasks, run_serial
 from stage1_common.fileio import write_json
-from trainables.manifest import ManifestDataset, collate_padded
+from trainables.data.crops import CropSettings
+from trainables.data.manifest import ManifestDataset, collate_padded
 
 
 def prepared_manifest(files: int, root: Path) -> Path:
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {"seek": [], "full": []}
     for rep in range(1, args.repeats + 1):
         for read in rates:
-            ds = ManifestDataset(manifest, vocab_size=1000, max_tokens=32, read=read, seed=rep)
+            crop = CropSettings(seed=rep)
+            ds = ManifestDataset(manifest, vocab_size=1000, max_tokens=32, read=read, crop=crop)
             rates[read].append(samples_per_s(ds, args.workers, args.batches, args.batch_size))
             print(f"  repeat {rep} {read:<4} {rates[read][-1]:8.1f} samples/s", flush=True)
     per_worker = max(args.workers, 1)

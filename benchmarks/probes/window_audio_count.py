@@ -35,7 +35,7 @@ def _cpu_mask(mask_cpu: torch.Tensor, _mask_dev: torch.Tensor, steps: int) -> fl
 
 
 def _device_mask(_mask_cpu: torch.Tensor, mask_dev: torch.Tensor, steps: int) -> float:
-    from trainables.window_metrics import Window
+    from trainables.observe.window_metrics import Window
 
     window = Window.on(mask_dev.device)
     t0 = time.perf_counter()

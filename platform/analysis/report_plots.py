@@ -22,6 +22,7 @@ from platform.analysis.figures import (
 )
 from platform.analysis.stats import BOTTLENECK_LIMITS, P50_FLOOR_MS, throttle_names
 from platform.storage import results
+from trainables.config import global_batch
 
 __all__ = ["candidates", "data_share", "gpu", "host", "iteration", "loss", "skew"]
 
@@ -90,7 +91,7 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
     model's loss starts near ln of it), and how that number is made; None where the run does
     not record its micro_batch (or, for global scope, its world size). Global scope: micro_batch x world (every rank's embeddings
     are gathered); local: micro_batch. Not the global batch: gradient accumulation adds
-    samples to a step, not candidates to a sample's loss (trainables/model.py)."""
+    samples to a step, not candidates to a sample's loss (trainables/model/stage1.py)."""
     manifest = data["manifest"]
     rows = {r["run"]: r for r in manifest.to_dict("records")} if "run" in manifest else {}
     out: dict[str, tuple[int, str] | None] = {}
@@ -104,7 +105,8 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
         micro, accum = int(micro), int(_known(known, "grad_accum_steps", 1))
         world = _column_max(windows, "world_size")
         if not world or math.isnan(world):  # rows of a version that did not record it
-            world = _column_max(windows, "global_batch") / (micro * accum)
+            per_rank = global_batch(micro_batch=micro, world_size=1, grad_accum_steps=accum)
+            world = _column_max(windows, "global_batch") / per_rank
         if _known(known, "contrastive_scope", "global") == "local":
             out[run] = (micro, f"micro_batch {micro}, local scope")
         elif math.isfinite(world):

@@ -280,9 +280,9 @@ def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> l
     (``tokenizers/``); every rank of every run loads that file (``tokenizer_path``), on any node
     of a cluster, instead of training its own or relying on a cache of its node. Runs whose
     text checkpoint has a tokenizer, or that name a ``tokenizer_path`` themselves, keep theirs."""
-    from trainables.manifest_table import read_manifest_table
-    from trainables.pretrained import has_tokenizer
-    from trainables.text import load_or_build_tokenizer, text_vocab_size
+    from trainables.data.manifest_table import read_manifest_table
+    from trainables.data.text import load_or_build_tokenizer, text_vocab_size
+    from trainables.model.pretrained import has_tokenizer
 
     root = OutputRoot.of(output_root)
     built: dict[tuple[str, int], str] = {}
@@ -309,7 +309,7 @@ def prepare_tokenizers(runs: list[RunSpec], output_root: OutputRoot | Path) -> l
             if not path.is_file():
                 results.atomic_write_text(path, text)
             built[key] = str(path)
-            if root.remote:  # every node reads it from the bucket (trainables/text.py)
+            if root.remote:  # every node reads it from the bucket (trainables/data/text.py)
                 built[key] = root.remote_join(OutputRoot.TOKENIZERS, path.name)
                 Location.of(built[key]).write_text(text)
         out.append(

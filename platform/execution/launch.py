@@ -84,7 +84,7 @@ def launch(request: LaunchRequest) -> int:
     """Run the request's runs (one Tune trial each) and record them; returns the exit code."""
     from stage1_common.cluster import local_auth_mode
     from stage1_common.machine_cache import bytecode_env, keep_bytecode
-    from trainables.gc_control import collector_paused
+    from trainables.observe.gc_control import collector_paused
 
     local_auth_mode(request.address)  # before Ray is imported
     # Before Ray is imported too: where this environment would compile every module from source
@@ -92,7 +92,7 @@ def launch(request: LaunchRequest) -> int:
     # its environment) keep their bytecode in the machine cache (stage1_common/machine_cache.py).
     # Not passed to a joined cluster: its nodes have packages and home folders of their own.
     keep_bytecode(bytecode_env())
-    with collector_paused():  # the driver's big imports (trainables/gc_control.py)
+    with collector_paused():  # the driver's big imports (trainables/observe/gc_control.py)
         _set_ray_environment()
         import ray
 

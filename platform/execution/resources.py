@@ -8,7 +8,7 @@ import dataclasses
 
 from platform.errors import UsageError
 from platform.spaces.expand import RunSpec
-from trainables.config_checks import needs_own_processes
+from trainables.config.checks import needs_own_processes
 
 __all__ = ["resolve_executors", "resolve_resources"]
 
@@ -84,8 +84,9 @@ def _check_placement(
 
 def resolve_executors(runs: list[RunSpec], *, training: bool) -> list[RunSpec]:
     """Decide ``executor: auto``: a sweep's run trains in the resident group of its shape, unless
-    it needs processes of its own (config_checks.needs_own_processes); platform.train's run
-    always has its own (one TorchTrainer with restarts from its checkpoints)."""
+    it needs processes of its own (trainables/config/checks.py: needs_own_processes);
+    platform.train's run always has its own (one TorchTrainer with restarts from its
+    checkpoints)."""
     out = []
     for run in runs:
         executor = run.config.executor

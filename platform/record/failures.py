@@ -12,7 +12,7 @@ from pathlib import Path
 from stage1_common.fileio import atomic_write_text
 from stage1_common.output_root import OutputRoot, RunFolder
 from trainables.faults import KILL_NOTE
-from trainables.worker_logs import read_registrations, tail_lines
+from trainables.run_folder.worker_logs import read_registrations, tail_lines
 
 __all__ = [
     "EXIT_CODES",
@@ -115,10 +115,10 @@ def exit_code(
 
 
 def worker_tails(run_dir: Path, lines: int, *, previous: bool = False) -> list[dict]:
-    """Per registered worker (trainables/worker_logs.py; of the attempt before a restart, with
-    ``previous``): its record plus ``tails``, holding for ``stderr`` and ``stdout`` the last
-    ``lines`` lines (a list) or why they cannot be read. A rank on another node of the cluster
-    has its files read there, by a task on that node."""
+    """Per registered worker (trainables/run_folder/worker_logs.py; of the attempt before a restart,
+    with ``previous``): its record plus ``tails``, holding for ``stderr`` and ``stdout`` the last
+    ``lines`` lines (a list) or why they cannot be read. A rank on another node of the cluster has
+    its files read there, by a task on that node."""
     here = _driver_node_id()
     silent: dict[str, str] = {}  # node id -> why it did not answer (asked once, not per file)
     out = []

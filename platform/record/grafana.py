@@ -1,6 +1,6 @@
 """A Grafana dashboard for the platform's own gauges (``ray_stage1_*``, exported by
-trainables/telemetry.py: RayGauges through ``ray.util.metrics``): per-run samples/s, iter p50 and
-data share, and GPU utilisation and power per rank.
+trainables/observe/telemetry.py: RayGauges through ``ray.util.metrics``): per-run samples/s, iter
+p50 and data share, and GPU utilisation and power per rank.
 
 A local cluster of a sweep or of ``platform.train`` writes it into the session's Grafana
 provisioning folder (``<session>/metrics/grafana/dashboards/``, beside Ray's own dashboards), so

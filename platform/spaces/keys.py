@@ -2,7 +2,7 @@
 platform.tune --keys [PATTERN]``), the same as a Markdown page (docs/keys.md: ``python -m
 platform.spaces.keys --markdown > docs/keys.md``), and a config's keys grouped by family in lines
 of about 100 columns (the dry run's ``fixed:`` block). The docs themselves are TrialConfig's field
-metadata (trainables/config.py) and the scheduler and search plans' defaults
+metadata (trainables/config/trial_config.py) and the scheduler and search plans' defaults
 (platform/spaces/plans.py)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 from platform.errors import UsageError
 from platform.spaces.plans import SchedulerPlan, SearchPlan
 from trainables.config import TrialConfig, field_doc, field_names
-from trainables.config_checks import describe_type
+from trainables.config.checks import describe_type
 
 __all__ = [
     "FAULTS",

@@ -13,7 +13,7 @@ from platform.errors import UsageError
 from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
-from trainables.crops import crop_options, full_batches, largest_micro_batch
+from trainables.data.crops import crop_settings, full_batches, largest_micro_batch
 
 __all__ = ["PATH_KEYS", "check_full_batches", "check_inputs"]
 
@@ -88,7 +88,7 @@ def _manifest(key: str, value: str, cfg) -> None:
         raise UsageError(
             f"{key} {path} does not exist; make it with python -m data_prep.librispeech"
         )
-    from trainables.manifest_table import MANIFEST_REQUIRED
+    from trainables.data.manifest_table import MANIFEST_REQUIRED
 
     with path.open(encoding="utf-8") as fh:
         header = fh.readline().rstrip("\n").split("\t")
@@ -124,16 +124,16 @@ PATH_KEYS = {
 
 def check_full_batches(runs: list[RunSpec]) -> None:
     """Every run's training split must give at least one full global batch an epoch, as its
-    sampler forms them (trainables/data.py: per crop length with crop_buckets_s): the same rule
-    from the manifest's lengths, without reading audio (rows whose audio file is missing are the
-    workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
+    sampler forms them (trainables/data/loader.py: per crop length with crop_buckets_s): the same
+    rule from the manifest's lengths, without reading audio (rows whose audio file is missing are
+    the workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
     lengths: dict[tuple, object] = {}
     for run in runs:
         cfg = run.config
         if cfg.dataset != "manifest" or not cfg.manifest_path:
             continue
         held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
-        key = (cfg.manifest_path, held_out, *crop_options(cfg).values())
+        key = (cfg.manifest_path, held_out, crop_settings(cfg))
         if key not in lengths:
             lengths[key] = _train_crop_lengths(cfg, held_out)
         by_shape = bool(cfg.crop_buckets)
@@ -192,8 +192,8 @@ def _check_planned_batches(plan: DataPlan, runs: list[RunSpec]) -> None:
 
 def _train_crop_lengths(cfg, held_out: int):
     """Every training item's crop length (samples), as the run's dataset will crop it."""
-    from trainables.crops import crop_lengths
-    from trainables.manifest_table import read_manifest_table, speaker_split
+    from trainables.data.crops import crop_lengths
+    from trainables.data.manifest_table import read_manifest_table, speaker_split
 
     table = read_manifest_table(Path(cfg.manifest_path))
     num_samples = table.column("num_samples").to_numpy()
@@ -202,13 +202,13 @@ def _train_crop_lengths(cfg, held_out: int):
             num_samples = num_samples[~speaker_split(table, held_out)]
         except ValueError as exc:  # too many held out, or no speaker column: one line
             raise UsageError(f"{exc} ({cfg.manifest_path})") from None
-    return crop_lengths(num_samples, **crop_options(cfg))
+    return crop_lengths(num_samples, crop_settings(cfg))
 
 
 def _check_checkpoints(runs: list[RunSpec]) -> None:
     """Pretrained folders must hold the right kind of checkpoint, and the text encoder must have
     positions for text_tokens."""
-    from trainables.pretrained import checkpoint_problem, read_config
+    from trainables.model.pretrained import checkpoint_problem, read_config
 
     seen: set[tuple[str, str]] = set()
     for run in runs:

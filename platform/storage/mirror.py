@@ -13,8 +13,8 @@ Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``-
 on the driver's disk when the staging copy goes, for the training command: ``drop_staging``),
 ``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record), and the
 checkpoints and exported models of ``runs/<run>/``, which the workers upload. The
-workers upload their run folders themselves (trainables/run_files.py), and Ray Train writes the
-checkpoints into the bucket (its ``storage_path``).
+workers upload their run folders themselves (trainables/run_folder/run_files.py), and Ray Train
+writes the checkpoints into the bucket (its ``storage_path``).
 """
 
 from __future__ import annotations

@@ -62,9 +62,9 @@ EFFECTIVE_KEYS = (
 PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
 
 # Where a run's start-up went ("ray_workers=4.1 loader_start=0.3 imports=3.9 ...", seconds per
-# part, trainables/startup.py: StartupClock), and the compile warm-up ahead of the timed windows:
-# its seconds, where they went ("trace=6.0 guards=1.1 backend=4.9 dynamo_other=0.3 passes=8.2",
-# trainables/engine/compile.py: compile_parts) and what the compile caches held.
+# part, trainables/observe/startup.py: StartupClock), and the compile warm-up ahead of the timed
+# windows: its seconds, where they went ("trace=6.0 guards=1.1 backend=4.9 dynamo_other=0.3
+# passes=8.2", trainables/engine/compile.py: compile_parts) and what the compile caches held.
 STARTUP_KEYS = ("startup_breakdown", "compile_s", "compile_parts", "compile_cache")
 
 TRAINING_KEYS = (
@@ -140,7 +140,7 @@ TIMING_SCHEMA = pa.schema(
 
 _RUN_KEYS = [("run", pa.string()), ("group", pa.string()), ("repeat", pa.int32())]
 
-# One row per NVML sample of one GPU (trainables/telemetry.py: NvmlGpu).
+# One row per NVML sample of one GPU (trainables/observe/telemetry.py: NvmlGpu).
 GPU_TELEMETRY_SCHEMA = pa.schema(
     [
         *_RUN_KEYS,
@@ -162,7 +162,7 @@ GPU_TELEMETRY_SCHEMA = pa.schema(
     ]
 )
 
-# One row per host sample of one node (trainables/telemetry.py: HostSampler).
+# One row per host sample of one node (trainables/observe/telemetry.py: HostSampler).
 HOST_TELEMETRY_SCHEMA = pa.schema(
     [
         *_RUN_KEYS,

@@ -2,8 +2,8 @@
 
     python tests/gpu/record_nvml.py OUT.json [--samples 10] [--interval-s 0.5]
 
-Calls exactly the functions trainables.telemetry.NvmlGpu calls, on every GPU, and writes their
-answers (or the NVML error a call raised) per sample. tests/test_telemetry.py replays the file
+Calls exactly the functions trainables.observe.telemetry.NvmlGpu calls, on every GPU, and writes
+their answers (or the NVML error a call raised) per sample. tests/test_telemetry.py replays the file
 through the same interface.
 """
 

@@ -147,7 +147,7 @@ def test_a_resident_and_a_fresh_run_of_one_seed_give_the_same_loss_at_every_wind
     own (its host memory growth must be its own); the leak leaves training alone, so the two
     runs' losses are equal, bit for bit, window for window. Issue 53: so are two sweeps of the
     corpus, one per executor, each building its tokenizer: any process builds this one."""
-    from trainables.text import build_tokenizer, text_vocab_size
+    from trainables.data.text import build_tokenizer, text_vocab_size
 
     root, *_ = sweep
     manifest = pd.read_csv(root / "run_manifest.tsv", sep="\t", keep_default_na=False)
@@ -190,7 +190,7 @@ def test_the_grafana_dashboard_names_only_gauges_the_scrape_shows(sweep):
     import re
 
     from platform.record.grafana import dashboard, gauges_in
-    from trainables.telemetry import RayGauges
+    from trainables.observe.telemetry import RayGauges
 
     _, out, scraped, _, _ = sweep
     installed = re.search(r"Grafana dashboard 'Stage-1 sweep': (\S+)", out)

@@ -101,7 +101,7 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert "validation at step 30" in done.stdout and "best val_mean_r1" in done.stdout
     # Issue 23 moved every module; the files, their columns and keys stay the same.
     assert check_layout(clean, "train_smoke") == []
-    from trainables.export import load_exported
+    from trainables.model.export import load_exported
 
     model, info = load_exported(run_dir / "export")
     assert info["source"].startswith("best val_mean_r1")

@@ -17,7 +17,7 @@ from trainables.engine.fsdp2 import wrap_fsdp2
 from trainables.engine.mfu import cached_flops_per_sample, peak_tflops
 from trainables.engine.optim import build_optimizer
 from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
-from trainables.model import build_model_with_attention
+from trainables.model.stage1 import build_model_with_attention
 
 __all__ = ["build_engine"]
 

@@ -16,8 +16,8 @@ import torch
 
 from trainables.config import TrialConfig
 from trainables.engine.shapes import shape_batch
-from trainables.gc_control import collector_paused
-from trainables.model import contrastive_loss
+from trainables.model.stage1 import contrastive_loss
+from trainables.observe.gc_control import collector_paused
 
 __all__ = [
     "CompileTime",

@@ -14,7 +14,7 @@ def shape_batch(
     rows: int, audio_n: int, text_n: int, device, dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
     """A made-up batch of one shape, as the loader gives it (silent audio, unpadded: so no audio
-    mask, as trainables.manifest.collate_padded leaves it out): for counting FLOPs and for the
+    mask, as trainables.data.manifest.collate_padded leaves it out): for counting FLOPs and for the
     compile warm-up, where only shapes and dtypes matter."""
     return {
         "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables.gc_control import collector_paused
+from trainables.observe.gc_control import collector_paused
 from trainables.resident.shape import GroupShape
 from trainables.ticket import GroupTicket
 from trainables.torch_backend import torch_trainer
@@ -35,7 +35,7 @@ def build_group_trainer(shape: GroupShape, group: GroupTicket, storage_path: str
 
 def serve_group(loop_config: dict[str, Any]) -> None:
     """Ray Train entry point of a resident group (trainables/resident/serve.py, imported with
-    the collector paused: trainables/gc_control.py)."""
+    the collector paused: trainables/observe/gc_control.py)."""
     with collector_paused():
         from trainables.resident.serve import serve_loop_per_worker
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import ray
 
-from trainables.gc_control import collector_paused
+from trainables.observe.gc_control import collector_paused
 from trainables.resident.messages import (
     LEASE_S,
     Assignment,

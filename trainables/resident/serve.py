@@ -26,9 +26,9 @@ import torch
 from trainables.config import TrialConfig
 from trainables.distributed import broadcast_from_rank0
 from trainables.loop import WorkerContext, run_training
+from trainables.observe.startup import DeviceWarmUp, import_model_code
 from trainables.ray_worker import quiet_report_log, ray_gauges, ray_worker_context
 from trainables.resident.messages import Assignment, Outcome, Shutdown
-from trainables.startup import DeviceWarmUp, import_model_code
 from trainables.ticket import GroupTicket
 
 __all__ = ["RunStopped", "memory_now", "release", "serve_loop_per_worker"]

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from trainables.config import TrialConfig
-from trainables.watchdog import pg_timeout_for
+from trainables.observe.watchdog import pg_timeout_for
 
 __all__ = ["GroupKey", "GroupShape", "group_cpus"]
 

@@ -1,5 +1,5 @@
 """The values each enumerated key of :class:`trainables.config.TrialConfig` accepts (the
-``Literal`` types of its fields): one vocabulary per key, checked by ``config_checks.match_type``
+``Literal`` types of its fields): one set of choices per key, checked by ``checks.match_type``
 and listed by the key table and ``--keys``."""
 
 from __future__ import annotations

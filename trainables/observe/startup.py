@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from trainables.gc_control import collector_paused
+from trainables.observe.gc_control import collector_paused
 
 __all__ = ["DeviceWarmUp", "StartupClock", "import_model_code", "process_start"]
 

@@ -1,8 +1,8 @@
-"""The checks of a TrialConfig (trainables/config.py): each field's range, the rules across
-fields, and the type matching behind them. A broken rule raises a ConfigError whose message is
-one line: the key, the problem, the fix.
+"""The checks of a TrialConfig (trainables/config/trial_config.py): each field's range, the
+rules across fields, and the type matching behind them. A broken rule raises a ConfigError whose
+message is one line: the key, the problem, the fix.
 
-It knows the config only by its attributes (it never imports trainables.config, which calls
+It knows the config only by its attributes (it never imports trial_config, which calls
 ``check_config`` from ``TrialConfig.__post_init__``).
 """
 
@@ -80,7 +80,7 @@ def check_config(cfg) -> None:
 
 
 # Read through local paths by every worker (the corpus, its audio and weights). A tokenizer_path
-# is one small file, read once per worker: it may be on object storage (trainables/text.py).
+# is one small file, read once per worker: it may be on object storage (trainables/data/text.py).
 LOCAL_PATH_KEYS = (
     "manifest_path",
     "val_manifest_path",
@@ -141,7 +141,7 @@ def _check_profile_window(cfg) -> None:
     """The profiler's window stays inside the second timing window (which no race, ASHA or
     stall alert judges: they start with the third) and ends before the tail windows: its steps
     are slower, and the tail figures are the run's."""
-    from trainables.profiling import profile_window
+    from trainables.observe.profiling import profile_window
 
     first, last = profile_window(cfg.log_every, cfg.profile_steps)
     if last > 2 * cfg.log_every:

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
-from trainables.config import TrialConfig
-from trainables.manifest import collate_padded
-from trainables.text import text_vocab_size
+from trainables.config import TrialConfig, global_batch
+from trainables.data.crops import crop_settings
+from trainables.data.manifest import collate_padded
+from trainables.data.text import text_vocab_size
 
 __all__ = [
     "EpochIterator",
@@ -76,7 +77,8 @@ class _GlobalBatchSampler(Sampler[list[int]]):
 
     @property
     def global_batch(self) -> int:
-        return self.micro_batch * self.world_size
+        """Items of one micro-step of every rank (the batches ``_global_batches`` makes)."""
+        return global_batch(micro_batch=self.micro_batch, world_size=self.world_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -117,14 +119,14 @@ class LengthBucketBatchSampler(_GlobalBatchSampler):
         return len(self.lengths) // self.global_batch
 
     def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        global_batch = self.global_batch
-        order = rng.permutation(len(self.lengths))[: len(self) * global_batch]
-        pool = self.pool_batches * global_batch
+        size = self.global_batch
+        order = rng.permutation(len(self.lengths))[: len(self) * size]
+        pool = self.pool_batches * size
         batches = []
         for start in range(0, len(order), pool):
             chunk = order[start : start + pool]
             chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
-            batches += [chunk[i : i + global_batch] for i in range(0, len(chunk), global_batch)]
+            batches += [chunk[i : i + size] for i in range(0, len(chunk), size)]
         return batches
 
     def _members(self, rng: np.random.Generator, batch: np.ndarray) -> np.ndarray:
@@ -159,13 +161,13 @@ class ShapeBucketBatchSampler(_GlobalBatchSampler):
         return self._len
 
     def _global_batches(self, rng: np.random.Generator) -> list[np.ndarray]:
-        global_batch = self.global_batch
+        size = self.global_batch
         order = rng.permutation(len(self.lengths))
         batches = []
         for length in np.unique(self.lengths):
             members = order[self.lengths[order] == length]
-            full = len(members) // global_batch * global_batch
-            batches += [members[i : i + global_batch] for i in range(0, full, global_batch)]
+            full = len(members) // size * size
+            batches += [members[i : i + size] for i in range(0, full, size)]
         return batches
 
 
@@ -258,16 +260,11 @@ def manifest_options(cfg: TrialConfig) -> dict:
     return dict(
         vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),
         max_tokens=cfg.text_tokens,
-        policy=cfg.crop_policy,
-        min_audio_s=cfg.min_audio_s,
-        max_audio_s=cfg.max_audio_s,
-        fixed_slice_s=cfg.fixed_slice_s,
-        seed=cfg.seed,
+        crop=crop_settings(cfg),
         read=cfg.audio_read,
         text_path=cfg.text_pretrained_path,
         tokenizer_path=cfg.tokenizer_path,
         max_missing_fraction=cfg.max_missing_files_fraction,
-        buckets=cfg.crop_buckets,
     )
 
 
@@ -281,7 +278,7 @@ def collate_for(cfg: TrialConfig, pad_id: int) -> Callable:
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
     """The run's dataset and its collate function."""
     if cfg.dataset == "manifest":
-        from trainables.manifest import ManifestDataset
+        from trainables.data.manifest import ManifestDataset
 
         ds = ManifestDataset(
             Path(cfg.manifest_path),
@@ -294,7 +291,7 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
         return ds, collate_for(cfg, ds.pad_id)
     # One epoch covers max_steps steps of every rank.
     ds = SyntheticSpeechText(
-        num_items=cfg.max_steps * cfg.micro_batch * world_size,
+        num_items=cfg.max_steps * global_batch(micro_batch=cfg.micro_batch, world_size=world_size),
         audio_samples=cfg.audio_samples,
         text_tokens=cfg.text_tokens,
         vocab_size=text_vocab_size(cfg.model_size, cfg.text_pretrained_path),

@@ -20,8 +20,8 @@ from typing import Any
 
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location
+from trainables.run_folder.worker_logs import register_worker, tail_lines
 from trainables.ticket import RunStorage
-from trainables.worker_logs import register_worker, tail_lines
 
 __all__ = ["LOG_TAIL_LINES", "RunFiles"]
 
@@ -63,8 +63,8 @@ class RunFiles:
         self.record: dict[str, Any] = {}
 
     def register(self, rank: int, local_rank: int) -> dict[str, Any]:
-        """This rank's record (pid, node, log files: trainables/worker_logs.py), written and
-        uploaded first, before anything can fail."""
+        """This rank's record (pid, node, log files: trainables/run_folder/worker_logs.py), written
+        and uploaded first, before anything can fail."""
         self.record = register_worker(self.folder, rank, local_rank)
         folder = RunFolder(self.folder)
         previous = folder.worker(rank, previous=True)

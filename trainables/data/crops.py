@@ -1,27 +1,32 @@
 """A manifest item's crop, computed without torch (the driver checks batches with it before Ray
-starts; the dataset crops with it as it reads): the window of one utterance (``crop_window``),
-every item's padded length (``crop_lengths``), and how many full global batches an epoch holds
-under the run's sampler (``full_batches``, ``largest_micro_batch``: trainables/data.py's
-samplers drop what fills no global batch)."""
+starts; the dataset crops with it as it reads): a run's crop settings (``CropSettings``, from
+its config by ``crop_settings``), the window of one utterance (``crop_window``), every item's
+padded length (``crop_lengths``), and how many full global batches an epoch holds under the
+run's sampler (``full_batches``, ``largest_micro_batch``: trainables/data/loader.py's samplers
+drop what fills no global batch)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
 
 import numpy as np
+
+from trainables.config import TrialConfig, global_batch
+from trainables.config.choices import CropPolicy
 
 __all__ = [
     "SAMPLE_RATE",
     "CropPolicy",
+    "CropSettings",
+    "DEFAULT_CROP",
     "crop_lengths",
-    "crop_options",
+    "crop_settings",
     "crop_window",
     "full_batches",
     "largest_micro_batch",
 ]
 
 SAMPLE_RATE = 16_000
-CropPolicy = Literal["limit_longest", "fixed_slice"]
 
 
 def crop_window(
@@ -64,38 +69,41 @@ def crop_window(
     return int(rng.integers(0, num_samples - want + 1)), want, want
 
 
-def crop_lengths(
-    num_samples: np.ndarray,
-    *,
-    seed: int,
-    policy: CropPolicy,
-    min_s: float,
-    max_s: float,
-    fixed_s: float,
-    buckets: tuple[float, ...] = (),
-) -> np.ndarray:
-    """The padded length in samples of every item's crop (item ``i``'s crop depends only on
-    (seed, i) and its length)."""
-    return np.array(
-        [
-            crop_window(
-                int(n),
-                np.random.default_rng([seed, i]),
-                policy=policy,
-                min_s=min_s,
-                max_s=max_s,
-                fixed_s=fixed_s,
-                buckets=buckets,
-            )[2]
-            for i, n in enumerate(num_samples)
-        ],
-        dtype=np.int64,
-    )
+@dataclass(frozen=True, kw_only=True)
+class CropSettings:
+    """How a run crops its utterances, in ``crop_window``'s terms: item ``i``'s crop depends only
+    on these, ``i`` and its length. Hashable: the driver keys manifests' crop lengths by it."""
+
+    seed: int = 0
+    policy: CropPolicy = "limit_longest"
+    min_s: float = 1.0
+    max_s: float = 3.0
+    fixed_s: float = 2.0
+    buckets: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "buckets", tuple(self.buckets))
+
+    def window(self, num_samples: int, index: int) -> tuple[int, int, int]:
+        """``crop_window`` of item ``index``, with its own RNG (seeded with seed and index)."""
+        return crop_window(
+            num_samples,
+            np.random.default_rng([self.seed, index]),
+            policy=self.policy,
+            min_s=self.min_s,
+            max_s=self.max_s,
+            fixed_s=self.fixed_s,
+            buckets=self.buckets,
+        )
 
 
-def crop_options(cfg) -> dict:
-    """A run's crop settings (a TrialConfig's keys) as ``crop_lengths`` takes them."""
-    return dict(
+DEFAULT_CROP = CropSettings()  # a TrialConfig's defaults
+
+
+def crop_settings(cfg: TrialConfig) -> CropSettings:
+    """A run's crop settings from its config keys: the one place they are mapped (the driver's
+    batch check, the training and validation datasets all crop by it)."""
+    return CropSettings(
         seed=cfg.seed,
         policy=cfg.crop_policy,
         min_s=cfg.min_audio_s,
@@ -105,14 +113,20 @@ def crop_options(cfg) -> dict:
     )
 
 
+def crop_lengths(num_samples: np.ndarray, crop: CropSettings) -> np.ndarray:
+    """The padded length in samples of every item's crop (item ``i``'s crop depends only on
+    the settings, ``i`` and its length)."""
+    return np.array([crop.window(int(n), i)[2] for i, n in enumerate(num_samples)], dtype=np.int64)
+
+
 def full_batches(lengths: np.ndarray, *, micro_batch: int, world_size: int, by_shape: bool) -> int:
     """Full global batches (``micro_batch`` x ``world_size`` items) in one epoch: per crop length
     when every batch holds one shape (``by_shape``: crop_buckets_s), else over all items."""
-    global_batch = micro_batch * world_size
+    size = global_batch(micro_batch=micro_batch, world_size=world_size)
     if not by_shape:
-        return len(lengths) // global_batch
+        return len(lengths) // size
     _, counts = np.unique(lengths, return_counts=True)
-    return int(sum(int(c) // global_batch for c in counts))
+    return int(sum(int(c) // size for c in counts))
 
 
 def largest_micro_batch(lengths: np.ndarray, *, world_size: int, by_shape: bool) -> int:

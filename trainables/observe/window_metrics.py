@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from trainables.config import TrialConfig
+from trainables.config import TrialConfig, global_batch
 from trainables.distributed import gather_to_rank0
 from trainables.engine.compile_watch import CompileWatch
-from trainables.run_state import RunState
-from trainables.timing import WindowTimer
+from trainables.observe.timing import WindowTimer
+from trainables.run_folder.run_state import RunState
 
 __all__ = ["Window", "WindowMetrics", "gathered_extras", "rank_window_fields"]
 
@@ -85,7 +85,11 @@ class WindowMetrics:
         self.cfg, self.worker, self.engine = cfg, worker, engine
         self.notes, self.env_facts = notes, env_facts
         self.watch = watch or CompileWatch(enabled=False)
-        self.global_batch = cfg.micro_batch * worker.world_size * cfg.grad_accum_steps
+        self.global_batch = global_batch(
+            micro_batch=cfg.micro_batch,
+            world_size=worker.world_size,
+            grad_accum_steps=cfg.grad_accum_steps,
+        )
 
     def _throughput(self, metrics: dict[str, Any], window: Window) -> dict[str, Any]:
         worker, engine = self.worker, self.engine

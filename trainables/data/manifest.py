@@ -15,8 +15,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from trainables.crops import SAMPLE_RATE, CropPolicy, crop_lengths, crop_window
-from trainables.manifest_table import (
+from trainables.data.crops import (
+    DEFAULT_CROP,
+    SAMPLE_RATE,
+    CropSettings,
+    crop_lengths,
+    crop_window,
+)
+from trainables.data.manifest_table import (
     check_missing,
     existing_files,
     read_manifest_table,
@@ -39,12 +45,8 @@ class ManifestDataset(Dataset):
         *,
         vocab_size: int,
         max_tokens: int,
-        policy: CropPolicy = "limit_longest",
-        min_audio_s: float = 1.0,
-        max_audio_s: float = 3.0,
-        fixed_slice_s: float = 2.0,
+        crop: CropSettings = DEFAULT_CROP,
         audio_root: Path | None = None,
-        seed: int = 0,
         read: Literal["seek", "full"] = "seek",
         text_path: str = "",
         tokenizer_path: str = "",
@@ -52,12 +54,12 @@ class ManifestDataset(Dataset):
         tokenizer_manifest: Path | None = None,
         val_speakers: int = 0,
         split: Literal["train", "val"] = "train",
-        buckets: tuple[float, ...] = (),
     ):
-        """``tokenizer_manifest``: the manifest whose tokenizer encodes the transcripts (the
-        training manifest, for a validation split); ``val_speakers``: the last N speakers (in
-        sorted order) are the ``val`` split, the others the ``train`` split."""
-        from trainables.text import text_tokenizer
+        """``crop``: how items are cropped (a run's: ``crop_settings``); ``tokenizer_manifest``:
+        the manifest whose tokenizer encodes the transcripts (the training manifest, for a
+        validation split); ``val_speakers``: the last N speakers (in sorted order) are the
+        ``val`` split, the others the ``train`` split."""
+        from trainables.data.text import text_tokenizer
 
         table = read_manifest_table(manifest_path)
         tok_table = table if tokenizer_manifest is None else read_manifest_table(tokenizer_manifest)
@@ -97,13 +99,7 @@ class ManifestDataset(Dataset):
                 e.ids[: max_tokens - 1] + [e.ids[-1]] if len(e.ids) > max_tokens else e.ids
             )  # keep [SEP]
             self.tokens[self.token_offsets[i] : self.token_offsets[i + 1]] = ids
-        self.policy, self.min_s, self.max_s, self.fixed_s = (
-            policy,
-            min_audio_s,
-            max_audio_s,
-            fixed_slice_s,
-        )
-        self.seed, self.read, self.buckets = seed, read, tuple(buckets)
+        self.crop, self.read = crop, read
 
     def __len__(self) -> int:
         return len(self.num_samples)
@@ -111,29 +107,12 @@ class ManifestDataset(Dataset):
     def crop_lengths(self) -> np.ndarray:
         """The padded length in samples of every item's crop, without reading audio (a crop
         depends only on the seed, the item and its manifest length)."""
-        return crop_lengths(
-            self.num_samples,
-            seed=self.seed,
-            policy=self.policy,
-            min_s=self.min_s,
-            max_s=self.max_s,
-            fixed_s=self.fixed_s,
-            buckets=self.buckets,
-        )
+        return crop_lengths(self.num_samples, self.crop)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         import soundfile as sf
 
-        rng = np.random.default_rng([self.seed, index])
-        start, frames, length = crop_window(
-            int(self.num_samples[index]),
-            rng,
-            policy=self.policy,
-            min_s=self.min_s,
-            max_s=self.max_s,
-            fixed_s=self.fixed_s,
-            buckets=self.buckets,
-        )
+        start, frames, length = self.crop.window(int(self.num_samples[index]), index)
         path = self.paths[index].decode()
         if self.read == "seek":
             with sf.SoundFile(path) as f:

@@ -34,7 +34,7 @@ def _full_model(engine, cfg: TrialConfig, rank: int):
     if engine.kind == "fsdp2":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        from trainables.model import build_model
+        from trainables.model.stage1 import build_model
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         full = get_model_state_dict(engine.model, options=options)
@@ -63,12 +63,12 @@ def _tokenizer(cfg: TrialConfig):
     built from the manifest)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from trainables.pretrained import has_tokenizer
+    from trainables.model.pretrained import has_tokenizer
 
     if cfg.text_pretrained_path and has_tokenizer(cfg.text_pretrained_path):
         return AutoTokenizer.from_pretrained(cfg.text_pretrained_path, local_files_only=True)
-    from trainables.manifest_table import read_manifest_table
-    from trainables.text import load_or_build_tokenizer, text_vocab_size
+    from trainables.data.manifest_table import read_manifest_table
+    from trainables.data.text import load_or_build_tokenizer, text_vocab_size
 
     table = read_manifest_table(Path(cfg.manifest_path))
     tok = load_or_build_tokenizer(
@@ -122,7 +122,7 @@ def export_model(engine, cfg: TrialConfig, out: Path, *, rank: int, source: str)
 def load_exported(folder: Path, dtype: torch.dtype = torch.float32) -> tuple[Any, dict]:
     """The whole model from an export: encoders through ``speech_pretrained_path`` /
     ``text_pretrained_path`` (the real loading path), heads from heads.pt."""
-    from trainables.model import build_model
+    from trainables.model.stage1 import build_model
 
     folder = Path(folder)
     heads = torch.load(folder / RunFolder.EXPORT_HEADS, map_location="cpu", weights_only=True)

@@ -19,13 +19,13 @@ __all__ = [
 ]
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # [PAD] is id 0, like BERT's
-TINY_TEXT_VOCAB = 1000  # the tiny text encoder's (trainables/model.py); bert-base has 30522
+TINY_TEXT_VOCAB = 1000  # the tiny text encoder's (trainables/model/stage1.py); bert-base has 30522
 
 
 def text_vocab_size(model_size: str, text_path: str = "") -> int:
     """Vocabulary of the text encoder: the checkpoint's when loading one, else the size's."""
     if text_path:
-        from trainables.pretrained import read_config
+        from trainables.model.pretrained import read_config
 
         return int(read_config(text_path)["vocab_size"])
     return TINY_TEXT_VOCAB if model_size == "tiny" else 30522
@@ -112,7 +112,7 @@ def text_tokenizer(
 ):
     """(tokenizer, padding id) for a run: the checkpoint's tokenizer when ``text_path`` has one
     (its ids are the ones the checkpoint's embeddings were trained on), else the manifest's."""
-    from trainables.pretrained import has_tokenizer, load_tokenizer
+    from trainables.model.pretrained import has_tokenizer, load_tokenizer
 
     if text_path and has_tokenizer(text_path):
         return load_tokenizer(text_path)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.config import MAX_TEXT_TOKENS
-from trainables.text import TINY_TEXT_VOCAB
+from trainables.data.text import TINY_TEXT_VOCAB
 
 __all__ = [
     "Stage1Model",
