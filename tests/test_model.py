@@ -124,3 +124,27 @@ def test_attention_kinds_compute_the_same_model_and_unavailable_ones_fall_back()
         used["speech_attention_effective"] == "sdpa" and used["text_attention_effective"] == "sdpa"
     )
     assert "speech: flash_attention_2 needs a GPU" in used["fallbacks"]
+
+
+def test_the_dropout_key_sets_every_dropout_of_both_encoders_and_is_checked():
+    """dropout (issue 56): 0 turns every dropout of both encoders off, so a training-mode
+    forward is deterministic; `model` keeps transformers' 0.1; a rate outside [0, 1) is one
+    line."""
+    from trainables.config import ConfigError, TrialConfig
+
+    inputs = batch()
+    torch.manual_seed(0)
+    off = build_model("tiny", 16, dropout=0.0).train()
+    rates = [m.p for m in off.modules() if isinstance(m, torch.nn.Dropout)]
+    assert rates and set(rates) == {0.0}
+    with torch.no_grad():
+        first, second = off(**inputs), off(**inputs)
+    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    default = build_model("tiny", 16).train()
+    assert {m.p for m in default.modules() if isinstance(m, torch.nn.Dropout)} >= {0.1}
+    with torch.no_grad():
+        assert not torch.equal(default(**inputs)[0], default(**inputs)[0])
+    assert TrialConfig.from_dict({"dropout": 0}).dropout == 0.0
+    assert TrialConfig().dropout == "model"
+    with pytest.raises(ConfigError, match=r"^dropout: a rate in \[0, 1\) or model, got 1.5$"):
+        TrialConfig.from_dict({"dropout": 1.5})

@@ -36,6 +36,7 @@ _TOKENS = {
     "optimizer": "opt",
     "ddp_gradient_as_bucket_view": "gbv",
     "fsdp_reshard_after_forward": "reshard",
+    "dropout": "do",
 }
 
 

@@ -298,6 +298,8 @@ def _check_training(cfg) -> None:
         )
     if not 0 <= cfg.min_lr_ratio <= 1:
         raise ConfigError(f"min_lr_ratio: must be within 0-1, got {cfg.min_lr_ratio}")
+    if cfg.dropout != "model" and not 0 <= cfg.dropout < 1:
+        raise ConfigError(f"dropout: a rate in [0, 1) or model, got {cfg.dropout}")
     if cfg.grad_clip < 0:
         raise ConfigError(f"grad_clip: must be >= 0 (0: off), got {cfg.grad_clip}")
     if cfg.logit_scale_max < 1:

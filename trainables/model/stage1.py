@@ -60,6 +60,7 @@ def build_model(
     text_path: str = "",
     dtype: torch.dtype = torch.float32,
     notes: list[str] | None = None,
+    dropout: float | None = None,
 ) -> Stage1Model:
     """The model with the given attention kernels (already resolved: eager, sdpa or
     flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks).
@@ -67,8 +68,11 @@ def build_model(
     An encoder with a checkpoint folder is loaded from it (offline); the other is built from
     ``model_size`` with random weights. Weights end up in ``dtype``. Checkpoint weights that
     the encoder lacks, or that it has and the checkpoint does not, are added to ``notes``.
+    ``dropout``: every dropout rate of both encoders (None: their configs' own).
     """
     from transformers import BertConfig, BertModel, Wav2Vec2Config, Wav2Vec2Model
+
+    speech_rates, text_rates = dropout_overrides(dropout)
 
     if speech_path:
         speech = _load(
@@ -79,25 +83,46 @@ def build_model(
             speech_attention,
             dtype,
             **_SPEECH_OVERRIDES,
+            **speech_rates,
         )
     else:
         speech_kwargs = _TINY_SPEECH if model_size == "tiny" else {}
         speech = Wav2Vec2Model(
             Wav2Vec2Config(
-                **speech_kwargs, **_SPEECH_OVERRIDES, attn_implementation=speech_attention
+                **speech_kwargs,
+                **_SPEECH_OVERRIDES,
+                **speech_rates,
+                attn_implementation=speech_attention,
             )
         )
     if text_path:
         text = _load(
-            BertModel, text_path, "text", notes, text_attention, dtype, add_pooling_layer=False
+            BertModel,
+            text_path,
+            "text",
+            notes,
+            text_attention,
+            dtype,
+            add_pooling_layer=False,
+            **text_rates,
         )
     else:
         text_kwargs = _TINY_TEXT if model_size == "tiny" else {}
         text = BertModel(
-            BertConfig(**text_kwargs, attn_implementation=text_attention), add_pooling_layer=False
+            BertConfig(**text_kwargs, **text_rates, attn_implementation=text_attention),
+            add_pooling_layer=False,
         )
     # Projections and temperature are new in both cases; the whole model then takes one dtype.
     return Stage1Model(speech, text, proj_dim).to(dtype)
+
+
+def dropout_overrides(rate: float | None) -> tuple[dict, dict]:
+    """The config fields of every dropout of wav2vec2 and of BERT at ``rate`` (None: none)."""
+    if rate is None:
+        return {}, {}
+    speech = ("hidden_dropout", "attention_dropout", "activation_dropout", "feat_proj_dropout")
+    text = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+    return {k: float(rate) for k in speech}, {k: float(rate) for k in text}
 
 
 def _load(cls, path: str, side: str, notes: list[str] | None, attention: str, dtype, **kwargs):
@@ -150,6 +175,7 @@ def build_model_with_attention(
     speech_path: str = "",
     text_path: str = "",
     dtype: torch.dtype = torch.float32,
+    dropout: float | None = None,
 ) -> tuple[Stage1Model, dict[str, str]]:
     """Resolve ``auto``, build (or load), and fall back to SDPA when a requested kernel cannot
     run here; returns the model and what was used (with the reason for any fallback)."""
@@ -173,6 +199,7 @@ def build_model_with_attention(
             text_path=text_path,
             dtype=dtype,
             notes=load_notes,
+            dropout=dropout,
         )
 
     load_notes: list[str] = []
