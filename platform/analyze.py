@@ -15,7 +15,7 @@ from pathlib import Path
 
 from platform.analysis import stats
 from platform.analysis.analyze import analyze
-from platform.analysis.report import report_line
+from platform.analysis.report.page import report_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
 from platform.storage.results import read_json

@@ -3,7 +3,7 @@
 PATH is a sweep's output root (every run) or a run folder ``<root>/runs/<run>``, a folder or on
 object storage (``s3://bucket/prefix``: read from a local copy of its result files, nothing
 written back: platform/storage/read_copy.py). The fit, its limits and the verdicts are in
-platform/analysis/leak.py. Prints one verdict per run (OK, LEAK, or NOT JUDGED when a node or a
+platform/analysis/verdicts/leak.py. Prints one verdict per run (OK, LEAK, or NOT JUDGED when a node or a
 GPU had too few samples to fit: the line names which), one NOT JUDGED line for a sweep without
 timing rows (no run could be judged), then the line ``limits: ...`` it judged by, so that a
 saved log states its limits (the report judges the folder by them). Exit 0 when every run is
@@ -19,8 +19,8 @@ from contextlib import ExitStack
 from dataclasses import fields
 from pathlib import Path
 
-from platform.analysis.leak import LeakLimits, root_verdicts, targets
-from platform.analysis.limits import flags_line
+from platform.analysis.verdicts.leak import LeakLimits, root_verdicts, targets
+from platform.analysis.verdicts.limits import flags_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
 from platform.storage.read_copy import check_readable, read_copy

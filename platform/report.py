@@ -1,7 +1,7 @@
 """``python -m platform.report OUTPUT_ROOT [--out FILE]``: one self-contained report.html.
 
 Prints ``report: PATH (SIZE MB)``; exit 2 when the folder holds no sweep. The page is built by
-``platform.analysis.report``. OUTPUT_ROOT may be on object storage (``s3://bucket/prefix``):
+``platform.analysis.report.page``. OUTPUT_ROOT may be on object storage (``s3://bucket/prefix``):
 the page is built from a local copy of the result files and uploaded beside them
 (platform/storage/working_copy.py), or written to ``--out``.
 """
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
 from platform.storage.working_copy import working_copy

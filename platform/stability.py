@@ -7,7 +7,7 @@ Prints one verdict line per group: PASS, FAIL (a figure above its limit, named w
 and the limit, e.g. ``iter p50 CV 0.0532 > 0.05``; or no ok run) or NOT ENOUGH REPEATS (fewer
 ok runs than --min-repeats; figures within their limits), then the line ``limits:
 --min-repeats 3 ...`` it judged by, so that a saved log states its limits (the report judges
-the folder by them). The figures and verdicts are in platform/analysis/stability.py.
+the folder by them). The figures and verdicts are in platform/analysis/verdicts/stability.py.
 OUTPUT_ROOT may also be a folder of analysis files only (its group_summary.csv), or on object
 storage (``s3://bucket/prefix``: read from a local copy of its result files, nothing written
 back: platform/storage/read_copy.py). Exit 0 when all pass, 1 otherwise, 2 for bad input.
@@ -20,8 +20,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from platform.analysis.limits import flags_line
-from platform.analysis.stability import StabilityLimits, judge, verdict_line
+from platform.analysis.verdicts.limits import flags_line
+from platform.analysis.verdicts.stability import StabilityLimits, judge, verdict_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
 from platform.storage.read_copy import read_copy

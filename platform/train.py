@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform.analysis.cliffs import known_cliff_notes
+from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform.analysis.cliffs import known_cliff_notes
+from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
@@ -320,7 +320,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
         print(f"\n{label}: {best['group']} -> {where}")
         print(f"train with it: {best['command']}")
     print(f"summary: {output_root.remote_join(OutputRoot.SUMMARY_MD) or output_root.summary_md}")
-    from platform.analysis.report import report_line
+    from platform.analysis.report.page import report_line
 
     print(report_line(output_root, shown_as=shown))
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]

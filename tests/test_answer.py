@@ -9,7 +9,7 @@ import re
 import pytest
 
 from platform.analysis.analyze import analyze, format_ranked
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
 from platform.storage import results
 from tests.test_stats import manifest, windows
 

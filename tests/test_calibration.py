@@ -13,7 +13,7 @@ import pytest
 from benchmarks import reference_compare as rc
 from platform.analysis import calibration
 from platform.analysis.analyze import analyze
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
 from platform.storage import results
 from tests.cli import run_module
 from tests.test_report import check_filled

@@ -1,4 +1,4 @@
-"""The driver's side of the performance cliffs (platform/analysis/cliffs.py): a run whose
+"""The driver's side of the performance cliffs (platform/analysis/verdicts/cliffs.py): a run whose
 windows carry recompiles, CUDA graph re-recordings or skips (counted on the workers,
 trainables/engine/compile_watch.py) gets the cliff verdict, with torch's words and what to
 change, in its end-of-run console line, the run manifest, per_run_metrics.csv, summary.md/json
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from platform.analysis import cliffs
 from platform.analysis.analyze import analyze
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
+from platform.analysis.verdicts import cliffs
 from platform.record.manifest import write_manifest, write_run_record
 from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec

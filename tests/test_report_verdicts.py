@@ -16,10 +16,10 @@ import pytest
 from platform import leak as leak_cli
 from platform import stability as stability_cli
 from platform.analysis.analyze import analyze
-from platform.analysis.leak import LeakLimits
-from platform.analysis.limits import UnreadableLimits, flags_line, logged_limits
-from platform.analysis.report import SECTIONS, write_report
-from platform.analysis.stability import StabilityLimits, folder_limits
+from platform.analysis.report.page import SECTIONS, write_report
+from platform.analysis.verdicts.leak import LeakLimits
+from platform.analysis.verdicts.limits import UnreadableLimits, flags_line, logged_limits
+from platform.analysis.verdicts.stability import StabilityLimits, folder_limits
 from platform.storage import results
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -410,7 +410,7 @@ def test_the_loss_chance_line_is_ln_of_the_candidates_not_of_the_global_batch(tm
     micro_batch (local). One dotted line per distinct number, each said in the note."""
     import pandas as pd
 
-    from platform.analysis import report_plots
+    from platform.analysis.report import plots as report_plots
     from stage1_common.output_root import OutputRoot
 
     root = OutputRoot(tmp_path / "accum")

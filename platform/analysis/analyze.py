@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, calibration, cliffs, interrupted, stats
+from platform.analysis import answer, calibration, interrupted, stats
+from platform.analysis.verdicts import cliffs
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -141,7 +142,7 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
 
 
 def _cliffs(manifest: pd.DataFrame, timing: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """Each run off a performance cliff: its verdict (platform/analysis/cliffs.py: kind,
+    """Each run off a performance cliff: its verdict (platform/analysis/verdicts/cliffs.py: kind,
     detail, reported, try), judged from its windows and its manifest row."""
     points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
     figures = stats.run_figures(timing, points)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from platform.analysis import cliffs, stats
+from platform.analysis import stats
+from platform.analysis.verdicts import cliffs
 from platform.record.provenance import GIT_KEYS
 from platform.spaces.expand import RunSpec
 from platform.storage import results
@@ -69,7 +70,7 @@ def write_manifest(
     facts: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: its status and key figures (from timing.parquet), its cliff verdict
-    (platform/analysis/cliffs.py) and every config value."""
+    (platform/analysis/verdicts/cliffs.py) and every config value."""
     root = OutputRoot.of(output_root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     figures = stats.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})

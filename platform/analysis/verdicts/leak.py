@@ -18,7 +18,7 @@ than one step); the host's sum needs every node judged. A run's verdict:
   why): never OK on a growth nobody judged.
 
 ``python -m platform.leak`` prints one line per run and then its limits
-(platform/analysis/limits.py); the report calls ``root_verdicts`` as the command does.
+(platform/analysis/verdicts/limits.py); the report calls ``root_verdicts`` as the command does.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from platform.analysis import limits as limit_lines
+from platform.analysis.verdicts import limits as limit_lines
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot

@@ -23,8 +23,8 @@ what it has: its ``plots/`` (the notebooks' figures, under their own headings) s
 plots drawn from rows, its group_summary.csv for the stability figures, its ``leak.log`` for the
 leak verdicts. The folder's stability.log and leak.log otherwise supply only the limits judged by.
 
-This module assembles the page; the sections are drawn by report_sections.py (tables, across
-groups), report_plots.py (over steps and time) and report_verdicts.py (stability, leaks).
+This module assembles the page; the sections are drawn by sections.py (tables, across
+groups), plots.py (over steps and time) and verdicts.py (stability, leaks).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, report_plots, report_sections, report_verdicts
-from platform.analysis.figures import note
+from platform.analysis import answer
+from platform.analysis.report import plots, sections, verdicts
+from platform.analysis.report.figures import note
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -68,21 +69,21 @@ SECTIONS = (
     ("environment", "Environment and versions"),
 )
 RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
-    "ranking": report_sections.ranking,
-    "calibration": report_sections.calibration,
-    "throughput": report_sections.throughput,
-    "sweep": report_sections.sweep,
-    "iteration": report_plots.iteration,
-    "loss": report_plots.loss,
-    "data": report_plots.data_share,
-    "gpu": report_plots.gpu,
-    "host": report_plots.host,
-    "skew": report_plots.skew,
-    "bottlenecks": report_sections.bottlenecks,
-    "cliffs": report_verdicts.cliffs,
-    "stability": report_verdicts.verdicts,
-    "failed": report_sections.failed,
-    "environment": report_sections.environment,
+    "ranking": sections.ranking,
+    "calibration": sections.calibration,
+    "throughput": sections.throughput,
+    "sweep": sections.sweep,
+    "iteration": plots.iteration,
+    "loss": plots.loss,
+    "data": plots.data_share,
+    "gpu": plots.gpu,
+    "host": plots.host,
+    "skew": plots.skew,
+    "bottlenecks": sections.bottlenecks,
+    "cliffs": verdicts.cliffs,
+    "stability": verdicts.verdicts,
+    "failed": sections.failed,
+    "environment": sections.environment,
 }
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -193,7 +194,7 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
         "root": root,
         "shown_as": shown_as,
         "manifest": manifest,
-        "swept": report_sections.swept_values(root, manifest),
+        "swept": sections.swept_values(root, manifest),
         "per_run": per_run,
         "ranked": csv(root.RANKED_GROUPS),
         "summary": results.read_json(root / root.SUMMARY_JSON),
@@ -203,7 +204,7 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
         "gpu": results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA),
         "host": results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA),
         # Judged once: the ranking, the throughput plot and the stability part show the same.
-        "phase_b": report_verdicts.phase_b(root),
+        "phase_b": verdicts.phase_b(root),
     }
 
 

@@ -19,9 +19,9 @@ tail iter p50. Three verdicts:
 This is not the ranking's ``unstable_group`` flag (platform/analysis/stats.py: iter p90/p50
 over ``--unstable-ratio`` in most ok runs), which only orders the ranking.
 
-``python -m platform.stability`` prints them with its limits (platform/analysis/limits.py); the
-report calls ``judge`` as the command does, with the limits of the folder's own stability.log
-when it states them, else the defaults.
+``python -m platform.stability`` prints them with its limits
+(platform/analysis/verdicts/limits.py); the report calls ``judge`` as the command does, with the
+limits of the folder's own stability.log when it states them, else the defaults.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from platform.analysis import limits as limit_lines
 from platform.analysis import stats
+from platform.analysis.verdicts import limits as limit_lines
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot

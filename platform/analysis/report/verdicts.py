@@ -1,4 +1,4 @@
-"""The report's verdicts: performance cliffs (summary.json's, platform/analysis/cliffs.py),
+"""The report's verdicts: performance cliffs (summary.json's, platform/analysis/verdicts/cliffs.py),
 stability (``python -m platform.stability``) and memory leaks
 (``python -m platform.leak``), each from the same function the command calls, under the limits
 the folder's own log states (else the command's defaults, saying why), shown on the page with
@@ -14,11 +14,11 @@ import re
 
 import pandas as pd
 
-from platform.analysis import cliffs as cliff_check
-from platform.analysis import leak as leak_check
-from platform.analysis import stability as stability_check
-from platform.analysis.figures import html_table, note
-from platform.analysis.limits import PREFIX, flag_text, flags_line
+from platform.analysis.report.figures import html_table, note
+from platform.analysis.verdicts import cliffs as cliff_check
+from platform.analysis.verdicts import leak as leak_check
+from platform.analysis.verdicts import stability as stability_check
+from platform.analysis.verdicts.limits import PREFIX, flag_text, flags_line
 from platform.errors import UsageError
 from stage1_common.output_root import OutputRoot
 
