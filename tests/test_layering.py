@@ -301,13 +301,14 @@ def test_the_driver_checks_manifests_and_builds_tokenizers_without_torch(tmp_pat
     code = f"""
 import sys
 from platform.execution.inputs import prepare_tokenizers
+from stage1_common.output_root import OutputRoot
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space
 from platform.spaces.preflight import check_inputs
 space = load_space({str(space)!r})
 runs = expand_runs(space)
 check_inputs(space, runs)
-(run,) = prepare_tokenizers(runs, {str(tmp_path / "out")!r})
+(run,) = prepare_tokenizers(runs, OutputRoot({str(tmp_path / "out")!r}))
 print(run.config.tokenizer_path, "torch" in sys.modules)
 """
     out = subprocess.run(
