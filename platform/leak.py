@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             # Every PATH checked (and a bucket's copied) before any line is printed.
             roots = []
             for path in args.paths:
-                found, runs = root_of(path)
-                roots.append((copies.enter_context(open_root(found)), runs))
+                output_root, runs = root_of(path)
+                roots.append((copies.enter_context(open_root(output_root)), runs))
             verdicts = [v for root, runs in roots for v in root_verdicts(root, runs, limits)]
     except (UsageError, StorageError) as exc:
         print(f"platform.leak: error: {exc}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """What a run reads and where it writes, made ready before its first trial: the output root
 (``--output-root``: new, or the one ``--resume`` finishes; platform/storage/open_root.py), the
-space's synthetic corpus, each manifest's tokenizer (built once, under the output root, for every
-rank on every node), and the manifests every node must read. ``--dry-run`` asks the same questions (``check_inputs_only``)
-and creates nothing."""
+space's synthetic corpus, each manifest's tokenizer (built once, under the output root, for
+every rank on every node), and the manifests every node must read. ``--dry-run`` asks the same
+questions (``check_inputs_only``) and creates nothing."""
 
 from __future__ import annotations
 

@@ -194,9 +194,9 @@ def root_of(path: str | os.PathLike) -> tuple[str, list[str] | None]:
     try:
         if location.join(OutputRoot.MANIFEST).is_file():
             return location.uri, None
-        root = Location(location.fs, top, top_uri)
-        if runs_dir == OutputRoot.RUNS and root.join(OutputRoot.MANIFEST).is_file():
-            return root.uri, [run]
+        above = Location(location.fs, top, top_uri)
+        if runs_dir == OutputRoot.RUNS and above.join(OutputRoot.MANIFEST).is_file():
+            return above.uri, [run]
     except OSError as exc:
         raise StorageError(f"{location}: {explain(location, exc)}") from None
     raise UsageError(
