@@ -3,7 +3,7 @@
 Prints summary.md and writes report.html beside it (one line either way); exit 2 for bad input.
 The work is in ``platform.analysis.analyze``. OUTPUT_ROOT may be on object storage
 (``s3://bucket/prefix``): the analysis runs on a local copy of the result files and its files
-are uploaded beside them (platform/storage/working_copy.py), the training command naming the
+are uploaded beside them (platform/storage/open_root.py), the training command naming the
 bucket's best_config.json.
 """
 
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from platform.analysis import stats
 from platform.analysis.analyze import analyze
-from platform.analysis.report import report_line
+from platform.analysis.report.page import report_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
+from platform.storage.open_root import open_root
 from platform.storage.results import read_json
-from platform.storage.working_copy import working_copy
 from stage1_common.output_root import OutputRoot
-from stage1_common.storage import Location, StorageError, check_writable, is_remote
+from stage1_common.storage import StorageError
 
 __all__ = ["build_parser", "main"]
 
@@ -50,10 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.unstable_ratio <= 1:
             raise UsageError(f"--unstable-ratio must be > 1, got {args.unstable_ratio}")
-        if is_remote(args.output_root):
-            text, line, train = _remote(Location.of(args.output_root), args.unstable_ratio)
-        else:
-            root = Path(args.output_root)
+        with open_root(args.output_root, writes=True) as root:
             text = analyze(root, unstable_ratio=args.unstable_ratio)["text"]
             line, train = report_line(root), _train_command(root)
     except (UsageError, StorageError) as exc:
@@ -66,21 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _train_command(root: Path) -> str:
+def _train_command(root: OutputRoot) -> str:
     """The platform.train command of the sweep's winner (best_config.json), or ''."""
-    best = read_json(Path(root) / OutputRoot.BEST_CONFIG)
-    return str(best.get("command") or "")
-
-
-def _remote(root: Location, unstable_ratio: float) -> tuple[str, str, str]:
-    """The analysis of a root on object storage, its files uploaded beside the sweep's."""
-    check_writable(root)  # before any work: a bucket the files cannot go to is one line
-    with working_copy(root) as local:
-        try:
-            summary = analyze(local, unstable_ratio=unstable_ratio, shown_as=root.uri)
-        except UsageError as exc:  # it names the local copy: name the root instead
-            raise UsageError(str(exc).replace(str(local), root.uri)) from None
-        return summary["text"], report_line(local, shown_as=root.uri), _train_command(local)
+    return str(read_json(root.best_config).get("command") or "")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ Prints one verdict line per group: PASS, FAIL (a figure above its limit, named w
 and the limit, e.g. ``iter p50 CV 0.0532 > 0.05``; or no ok run) or NOT ENOUGH REPEATS (fewer
 ok runs than --min-repeats; figures within their limits), then the line ``limits:
 --min-repeats 3 ...`` it judged by, so that a saved log states its limits (the report judges
-the folder by them). The figures and verdicts are in platform/analysis/stability.py.
+the folder by them). The figures and verdicts are in platform/analysis/verdicts/stability.py.
 OUTPUT_ROOT may also be a folder of analysis files only (its group_summary.csv), or on object
 storage (``s3://bucket/prefix``: read from a local copy of its result files, nothing written
-back: platform/storage/read_copy.py). Exit 0 when all pass, 1 otherwise, 2 for bad input.
+back: platform/storage/open_root.py). Exit 0 when all pass, 1 otherwise, 2 for bad input.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import fields
-from pathlib import Path
 
-from platform.analysis.limits import flags_line
-from platform.analysis.stability import StabilityLimits, judge, verdict_line
+from platform.analysis.verdicts.limits import flags_line
+from platform.analysis.verdicts.stability import StabilityLimits, judge, verdict_line
 from platform.errors import EXIT_USAGE, UsageError
 from platform.record.cli import cli_parser
-from platform.storage.read_copy import read_copy
-from stage1_common.storage import Location, StorageError, is_remote
+from platform.storage.open_root import open_root
+from stage1_common.storage import StorageError
 
 __all__ = ["build_parser", "main"]
 
@@ -69,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         limits = StabilityLimits(**{f.name: getattr(args, f.name) for f in fields(StabilityLimits)})
-        verdicts = _judge(args.output_root, limits, args.groups)
+        with open_root(args.output_root) as root:
+            verdicts = judge(root, limits, args.groups)
     except (UsageError, StorageError) as exc:
         print(f"platform.stability: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -77,18 +77,6 @@ def main(argv: list[str] | None = None) -> int:
         print(verdict_line(v))
     print(flags_line(limits))
     return 0 if all(v["passed"] for v in verdicts) else 1
-
-
-def _judge(output_root: str, limits: StabilityLimits, groups: str) -> list[dict]:
-    """The verdicts of a local root, or of a local copy of one on object storage."""
-    if not is_remote(output_root):
-        return judge(Path(output_root), limits, groups)
-    root = Location.of(output_root)
-    with read_copy(root) as local:
-        try:
-            return judge(local, limits, groups)
-        except UsageError as exc:  # it names the local copy: name the root instead
-            raise UsageError(str(exc).replace(str(local), root.uri)) from None
 
 
 if __name__ == "__main__":

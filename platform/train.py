@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform.analysis.cliffs import known_cliff_notes
+from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
+from platform.execution.inputs import check_inputs_only, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
 from platform.execution.signals import interrupted_at_start
 from platform.record.cli import cli_parser
@@ -32,8 +32,10 @@ from platform.spaces.keys import format_grouped
 from platform.spaces.load import load_space
 from platform.spaces.space import SearchSpace
 from platform.storage import results
-from stage1_common.output_root import OutputRoot, RunFolder
-from stage1_common.storage import Location, StorageError, is_remote
+from platform.storage.mirror import exported_model_line
+from platform.storage.open_root import output_root_arg
+from stage1_common.output_root import OutputRoot
+from stage1_common.storage import StorageError, read_text
 from trainables.config import ConfigError, TrialConfig, global_batch
 
 __all__ = ["main", "training_defaults"]
@@ -82,8 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 def space_from_config(path: str | Path) -> SearchSpace:
     """A one-run space from a best_config.json: its resolved config, fixed."""
     try:
-        text = Location.of(path).read_text() if is_remote(path) else Path(path).read_text()
-        record = json.loads(text)
+        record = json.loads(read_text(path))
         config = dict(record["config"])
         # Where the sweep's run trained (a resident group) is no instruction for the training:
         # it gets processes of its own (execution/resources.py: resolve_executors).
@@ -165,18 +166,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             check_inputs_only(space, runs, **inputs)
             return 0
-        output_root, done = prepare_inputs(space, runs, **inputs)
+        root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if done:
-        print(f"{output_root.shown}: the run finished already; nothing to resume")
+        print(f"{root.shown}: the run finished already; nothing to resume")
         return 0
     request = LaunchRequest(
         prog=PROG,
         space=space,
         runs=runs,
-        output_root=output_root,
+        root=root,
         report=report,
         address=args.address,
         done=done,
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return launch(request)
     except KeyboardInterrupt as stop:  # before the first trial: nothing was measured yet
-        return interrupted_at_start(PROG, request.output_root, stop, "the run")
+        return interrupted_at_start(PROG, request.root, stop, "the run")
 
 
 def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
@@ -223,16 +224,15 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
     return out
 
 
-def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_s: float) -> int:
+def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> int:
     """The run's outcome, validation and checkpoints, the plot, the export."""
-    output_root = OutputRoot.of(output_root)
     row = manifest[0]
     run = row["run"]
     print(
         f"\n{run}: {row['status']}"
         + (f" ({row['failure_reason']})" if row.get("failure_reason") else "")
     )
-    val = results.read_dataset(output_root.validation, results.VALIDATION_SCHEMA)
+    val = results.read_dataset(root.validation, results.VALIDATION_SCHEMA)
     if len(val):
         last = val.sort_values(["step", "attempt"]).iloc[-1]
         print(
@@ -240,7 +240,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
             f"text->speech R@1 {last['val_t2s_r1']:.3f}, loss {last['val_loss']:.3f} "
             f"(chance R@1 {last['val_chance_r1']:.4f})"
         )
-    ckpts = results.read_dataset(output_root.checkpoints, results.CHECKPOINTS_SCHEMA)
+    ckpts = results.read_dataset(root.checkpoints, results.CHECKPOINTS_SCHEMA)
     if len(ckpts):
         share = row.get("ckpt_overhead_share")
         held = f" ({float(share):.2%} of the time in steps)" if share not in (None, "") else ""
@@ -250,46 +250,20 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
             f"{ckpts['checkpoint_block_s'].sum():.2f} s in all{held}; restarts "
             f"{row.get('restarts') or 0}"
         )
-    plot = write_plot(output_root, run)
+    plot = write_plot(root, run)
     if plot:
-        print(f"plot: {output_root.remote_join(OutputRoot.RUNS, run, plot.name) or plot}")
-    _print_export(output_root, run)
-    if output_root.tensorboard.is_dir():  # --logger tensorboard (the default)
-        board = output_root.remote_join(OutputRoot.TENSORBOARD) or output_root.tensorboard
-        print(f"TensorBoard: tensorboard --logdir {board}")
-    print(f"wall time {wall_s:.1f} s; results in {output_root.shown}")
+        print(f"plot: {root.where(OutputRoot.RUNS, run, plot.name)}")
+    model = exported_model_line(root, run)
+    if model:
+        print(model)
+    if root.tensorboard.is_dir():  # --logger tensorboard (the default)
+        print(f"TensorBoard: tensorboard --logdir {root.where(OutputRoot.TENSORBOARD)}")
+    print(f"wall time {wall_s:.1f} s; results in {root.shown}")
     return 0 if row["status"] == "ok" else 1
 
 
-def _print_export(root: OutputRoot, run: str) -> None:
-    """Where the exported model is, and how to load it (in the bucket for a root on object
-    storage: the workers uploaded it; copy it to the nodes to load it from local paths)."""
-    if root.remote is None:
-        export = root.run_folder(run).export
-        if not (export / RunFolder.EXPORT_RECORD).is_file():
-            return
-        source = json.loads((export / RunFolder.EXPORT_RECORD).read_text())["source"]
-        speech, text = export / RunFolder.EXPORT_SPEECH, export / RunFolder.EXPORT_TEXT
-        print(
-            f"model, {source}: {export}; load it with --set speech_pretrained_path="
-            f"{speech} --set text_pretrained_path={text}"
-        )
-        return
-    export = Location.of(root.remote_join(OutputRoot.RUNS, run, RunFolder.EXPORT))
-    try:
-        source = json.loads(export.join(RunFolder.EXPORT_RECORD).read_text())["source"]
-    except (OSError, ValueError):
-        return
-    print(
-        f"model, {source}: {export}; copy it to every node (aws s3 sync) and load it with "
-        f"--set speech_pretrained_path=<copy>/{RunFolder.EXPORT_SPEECH} "
-        f"--set text_pretrained_path=<copy>/{RunFolder.EXPORT_TEXT}"
-    )
-
-
-def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
+def write_plot(root: OutputRoot, run: str) -> Path | None:
     """Loss and learning rate over steps, and validation recall, in runs/<run>/curves.png."""
-    output_root = OutputRoot.of(output_root)
     try:
         import matplotlib
 
@@ -298,11 +272,11 @@ def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
     except ImportError:
         print("plot skipped: matplotlib is not installed")
         return None
-    timing = results.read_dataset(output_root.timing, results.TIMING_SCHEMA)
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     timing = timing[(timing["run"] == run) & (timing["rank"] == 0)].sort_values("step")
     if timing.empty:
         return None
-    val = results.read_dataset(output_root.validation, results.VALIDATION_SCHEMA)
+    val = results.read_dataset(root.validation, results.VALIDATION_SCHEMA)
     val = val[val["run"] == run].sort_values("step")
     fig, (ax_loss, ax_val) = plt.subplots(1, 2, figsize=(11, 4))
     for attempt, df in timing.groupby("attempt"):
@@ -324,7 +298,7 @@ def write_plot(output_root: OutputRoot | Path, run: str) -> Path | None:
     ax_val.set_ylabel("validation recall")
     fig.suptitle(run)
     fig.tight_layout()
-    path = output_root.run_folder(run).curves
+    path = root.run_folder(run).curves
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=100)
     plt.close(fig)

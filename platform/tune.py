@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform.analysis.cliffs import known_cliff_notes
+from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
-from platform.execution.inputs import check_inputs_only, output_root_arg, prepare_inputs
+from platform.execution.inputs import check_inputs_only, prepare_inputs
 from platform.execution.launch import LaunchRequest, launch
 from platform.execution.resume import EARLY_STATUSES
 from platform.execution.signals import interrupted_at_start
@@ -28,6 +28,7 @@ from platform.spaces.describe import baseline_notes, format_plan
 from platform.spaces.expand import expand_runs
 from platform.spaces.keys import format_keys, matching_keys
 from platform.spaces.load import list_spaces, load_space
+from platform.storage.open_root import output_root_arg
 from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError
 
@@ -143,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.from_ranked is not None:
             from platform.control.promote import from_ranked
 
-            space = from_ranked(space, args.from_ranked, args.top)
+            space = from_ranked(
+                space, OutputRoot(args.from_ranked.expanduser().resolve()), args.top
+            )
         if args.repeats is not None:
             if args.repeats < 1:
                 raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         # As the dry run's plan says them: a moved baseline, the known cliffs (run anyway).
         for note in baseline_notes(space, runs) + known_cliff_notes(runs):
             print(note, flush=True)
-        output_root, done = prepare_inputs(space, runs, **inputs)
+        root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         prog=PROG,
         space=space,
         runs=runs,
-        output_root=output_root,
+        root=root,
         report=report,
         address=args.address,
         dashboard_host=args.dashboard_host,
@@ -204,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return launch(request)
     except KeyboardInterrupt as stop:  # before the first trial: nothing was measured yet
-        return interrupted_at_start(PROG, request.output_root, stop, "any run")
+        return interrupted_at_start(PROG, request.root, stop, "any run")
 
 
 # Runbook variables that say how to run the sweep, not what it is.
@@ -276,11 +279,9 @@ def _tee_console(path: Path) -> None:
     sys.stderr = _Tee(sys.stderr, log)
 
 
-def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_s: float) -> int:
+def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> int:
     """Print the runs, run the analysis (platform.analyze) and print its ranking; the exit code
     is 0 when every run is ok."""
-    output_root = OutputRoot.of(output_root)
-    shown = output_root.remote or ""  # a root on object storage: named by its bucket address
     print("\nruns:")
     for row in manifest:
         sps = row.get("tail_samples_per_sec_mean")
@@ -297,19 +298,19 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
 
     try:
         # The tables, best_config.json and summary.md/json.
-        summary = analyze(output_root, shown_as=shown)
+        summary = analyze(root)
     except Exception as exc:  # noqa: BLE001 - the runs are recorded; say how to redo this part
         print(
             f"\nanalysis failed ({type(exc).__name__}: {exc}); the runs are recorded, redo it with "
-            f"python -m platform.analyze {output_root.shown}",
+            f"python -m platform.analyze {root.shown}",
             file=sys.stderr,
         )
         summary = {"ranking": [], "best_group": None}
     print("\ngroups ranked by tail samples/s (steady groups first):")
     print(format_ranked(summary["ranking"], summary.get("unstable_ratio", UNSTABLE_RATIO)))
     if summary["best_group"]:
-        best = json.loads(output_root.best_config.read_text())
-        where = output_root.remote_join(OutputRoot.BEST_CONFIG) or output_root.best_config
+        best = json.loads(root.best_config.read_text())
+        where = root.where(OutputRoot.BEST_CONFIG)
         part = summary.get("partial")
         label = (
             f"best of the groups measured so far ({part['groups_measured']} of {part['groups']}; "
@@ -319,10 +320,10 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
         )
         print(f"\n{label}: {best['group']} -> {where}")
         print(f"train with it: {best['command']}")
-    print(f"summary: {output_root.remote_join(OutputRoot.SUMMARY_MD) or output_root.summary_md}")
-    from platform.analysis.report import report_line
+    print(f"summary: {root.where(OutputRoot.SUMMARY_MD)}")
+    from platform.analysis.report.page import report_line
 
-    print(report_line(output_root, shown_as=shown))
+    print(report_line(root))
     failed = [r["run"] for r in manifest if r["status"] not in ("ok", *EARLY_STATUSES)]
     early = summary.get("early_stopping")
     if early:
@@ -333,7 +334,7 @@ def report(manifest: list[dict[str, Any]], output_root: OutputRoot | Path, wall_
     print(
         f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok"
         + (" or stopped by the scheduler" if early else "")
-        + f"; results in {output_root.shown}"
+        + f"; results in {root.shown}"
     )
     return 0 if not failed else 1
 

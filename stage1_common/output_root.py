@@ -9,10 +9,16 @@ folder's name itself). The driver hands the object to each step; the workers rec
 run's files go in the run's ticket (trainables/ticket.py: ``RunStorage.of`` an OutputRoot) and
 name the files of a run's folder with ``RunFolder(path)``.
 
-An output root on object storage (``--output-root s3://bucket/prefix``) is staged: ``path`` is a
-local folder the driver writes as it would write any root, ``remote`` the bucket's address that
-folder is mirrored to (platform/storage/mirror.py); the workers write their run folders on
-their own node and upload them (trainables/run_folder/run_files.py).
+An output root on object storage (``--output-root s3://bucket/prefix``) is worked on locally:
+``path`` is a local folder the driver reads and writes as it would any root, ``remote`` the
+bucket's address: the staging folder of a sweep, mirrored there (platform/storage/mirror.py), or
+a command's copy of the root's result files (platform/storage/open_root.py). The workers write
+their run folders on their own node and upload them (trainables/run_folder/run_files.py).
+
+Past the command-line entry points every function takes an OutputRoot, and none asks whether it
+is on a bucket: the object answers (``shown``, ``where``, ``folder``), and what differs beyond
+that (staging, copies, uploads) is the storage package's (platform/storage/). The one prologue
+that turns ``--output-root`` into this object is platform/storage/open_root.py.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ class OutputRoot:
     :meth:`run_folder`)."""
 
     path: Path
-    remote: str | None = None  # s3://bucket/prefix when ``path`` stages a root on object storage
+    # s3://bucket/prefix when ``path`` is a local copy of a root on object storage (a sweep's
+    # staging folder, or a command's copy of its result files)
+    remote: str | None = None
 
     # Files and folders at the top of the root.
     MANIFEST = "run_manifest.tsv"
@@ -80,6 +88,17 @@ class OutputRoot:
     def shown(self) -> str:
         """How the root is named to the user: the bucket's address, or the folder."""
         return self.remote or str(self.path)
+
+    def where(self, *parts: str) -> str:
+        """How a file inside the root is named to the user (a path printed, a command's
+        argument): its address in the bucket, or its path."""
+        return self.remote_join(*parts) or str(self.path.joinpath(*parts))
+
+    @property
+    def folder(self) -> Path | None:
+        """The folder that is the root, for a command that reads a folder in place
+        (``--from-ranked``); None for a root on object storage (``path`` is only a copy)."""
+        return None if self.remote else self.path
 
     def remote_join(self, *parts: str) -> str | None:
         """The bucket's address of a path inside the root (None for a local root)."""

@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 
 from stage1_common.fileio import atomic_path, atomic_write_bytes
 
-__all__ = ["Location", "StorageError", "check_writable", "explain", "is_remote"]
+__all__ = ["Location", "StorageError", "check_writable", "explain", "is_remote", "read_text"]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs")
 
@@ -43,6 +43,12 @@ def is_remote(root: str | os.PathLike) -> bool:
     """Whether ``root`` names object storage (``s3://``, ``gs://``) rather than a folder."""
     scheme = str(root).partition("://")[0].lower() if "://" in str(root) else ""
     return scheme in REMOTE_SCHEMES
+
+
+def read_text(address: str | os.PathLike) -> str:
+    """The text of the file at ``address``: a local path, or an address on object storage
+    (a local file's errors are Python's own)."""
+    return Location.of(address).read_text() if is_remote(address) else Path(address).read_text()
 
 
 @dataclass(frozen=True)

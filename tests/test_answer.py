@@ -9,8 +9,9 @@ import re
 import pytest
 
 from platform.analysis.analyze import analyze, format_ranked
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 from tests.test_stats import manifest, windows
 
 # group -> (tail samples/s of each run, swept values); "c" is the baseline and sweeps no
@@ -33,7 +34,7 @@ CASES = {
 def make_root(tmp_path, speeds, *, jittery=(), failed=False):
     """An output root of ok runs (every run ``failed`` instead when asked); a run of a group in
     ``jittery`` has tail iter p90/p50 2.0."""
-    root = tmp_path / "smoke_20261201-120000"
+    root = OutputRoot(tmp_path / "smoke_20261201-120000")
     rows, parts = [], []
     for group, sps in speeds.items():
         for i, s in enumerate(sps, start=1):

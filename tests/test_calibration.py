@@ -13,7 +13,7 @@ import pytest
 from benchmarks import reference_compare as rc
 from platform.analysis import calibration
 from platform.analysis.analyze import analyze
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
 from platform.storage import results
 from tests.cli import run_module
 from tests.test_report import check_filled
@@ -224,7 +224,7 @@ def test_a_sweep_of_another_host_is_told_there_is_no_calibration(tmp_path, monke
     assert f"- {none}" in (root / "summary.md").read_text()
     assert none in check_filled(write_report(root).read_text()).text["calibration"]
     # A folder whose runs recorded no host (no env.json): said so, nothing looked up.
-    for env in root.glob("runs/*/env.json"):
+    for env in root.path.glob("runs/*/env.json"):
         env.unlink()
     assert analyze(root)["calibration"]["lines"] == [
         "no calibration looked up: no run here recorded its host (runs/<run>/env.json)"

@@ -1,4 +1,4 @@
-"""The driver's side of the performance cliffs (platform/analysis/cliffs.py): a run whose
+"""The driver's side of the performance cliffs (platform/analysis/verdicts/cliffs.py): a run whose
 windows carry recompiles, CUDA graph re-recordings or skips (counted on the workers,
 trainables/engine/compile_watch.py) gets the cliff verdict, with torch's words and what to
 change, in its end-of-run console line, the run manifest, per_run_metrics.csv, summary.md/json
@@ -12,12 +12,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from platform.analysis import cliffs
 from platform.analysis.analyze import analyze
-from platform.analysis.report import write_report
+from platform.analysis.report.page import write_report
+from platform.analysis.verdicts import cliffs
 from platform.record.manifest import write_manifest, write_run_record
 from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec
+from stage1_common.output_root import OutputRoot
 from tests.test_report import check_filled
 from trainables.config import TrialConfig
 
@@ -134,7 +135,7 @@ def _result(window: int, start: float, records: int) -> dict:
 
 
 def test_a_run_off_a_cliff_says_so_on_the_console_in_the_manifest_and_the_report(tmp_path):
-    root = tmp_path / "cliff_20261128-120000"
+    root = OutputRoot(tmp_path / "cliff_20261128-120000")
     cfg = TrialConfig(
         use_gpu=True, compile_mode="reduce-overhead", max_steps=20, log_every=5, **FSDP2_RO
     )

@@ -167,7 +167,7 @@ def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus
         _run(dataset="manifest", manifest_path=str(manifest), micro_batch=4),
         _run(dataset="synthetic"),
     ]
-    out = prepare_tokenizers(runs, tmp_path)
+    out = prepare_tokenizers(runs, OutputRoot(tmp_path))
     paths = [r.config.tokenizer_path for r in out]
     assert paths[0] == paths[1] and paths[2] == ""
     saved = Path(paths[0])
@@ -177,13 +177,15 @@ def test_the_tokenizer_travels_through_the_output_root(tmp_path, prepared_corpus
     assert tok.to_str() == saved.read_text()
     # A run that names a tokenizer keeps it.
     own = _run(dataset="manifest", manifest_path=str(manifest), tokenizer_path=str(saved))
-    assert prepare_tokenizers([own], tmp_path / "other")[0].config.tokenizer_path == str(saved)
+    assert prepare_tokenizers([own], OutputRoot(tmp_path / "other"))[
+        0
+    ].config.tokenizer_path == str(saved)
 
 
 def test_output_root_accepts_paths_file_uris_and_buckets_and_names_the_fix_for_others():
     import argparse
 
-    from platform.execution.inputs import output_root_arg
+    from platform.storage.open_root import output_root_arg
 
     assert output_root_arg("outputs/x") == Path("outputs/x")
     assert output_root_arg("file:///shared/sweeps/a") == Path("/shared/sweeps/a")
@@ -209,7 +211,9 @@ def test_what_a_node_check_answer_says():
     line = node_problem(node, old_torch, mine)
     assert line.startswith("node 10.0.0.6 (node abcdef012345) runs torch 2.11.0 (driver 2.13.0)")
     unseen = dict(good, output_root="cannot read /o/.node-probe-1 (No such file or directory)")
-    assert "cannot see the output root /o" in node_problem(node, unseen, mine, Path("/o"))
+    assert "cannot see the output root /o" in node_problem(
+        node, unseen, mine, OutputRoot(Path("/o"))
+    )
     # A root on object storage: the node reaches the bucket with its own credentials, or not.
     staged = OutputRoot(Path("/tmp/stage1-roots/a-1"), remote="s3://sweeps/a")
     denied = dict(good, output_root="cannot read s3://sweeps/a/.node-probe-1 (no credentials)")
@@ -224,7 +228,7 @@ def test_what_a_node_check_answer_says():
     )
     assert "did not run the node check" in node_problem(node, TimeoutError("180 s"), mine)
     for fact in (old_torch, unseen, unread, no_code):
-        assert "\n" not in node_problem(node, fact, mine, Path("/o"))
+        assert "\n" not in node_problem(node, fact, mine, OutputRoot(Path("/o")))
 
 
 def test_no_address_means_a_new_local_cluster_not_one_ray_start_left_running(monkeypatch):

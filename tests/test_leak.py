@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from platform.analysis.leak import LeakLimits, fit_mb_per_1k_steps, leak_figures, verdict
+from platform.analysis.verdicts.leak import LeakLimits, fit_mb_per_1k_steps, leak_figures, verdict
 from platform.storage import results
 from tests.cli import run_module
 

@@ -11,6 +11,7 @@ import pytest
 
 from platform.errors import UsageError
 from platform.record.loggers import check_loggers, make_loggers, scalars_of
+from stage1_common.output_root import OutputRoot
 
 RUNS = {
     "sweep_z0_mb4_nw0_pf2_r1": "sweep_z0_mb4_nw0_pf2",
@@ -74,7 +75,7 @@ def wandb_offline_runs(root: Path) -> dict[str, dict]:
 
 
 def test_every_logger_writes_one_series_per_run_that_its_reader_finds(tmp_path):
-    logs = make_loggers(["tensorboard", "wandb", "mlflow"], tmp_path, echo=pytest.fail)
+    logs = make_loggers(["tensorboard", "wandb", "mlflow"], OutputRoot(tmp_path), echo=pytest.fail)
     assert set(logs.loggers) == {"tensorboard", "wandb", "mlflow"}
     for step in (5, 10, 15):
         for i, (run, group) in enumerate(RUNS.items()):

@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from platform.analysis.leak import MIN_SAMPLES, LeakLimits, leak_figures
+from platform.analysis.verdicts.leak import MIN_SAMPLES, LeakLimits, leak_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ("sweep_analysis.ipynb", "stability_and_leak.ipynb")

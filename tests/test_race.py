@@ -18,6 +18,7 @@ from platform.control.searchers import PlannedSearcher
 from platform.errors import UsageError
 from platform.spaces.expand import expand_runs, space_points
 from platform.spaces.load import load_space
+from stage1_common.output_root import OutputRoot
 
 SPACE = """
     description: race unit test
@@ -41,7 +42,7 @@ def space_from(tmp_path, text=SPACE, name="s"):
 def race(tmp_path):
     space = space_from(tmp_path)
     runs = expand_runs(space)
-    schedule = Schedule(tmp_path, space, runs)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
     lines = []
     r = Race(runs, space, schedule, echo=lines.append)
     r.lines = lines
@@ -173,7 +174,7 @@ def test_a_readmission_survives_a_resume(race, tmp_path):
 
     space = space_from(tmp_path)
     runs = expand_runs(space)
-    schedule = Schedule(tmp_path, space, runs)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
     schedule.load()
     resumed = Race(runs, space, schedule, echo=lambda line: None)
     done = {a1: {"status": "ok"}, b1: {"status": "stopped_early"}, a2: {"status": "ok"},
@@ -274,7 +275,7 @@ def h100_race(tmp_path):
     space = load_space("race_a8_gpu").with_overrides([*record["sets"], "scheduler=race"])
     runs = expand_runs(space)
     lines = []
-    race = Race(runs, space, Schedule(tmp_path, space, runs), echo=lines.append)
+    race = Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), echo=lines.append)
     race.lines = lines
     searcher = PlannedSearcher(runs, lambda r: {"run": r.name}, {}, race)
     return race, searcher, record["grid"]["winner"]
@@ -374,7 +375,7 @@ def test_asha_ignores_the_warm_up_and_records_its_stops(tmp_path):
         ["scheduler={name: asha, warmup_windows: 2, grace_windows: 2, reduction_factor: 2}"]
     )
     runs = expand_runs(space)
-    schedule = Schedule(tmp_path, space, runs)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
     trial_runs = {"a": runs[0].name, "b": runs[1].name}
     asha = WarmASHA(space, runs, schedule, trial_runs)
     a, b = _Trial("a"), _Trial("b")

@@ -12,6 +12,7 @@ from platform.record.loggers import _TensorBoard
 from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 from trainables.config import TrialConfig
 
 SLOW_S = 0.5  # each write, slowed
@@ -49,7 +50,7 @@ def test_no_callback_waits_for_a_slow_write(tmp_path, monkeypatch):
     manifests: list[dict] = []
     run = RunSpec("r1", "g", 1, TrialConfig(use_gpu=False, max_steps=20, log_every=5), {})
     recorder = SweepRecorder(
-        tmp_path,
+        OutputRoot(tmp_path),
         [run],
         flush_every_s=0.0,  # every window is written at once
         on_change=slowed(lambda status: manifests.append(status)),

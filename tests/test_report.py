@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from platform.analysis.report import SECTIONS
+from platform.analysis.report.page import SECTIONS
 from tests.cli import run_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,7 +218,7 @@ def test_a_failed_runs_log_tails_and_a_restarts_are_on_the_page(tmp_path):
     # restart_tail-attempt<N>.txt): the README promises failed runs with their log tails.
     import pandas as pd
 
-    from platform.analysis.report_sections import failed
+    from platform.analysis.report.sections import failed
     from stage1_common.output_root import OutputRoot
 
     root = OutputRoot.of(tmp_path)

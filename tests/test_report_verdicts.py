@@ -16,11 +16,12 @@ import pytest
 from platform import leak as leak_cli
 from platform import stability as stability_cli
 from platform.analysis.analyze import analyze
-from platform.analysis.leak import LeakLimits
-from platform.analysis.limits import UnreadableLimits, flags_line, logged_limits
-from platform.analysis.report import SECTIONS, write_report
-from platform.analysis.stability import StabilityLimits, folder_limits
+from platform.analysis.report.page import SECTIONS, write_report
+from platform.analysis.verdicts.leak import LeakLimits
+from platform.analysis.verdicts.limits import UnreadableLimits, flags_line, logged_limits
+from platform.analysis.verdicts.stability import StabilityLimits, folder_limits
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "benchmarks" / "results" / "analysis_2xh200"
@@ -154,11 +155,11 @@ def gpu_rows(run: str) -> list[dict]:
 
 
 @pytest.fixture
-def sweep(tmp_path) -> Path:
+def sweep(tmp_path) -> OutputRoot:
     """An output root with real Parquet files: 8 ok runs in 3 groups; host RSS of steady_r1
     leaks, of steady_r2 is flat, of every other run has one sample after warm-up; GPU memory of
     every run is flat and well sampled."""
-    root = tmp_path / "smoke_20261125-120000"
+    root = OutputRoot(tmp_path / "smoke_20261125-120000")
     manifest, timing, host, gpu = [], [], [], []
     for group, (micro_batch, p50s) in GROUPS.items():
         for repeat, p50 in enumerate(p50s, start=1):
@@ -185,7 +186,7 @@ def sweep(tmp_path) -> Path:
     return root
 
 
-def report(root: Path) -> dict:
+def report(root: OutputRoot) -> dict:
     return Page(write_report(root).read_text()).sections
 
 
@@ -297,7 +298,7 @@ def test_the_ranking_has_the_swept_values_mfu_and_peak_memory_and_a_panel_per_ke
 def test_the_committed_2xh200_folder_agrees_with_its_own_logs(tmp_path):
     import shutil
 
-    folder = tmp_path / "analysis_2xh200"
+    folder = OutputRoot(tmp_path / "analysis_2xh200")
     shutil.copytree(H200, folder)
     sections = report(folder)
     stability = sections["stability-check"]
@@ -377,7 +378,7 @@ def test_the_page_gives_each_group_one_stability_verdict_everywhere(tmp_path):
     for the flag (mb96: False, blue) and "FAIL: unstable" for the check (mb96: FAIL)."""
     import shutil
 
-    folder = tmp_path / "analysis_2xh200"
+    folder = OutputRoot(tmp_path / "analysis_2xh200")
     shutil.copytree(H200, folder)
     sections = report(folder)
     ranking = sections["ranking"]["tables"][0]
@@ -410,8 +411,7 @@ def test_the_loss_chance_line_is_ln_of_the_candidates_not_of_the_global_batch(tm
     micro_batch (local). One dotted line per distinct number, each said in the note."""
     import pandas as pd
 
-    from platform.analysis import report_plots
-    from stage1_common.output_root import OutputRoot
+    from platform.analysis.report import plots as report_plots
 
     root = OutputRoot(tmp_path / "accum")
     runs = {  # run -> (micro_batch, grad_accum_steps, contrastive_scope)

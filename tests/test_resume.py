@@ -8,6 +8,7 @@ from platform.record.manifest import MANIFEST_COLUMNS, write_manifest
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 from tests.test_results import timing_row
 
 
@@ -28,8 +29,8 @@ def test_only_runs_recorded_ok_are_kept_with_their_figures(tmp_path, runs):
         },
         second.name: {"status": "failed", "failure_reason": "boom", "exit_code": 1},
     }
-    write_manifest(tmp_path, runs, status)
-    done = previous_status(tmp_path, runs)
+    write_manifest(OutputRoot(tmp_path), runs, status)
+    done = previous_status(OutputRoot(tmp_path), runs)
     assert list(done) == [first.name]
     kept = done[first.name]
     assert kept["status"] == "ok" and kept["exit_code"] == 0 and kept["duration_sec"] == 12.5
@@ -39,9 +40,9 @@ def test_only_runs_recorded_ok_are_kept_with_their_figures(tmp_path, runs):
 
 def test_a_root_whose_first_attempt_died_before_its_manifest_resumes_from_scratch(tmp_path, runs):
     (tmp_path / "data" / "synth").mkdir(parents=True)  # killed while making the corpus
-    assert previous_status(tmp_path, runs) == {}
+    assert previous_status(OutputRoot(tmp_path), runs) == {}
     with pytest.raises(UsageError, match="holds no sweep"):
-        previous_status(tmp_path / "nothing-here", runs)
+        previous_status(OutputRoot(tmp_path / "nothing-here"), runs)
 
 
 def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
@@ -59,7 +60,7 @@ def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
             (run_dir / name).write_text("x")
     stale = tmp_path / results.TIMING_DIR / f".{second.name}-00001.parquet.abc.tmp"
     stale.write_bytes(b"half")  # a write a SIGKILL cut short
-    assert drop_rows(tmp_path, [second.name]) == 1
+    assert drop_rows(OutputRoot(tmp_path), [second.name]) == 1
     left = sorted(p.name for p in (tmp_path / results.TIMING_DIR).iterdir())
     assert left == [f"{first.name}-00000.parquet"]
     gone = tmp_path / "runs" / second.name
@@ -110,7 +111,7 @@ def test_a_resumed_sweep_reuses_its_prepared_corpus(tmp_path, capsys):
     manifest.parent.mkdir(parents=True)
     manifest.write_text("utt_id\tpath\tnum_samples\tsample_rate\ttranscript\n")
     plan = DataPlan(synth={"speakers": 1, "chapters": 1, "utts": 1, "seed": 0})
-    assert prepare_corpus(plan, tmp_path) == manifest
+    assert prepare_corpus(plan, OutputRoot(tmp_path)) == manifest
     assert "data: reusing" in capsys.readouterr().out
     assert not (tmp_path / "data" / "synth").exists()  # nothing generated again
 
@@ -121,7 +122,6 @@ def test_the_printed_resume_command_names_the_root_the_sweep_used():
     import shlex
 
     from platform.execution.signals import resume_command
-    from stage1_common.output_root import OutputRoot
 
     root = OutputRoot.of("outputs/smoke_20261128-120000")
     line = resume_command("platform.tune", ["--space", "smoke"], root)

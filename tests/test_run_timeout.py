@@ -10,6 +10,7 @@ from platform.control.stoppers import RunTimeout
 from platform.record.failures import exit_code
 from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec
+from stage1_common.output_root import OutputRoot
 from tests._window_reporter import report_windows
 from trainables.config import TrialConfig
 
@@ -28,7 +29,7 @@ def test_a_run_past_run_timeout_s_is_stopped_and_recorded_as_a_timeout(tmp_path)
         )
         for name, steps, limit in (("slow", 1000, 1.0), ("quick", 10, 30.0))
     ]
-    recorder = SweepRecorder(tmp_path, runs, echo=lambda line: None)
+    recorder = SweepRecorder(OutputRoot(tmp_path), runs, echo=lambda line: None)
     ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
     try:
         tune.Tuner(

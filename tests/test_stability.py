@@ -4,7 +4,7 @@ from "unstable", and the CLI's lines, limits and exit codes."""
 import pandas as pd
 import pytest
 
-from platform.analysis.stability import StabilityLimits, check, verdict_line
+from platform.analysis.verdicts.stability import StabilityLimits, check, verdict_line
 from tests.cli import run_module
 from tests.test_report import H200
 from tests.test_stats import make_root

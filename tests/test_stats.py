@@ -9,6 +9,7 @@ import pytest
 from platform.analysis import stats
 from platform.analysis.analyze import analyze
 from platform.storage import results
+from stage1_common.output_root import OutputRoot
 from tests.cli import run_module
 
 
@@ -161,7 +162,7 @@ def test_top_two_within_noise_needs_overlapping_intervals_and_repeats():
 
 def make_root(tmp_path):
     """An output root by hand: 2 groups x 2 repeats, one failed run."""
-    root = tmp_path / "smoke_20261121-120000"
+    root = OutputRoot(tmp_path / "smoke_20261121-120000")
     rows = [
         ("fast_r1", "fast", 1, "ok"),
         ("fast_r2", "fast", 2, "ok"),
@@ -218,7 +219,7 @@ def test_analyze_writes_every_file_and_agrees_with_the_rows(tmp_path):
     assert saved["bottlenecks"] == {"slow_r1": summary["bottlenecks"]["slow_r1"]}
     per_run = pd.read_csv(root / "per_run_metrics.csv", keep_default_na=False)
     assert list(per_run["bottlenecks"]) == ["", "", "data-bound", ""]
-    assert not list(root.rglob(".*.tmp"))
+    assert not list(root.path.rglob(".*.tmp"))
 
 
 def test_the_cli_refuses_a_folder_without_a_sweep(tmp_path):
@@ -260,7 +261,7 @@ def test_the_winners_command_carries_the_sweeps_own_settings(tmp_path):
     from platform.analysis.analyze import _overrides
     from platform.spaces.load import load_space
 
-    root = tmp_path / "out"
+    root = OutputRoot(tmp_path / "out")
     fixed = load_space("smoke").fixed
     config = {**fixed, "micro_batch": 8, "max_steps": 1000, "use_gpu": False}
     config["manifest_path"] = "/data/ls16k/manifest_16k_trim.tsv"  # given with --set

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import math
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, calibration, cliffs, interrupted, stats
+from platform.analysis import answer, calibration, interrupted, stats
+from platform.analysis.verdicts import cliffs
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
-from stage1_common.storage import Location
 from stage1_common.version import version_line
 
 __all__ = ["FILES", "analyze", "format_ranked"]
@@ -34,16 +33,10 @@ FILES = (
 )
 
 
-def analyze(
-    output_root: OutputRoot | Path | str,
-    *,
-    unstable_ratio: float = stats.UNSTABLE_RATIO,
-    shown_as: str = "",
-) -> dict[str, Any]:
+def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -> dict[str, Any]:
     """Write the analysis files; returns summary.json's content plus ``text`` (summary.md).
-    ``shown_as``: the root's own address when ``output_root`` is a local copy of it (object
-    storage: platform/storage/working_copy.py), for the summary and the training command."""
-    root = OutputRoot.of(output_root)
+    The summary and the training command name the root as the user reaches it (``root.shown``:
+    the bucket's address for a local copy of a root on object storage)."""
     manifest = results.read_manifest(root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     per_run = stats.per_run_metrics(manifest, timing, unstable_ratio=unstable_ratio)
@@ -58,10 +51,10 @@ def analyze(
         (root.RANKED_GROUPS, ranked),
     ):
         results.atomic_write_text(root / name, df.to_csv(index=False))
-    best = _best_config(root, manifest, ranked, shown_as)
+    best = _best_config(root, manifest, ranked)
     if best is not None:
         results.write_json(root.best_config, best)
-    summary = _summary(shown_as or root, manifest, per_run, ranked, best, unstable_ratio)
+    summary = _summary(root, manifest, per_run, ranked, best, unstable_ratio)
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
@@ -141,7 +134,7 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
 
 
 def _cliffs(manifest: pd.DataFrame, timing: pd.DataFrame) -> dict[str, dict[str, str]]:
-    """Each run off a performance cliff: its verdict (platform/analysis/cliffs.py: kind,
+    """Each run off a performance cliff: its verdict (platform/analysis/verdicts/cliffs.py: kind,
     detail, reported, try), judged from its windows and its manifest row."""
     points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
     figures = stats.run_figures(timing, points)
@@ -171,7 +164,7 @@ def _vs_baseline(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame)
     return ranked
 
 
-def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame, shown_as: str):
+def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame):
     winners = ranked[ranked["runs_ok"] > 0]
     if winners.empty:
         return None
@@ -188,8 +181,7 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame,
     )
     # The final run: platform.train reads this file's resolved config (with checkpoints,
     # validation and restarts on; see platform/train.py).
-    where = Location.of(shown_as).join(root.BEST_CONFIG).uri if shown_as else root.best_config
-    command = f"python -m platform.train --config {where}"
+    command = f"python -m platform.train --config {root.where(root.BEST_CONFIG)}"
     return {
         "space": space,
         "group": top["group"],
@@ -208,9 +200,7 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame,
     }
 
 
-def _overrides(
-    space: str, swept: dict, config: dict, output_root: OutputRoot | Path
-) -> dict[str, Any]:
+def _overrides(space: str, swept: dict, config: dict, root: OutputRoot) -> dict[str, Any]:
     """The values the run had that the space alone would not give it (the sweep's --set):
     without them the command would not train the same configuration."""
     from platform.spaces.load import load_space
@@ -224,7 +214,7 @@ def _overrides(
     for key, value in config.items():
         if key in swept or key == "use_gpu" or plain.get(key) == value:
             continue  # use_gpu: `auto` resolved by the driver
-        if key == "manifest_path" and str(value).startswith(str(OutputRoot.of(output_root).data)):
+        if key == "manifest_path" and str(value).startswith(str(root.data)):
             continue  # the space's generated corpus: made again by the command
         out[key] = value
     return out
@@ -236,13 +226,13 @@ def _yaml(value: Any) -> str:
     return str(value)
 
 
-def _summary(output_root, manifest, per_run, ranked, best, unstable_ratio) -> dict[str, Any]:
+def _summary(root: OutputRoot, manifest, per_run, ranked, best, unstable_ratio) -> dict[str, Any]:
     statuses = manifest["status"].value_counts().to_dict()
     noise = stats.within_noise(ranked)
     unstable = per_run.loc[per_run["unstable_run_flag"].astype(bool), "run"].tolist()
     not_ok = manifest[manifest["status"] != "ok"]
     return {
-        "output_root": str(output_root),
+        "output_root": root.shown,
         "written_by": version_line(),  # the code that wrote these files (report and notes show it)
         "runs": int(len(manifest)),
         "status_counts": {str(k): int(v) for k, v in statuses.items()},

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from platform.analysis import stats
-from stage1_common.storage import is_remote
 
 __all__ = ["NOISE_LINES", "jittery_legend", "noise_line", "verdict"]
 
@@ -48,8 +47,8 @@ def verdict(
     """One line: who won, by how much over the baseline, how sure, what would make it surer
     and the command that trains it; or that nothing won. ``summary``: summary.json;
     ``ranking``: ranked_groups.csv's rows in order; ``best``: best_config.json; ``root``: the
-    output root as the retest command names it ('' for none: a folder without the sweep's
-    files, which --from-ranked needs)."""
+    output root's folder as the retest command names it ('' for none: a root on object storage,
+    or a folder without the sweep's files, which --from-ranked reads)."""
     measured = [g for g in ranking if (stats.finite(g.get("runs_ok")) or 0) > 0]
     if not measured:
         counts = summary.get("status_counts") or {}
@@ -120,9 +119,9 @@ def _how_sure(top: dict, second: dict | None, noise: bool | None, retest: tuple)
 
 
 def _retest(space: str | None, root: str, repeats: int) -> str:
-    """': `python -m platform.tune --from-ranked ...`' for a local output root of a known
-    space ('' otherwise: --from-ranked reads a local folder)."""
-    if not root or not space or is_remote(root):
+    """': `python -m platform.tune --from-ranked ...`' for an output root's folder of a known
+    space ('' otherwise)."""
+    if not root or not space:
         return ""
     return (
         f": `python -m platform.tune --space {space} --from-ranked {root} --top 2 "

@@ -159,13 +159,12 @@ def read_entries(path: Path) -> list[dict[str, Any]]:
 
 
 def for_sweep(
-    root: OutputRoot | Path, manifest: pd.DataFrame, groups: list[str] | None = None
+    root: OutputRoot, manifest: pd.DataFrame, groups: list[str] | None = None
 ) -> dict[str, Any]:
     """The calibration of the sweep's host(s) for the strategies of ``groups`` (default: every
     group of ``manifest``): ``cache`` (the file read), ``hosts`` (each host's name, stored
     entry or None, and its strategies' comparisons and stored figures), ``lines`` (one per
     strategy, or one saying there is none and the command) and ``line`` (the console's)."""
-    root = OutputRoot.of(root)
     rows = _ranked_rows(manifest, groups)
     cache = machine_cache(_configured_cache(rows)) / CALIBRATION
     try:

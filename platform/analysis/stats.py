@@ -11,10 +11,10 @@ Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md)
 - a group's figures use its ok runs; with 3 or more, ``tail_samples_per_sec_robust`` drops the
   fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
 - a group is jittery (``unstable_group``) when more than half of its ok runs are: the
-  ranking's flag, not the Phase B acceptance check (platform/analysis/stability.py, which
+  ranking's flag, not the Phase B acceptance check (platform/analysis/verdicts/stability.py, which
   judges the median, max and CV over repeats against its own limits);
 - a run's ``cliff``: recompiles or CUDA graph re-recordings in its tail, or CUDA graph skips
-  (platform/analysis/cliffs.py), with torch's reason and what to change;
+  (platform/analysis/verdicts/cliffs.py), with torch's reason and what to change;
 - ranking: groups with ok runs first, jittery ones after the others, then the robust (else
   plain) mean of tail samples/s, higher first, then tail iter p50, lower first; groups without
   an ok run last, by the mean tail samples/s of their runs the scheduler stopped early
@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import cliffs
+from platform.analysis.verdicts import cliffs
 
 __all__ = [
     "BOTTLENECK_LIMITS",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -21,25 +20,23 @@ from stage1_common.output_root import OutputRoot
 __all__ = ["from_ranked"]
 
 
-def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
-    """``space`` with the first ``top`` groups of ``ranked_root``'s ranking that have ok runs
-    as its cases, in place of its grid (the module docstring)."""
-    ranked_root = Path(ranked_root).expanduser().resolve()
-    root = OutputRoot(ranked_root)
+def from_ranked(space: SearchSpace, root: OutputRoot, top: int) -> SearchSpace:
+    """``space`` with the first ``top`` groups of the ranking of the earlier sweep in ``root``
+    that have ok runs as its cases, in place of its grid (the module docstring)."""
     if not root.holds_sweep():
         raise UsageError(
-            f"--from-ranked: {ranked_root} holds no sweep ({root.MANIFEST} is missing); "
+            f"--from-ranked: {root} holds no sweep ({root.MANIFEST} is missing); "
             "give the output root of a finished sweep"
         )
     ranked_csv = root / root.RANKED_GROUPS
     if not ranked_csv.is_file():  # a sweep from before the analysis files: make them
         from platform.analysis.analyze import analyze
 
-        analyze(ranked_root)
+        analyze(root)
     ranked = pd.read_csv(ranked_csv)
     winners = ranked[ranked["runs_ok"] > 0].head(top)
     if winners.empty:
-        raise UsageError(f"--from-ranked: no group of {ranked_root} has an ok run to promote")
+        raise UsageError(f"--from-ranked: no group of {root} has an ok run to promote")
     manifest = pd.read_csv(root.manifest, sep="\t", keep_default_na=False)
     cases = []
     for group in winners["group"]:
@@ -53,7 +50,7 @@ def from_ranked(space: SearchSpace, ranked_root: Path, top: int) -> SearchSpace:
                 "cannot be known"
             ) from None
         cases.append(swept)
-    note = f"retest of the top {len(cases)} groups of {ranked_root.name}"
+    note = f"retest of the top {len(cases)} groups of {root.path.name}"
     # The space's baseline stays only when it is one of the promoted groups.
     kept = [c for c in cases if all(c.get(k) == v for k, v in space.baseline.items())]
     return dataclasses.replace(

@@ -44,7 +44,6 @@ import math
 import statistics
 import time
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 from platform.analysis import stats
@@ -62,8 +61,8 @@ METRIC = "platform_samples_per_s"  # what ASHA and Optuna rank runs by (set by t
 class Schedule:
     """What the scheduler and the searcher decided, kept in ``schedule.json``."""
 
-    def __init__(self, output_root: Path, space: SearchSpace, runs: list[RunSpec]):
-        self.path = OutputRoot.of(output_root).schedule
+    def __init__(self, root: OutputRoot, space: SearchSpace, runs: list[RunSpec]):
+        self.path = root.schedule
         groups = list(dict.fromkeys(r.group for r in runs))
         self.state: dict[str, Any] = {
             "scheduler": asdict(space.scheduler),

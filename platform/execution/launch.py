@@ -34,6 +34,7 @@ from platform.execution.signals import (
 from platform.record.manifest import write_run_record
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
+from platform.storage.mirror import RootMirror, drop_staging, staged_note
 from stage1_common.output_root import OutputRoot
 
 __all__ = ["LaunchRequest", "launch"]
@@ -52,7 +53,8 @@ class LaunchRequest:
     prints starts with it."""
     space: SearchSpace
     runs: list[RunSpec]
-    output_root: OutputRoot
+    root: OutputRoot
+    """The output root (platform/storage/open_root.py: new, or the one to finish)."""
     report: Report
     """Prints the outcome and returns the exit code (tune.report, train.report)."""
     address: str | None = None
@@ -99,9 +101,8 @@ def launch(request: LaunchRequest) -> int:
     from stage1_common.cluster import alive_nodes
 
     started = time.time()
-    root = request.output_root
-    staged = f" (staged in {root.path}, mirrored there)" if root.remote else ""
-    print(f"output root: {root.shown}{staged}", flush=True)
+    root = request.root
+    print(f"output root: {root.shown}{staged_note(root)}", flush=True)
     # A refused launch of a new root leaves nothing: the corpus it made goes too.
     new_corpus = not request.resume and not root.data.exists()
     try:
@@ -118,21 +119,19 @@ def launch(request: LaunchRequest) -> int:
                 raise
         try:
             _announce(cluster, request.training)
-            code, mirrored = _run_to_the_end(request, runs, started, pool)
+            code, whole = _run_to_the_end(request, runs, started, pool)
         finally:
             ray.shutdown()
     except _Refused as refused:
-        code, mirrored = refused.code, False
+        code, whole = refused.code, False
         if new_corpus:
             import shutil
 
             shutil.rmtree(root.data, ignore_errors=True)
             remove_if_empty(root)
-    if mirrored and code == 0:
+    if whole and code == 0:
         # A root on object storage, all of it in the bucket: the driver's staging copy goes
         # (--resume and platform.analyze start from the bucket), but for the corpus it made.
-        from platform.storage.mirror import drop_staging
-
         kept = drop_staging(root)
         if kept is not None:
             print(
@@ -168,7 +167,7 @@ def _refuse(request: LaunchRequest, exc: Exception) -> NoReturn:
     into goes (and the corpus it made: ``launch``)."""
     print(f"{request.prog}: error: {exc}", file=sys.stderr)
     if not request.resume:
-        remove_if_empty(request.output_root)
+        remove_if_empty(request.root)
     raise _Refused(EXIT_USAGE)
 
 
@@ -181,7 +180,7 @@ def _corpus_and_batches(request: LaunchRequest) -> list[RunSpec]:
     0.5 s on 2 cores, train_smoke's 640 0.9 s, less than Ray Data's start-up alone), and its
     generation, which it already was, costs more."""
     try:
-        runs = with_corpus(request.space, request.runs, request.output_root)
+        runs = with_corpus(request.space, request.runs, request.root)
         if request.before_trials is not None:
             runs = request.before_trials(runs)
     except (UsageError, ValueError) as exc:
@@ -225,7 +224,7 @@ def _fit_to_cluster(request: LaunchRequest, runs: list[RunSpec], multi_node: boo
     try:
         if multi_node:
             # Every node: the driver's versions, the shipped code, the output root.
-            facts = check_nodes(request.output_root)
+            facts = check_nodes(request.root)
             print(
                 f"cluster: {len(facts)} nodes ("
                 + ", ".join(sorted(f["node_ip"] for f in facts))
@@ -252,7 +251,7 @@ def _prepare_runs(request: LaunchRequest, runs: list[RunSpec], multi_node: bool)
     from platform.execution.nodes import check_nodes
     from platform.execution.tuner import open_pool, start_pool
 
-    space, root = request.space, request.output_root
+    space, root = request.space, request.root
     todo = [r for r in runs if r.name not in request.done]
     # The group pool and its first host before everything else here: they reserve no CPU, and
     # their process starts and imports overlap the checks and the tokenizers.
@@ -304,13 +303,11 @@ def _run_to_the_end(
     """Clear what the runs to redo left behind, build the Tuner, fit it, report; the exit
     code, and whether a root on object storage (mirrored to its bucket all the while) is
     whole in the bucket."""
-    from platform.storage.mirror import RootMirror
-
-    with RootMirror(request.output_root) as mirror:
+    with RootMirror(request.root) as mirror:
         code = _fit_and_report(request, runs, started, mirror, pool)
     if mirror.error:
         print(f"warning: the bucket missed an upload ({mirror.error})", flush=True)
-    return code, bool(request.output_root.remote and not mirror.error)
+    return code, mirror.whole
 
 
 def _fit_and_report(
@@ -320,12 +317,12 @@ def _fit_and_report(
 
     if request.resume:
         todo = [r.name for r in runs if r.name not in request.done]
-        clear_earlier_attempts(request.output_root, len(request.done), todo, request.training)
+        clear_earlier_attempts(request.root, len(request.done), todo, request.training)
         mirror.sync()  # the earlier attempts' files gone from the bucket before any run starts
     sweep = build_sweep(
         request.space,
         runs,
-        request.output_root,
+        request.root,
         request.done,
         resume=request.resume,
         loggers=list(request.loggers),
@@ -337,7 +334,7 @@ def _fit_and_report(
         """SIGTERM, and the sweep still waits on Ray (its processes got the signal too): the
         rows, the manifest and the ranking, summary and report of what finished, then exit."""
         manifest, _ = sweep.finish_files(stop)
-        code = request.report(manifest, request.output_root, time.time() - started)
+        code = request.report(manifest, request.root, time.time() - started)
         code = _exit_code(request, manifest, stop, code)
         mirror.sync()  # a root on object storage: its last files in the bucket
         sys.stdout.flush()
@@ -347,7 +344,7 @@ def _fit_and_report(
     manifest, _ = sweep.run(stop)
     with stop.ending:  # the last files are written once, by this thread or finish_without_ray
         stop.ended = True
-        code = request.report(manifest, request.output_root, time.time() - started)
+        code = request.report(manifest, request.root, time.time() - started)
     return _exit_code(request, manifest, stop, code)
 
 
@@ -382,7 +379,7 @@ def _exit_code(
     if unfinished:
         # Tune ends fit() early only on a stop signal; SIGTERM is noted, so this was SIGINT.
         stop.received = stop.received or "SIGINT"
-        command = resume_command(request.prog, sys.argv[1:], request.output_root)
+        command = resume_command(request.prog, sys.argv[1:], request.root)
         print(
             f"interrupted by {stop.received}: {interrupted_counts(manifest, command)}", flush=True
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
+from platform.storage.mirror import unreachable_line
 from stage1_common.cluster import first_line, node_label, on_every_node, probe_file
 from stage1_common.output_root import OutputRoot
 
@@ -18,41 +19,34 @@ __all__ = ["check_nodes", "node_problem"]
 
 
 def check_nodes(
-    output_root: OutputRoot | Path | None = None,
+    root: OutputRoot | None = None,
     manifests: list[tuple[str, str]] | None = None,
     *,
     timeout_s: float = 180.0,
 ) -> list[dict[str, Any]]:
     """Run the node check on every alive node; raise UsageError for the first problem. With
-    ``output_root``, each node must see a file the driver writes there; ``manifests``:
-    (manifest_path, audio_root) pairs every node must read. Returns each node's facts."""
+    ``root``, each node must see a file the driver writes there (in its bucket for a root on
+    object storage: ``root.shown``); ``manifests``: (manifest_path, audio_root) pairs every node
+    must read. Returns each node's facts."""
     from trainables.node_check import audio_sample, node_facts, versions
 
-    samples = [(m, audio_sample(Path(m), root)) for m, root in manifests or ()]
+    samples = [(m, audio_sample(Path(m), audio)) for m, audio in manifests or ()]
     with contextlib.ExitStack() as stack:
-        where = _probe_place(output_root) if output_root else None
-        probe, token = stack.enter_context(probe_file(where)) if where else (None, None)
+        probe, token = stack.enter_context(probe_file(root.shown)) if root else (None, None)
         answers = on_every_node(node_facts, probe, token, samples, timeout_s=timeout_s)
     mine = versions()
     for node, fact in answers:
-        problem = node_problem(node, fact, mine, output_root)
+        problem = node_problem(node, fact, mine, root)
         if problem:
             raise UsageError(problem)
     return [fact for _, fact in answers]
-
-
-def _probe_place(output_root: OutputRoot | Path | None) -> str:
-    """Where the node check's probe goes: the bucket of a staged root, else the folder."""
-    if isinstance(output_root, OutputRoot) and output_root.remote:
-        return output_root.remote
-    return str(output_root or "")
 
 
 def node_problem(
     node: dict[str, Any],
     fact: Any,
     mine: dict[str, str],
-    output_root: OutputRoot | Path | None = None,
+    root: OutputRoot | None = None,
 ) -> str | None:
     """What one node's answer to the node check says is wrong (one line with the fix), or
     None. ``fact`` is ``node_facts``' dict, or the exception the task ended with."""
@@ -78,19 +72,8 @@ def node_problem(
             f"node {where} runs {', '.join(differ)}; install the driver's versions on every "
             "node (one image for the cluster), or run the driver on the head node"
         )
-    staged = isinstance(output_root, OutputRoot) and output_root.remote
-    if fact.get("output_root") and staged:
-        return (
-            f"node {where} cannot reach the output root "
-            f"{OutputRoot.of(output_root).shown}: {fact['output_root']}; give every node "
-            "credentials for the bucket (AWS_* variables, a profile or an instance role) and "
-            "its endpoint (AWS_ENDPOINT_URL)"
-        )
-    if fact.get("output_root"):
-        return (
-            f"node {where} cannot see the output root {output_root}: {fact['output_root']}; "
-            "use a path on storage every node mounts (NFS, a shared volume) as --output-root"
-        )
+    if fact.get("output_root") and root is not None:
+        return f"node {where} {unreachable_line(root, fact['output_root'])}"
     for manifest, problem in fact.get("manifests", {}).items():
         if problem:
             return (

@@ -25,12 +25,9 @@ EARLY_STATUSES = ("stopped_early", "skipped")
 _COUNTS = ("gpu_telemetry_rows", "host_telemetry_rows", "stall_alerts")
 
 
-def previous_status(
-    output_root: OutputRoot | Path, runs: list[RunSpec]
-) -> dict[str, dict[str, Any]]:
+def previous_status(root: OutputRoot, runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
     """The recorded status of every run that finished ok, in the recorder's form. Refuses an
     output root without a sweep, or one holding a different sweep."""
-    root = OutputRoot.of(output_root)
     manifest = root.manifest
     if not manifest.is_file() and _started(root):
         return {}  # the earlier attempt stopped before its manifest was written: nothing ran
@@ -73,14 +70,11 @@ def _started(root: OutputRoot) -> bool:
     return root.runs.is_dir() or root.data.is_dir()
 
 
-def drop_rows(
-    output_root: OutputRoot | Path, run_names: list[str], *, keep_parts: bool = False
-) -> int:
+def drop_rows(root: OutputRoot, run_names: list[str], *, keep_parts: bool = False) -> int:
     """Delete the part files of these runs from every dataset (unless ``keep_parts``: a
     training run resumes from a checkpoint and keeps what it measured), the files their
     earlier attempt left in ``runs/<run>/``, and the temporaries of writes a SIGKILL cut short;
     returns how many part files went."""
-    root = OutputRoot.of(output_root)
     removed = 0
     for folder, _ in () if keep_parts else results.DATASETS.values():
         for run in run_names:
@@ -106,13 +100,11 @@ def _attempt_files(root: OutputRoot, run: str, *, again: bool) -> list[Path]:
     return [path for pattern in patterns for path in pattern.parent.glob(pattern.name)]
 
 
-def clear_earlier_attempts(
-    output_root: OutputRoot, kept: int, todo: list[str], training: bool
-) -> None:
+def clear_earlier_attempts(root: OutputRoot, kept: int, todo: list[str], training: bool) -> None:
     """``--resume``: the runs to redo (``todo``) lose what their earlier attempts left (a
     training run keeps its windows: it continues from its checkpoint); ``kept``: the runs that
     finished ok."""
-    removed = drop_rows(output_root, todo, keep_parts=training)
+    removed = drop_rows(root, todo, keep_parts=training)
     print(
         f"resuming: {kept} runs finished ok are kept, {len(todo)} run again "
         + (

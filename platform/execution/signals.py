@@ -153,7 +153,7 @@ def resume_command(prog: str, argv: Sequence[str], root: OutputRoot) -> str:
 
     args = list(argv)
     if not any(a == "--output-root" or a.startswith("--output-root=") for a in args):
-        args += ["--output-root", root.remote or str(root)]
+        args += ["--output-root", root.shown]
     if "--resume" not in args:
         args.append("--resume")
     return shlex.join(["python", "-m", prog, *args])

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from platform.errors import UsageError
@@ -206,10 +205,9 @@ class RunLoggers:
     """The chosen loggers behind one call per window and one per finished run. A logger that
     fails is reported once and dropped: it never stops a sweep or loses a measured row."""
 
-    def __init__(self, names: list[str], root: OutputRoot | Path, echo=print):
+    def __init__(self, names: list[str], root: OutputRoot, echo=print):
         self.echo = echo
         self.loggers: dict[str, Any] = {}
-        root = OutputRoot.of(root)
         for name in names:
             try:
                 # The output root's folder name is the W&B project and the MLflow experiment.
@@ -249,6 +247,6 @@ class RunLoggers:
             self.loggers.pop(name, None)
 
 
-def make_loggers(names: list[str], root: OutputRoot | Path, echo=print) -> RunLoggers:
+def make_loggers(names: list[str], root: OutputRoot, echo=print) -> RunLoggers:
     """The ``--logger`` sinks ``names`` of the output root ``root``, behind one RunLoggers."""
     return RunLoggers(names, root, echo)

@@ -6,10 +6,10 @@ and promotion read of a planned run).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from platform.analysis import cliffs, stats
+from platform.analysis import stats
+from platform.analysis.verdicts import cliffs
 from platform.record.provenance import GIT_KEYS
 from platform.spaces.expand import RunSpec
 from platform.storage import results
@@ -44,9 +44,9 @@ MANIFEST_COLUMNS = [
 ]
 
 
-def write_run_record(output_root: OutputRoot | Path, run: RunSpec, space: str) -> None:
+def write_run_record(root: OutputRoot, run: RunSpec, space: str) -> None:
     """``runs/<run>/config.json``: what the analysis and promotion read of a planned run."""
-    path = OutputRoot.of(output_root).run_folder(run.name).config
+    path = root.run_folder(run.name).config
     results.write_json(path, run_record(run, space))
 
 
@@ -63,14 +63,13 @@ def run_record(run: RunSpec, space: str) -> dict[str, Any]:
 
 
 def write_manifest(
-    output_root: OutputRoot | Path,
+    root: OutputRoot,
     runs: list[RunSpec],
     status: dict[str, dict[str, Any]],
     facts: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per run: its status and key figures (from timing.parquet), its cliff verdict
-    (platform/analysis/cliffs.py) and every config value."""
-    root = OutputRoot.of(output_root)
+    (platform/analysis/verdicts/cliffs.py) and every config value."""
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     figures = stats.run_figures(timing, {r.name: r.config.tail_timing_points for r in runs})
     rows = []

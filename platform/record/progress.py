@@ -5,7 +5,7 @@ a run started, a timing window (the progress line), rows skipped, a restart or a
 validation, a checkpoint, the end of a run and its log tails. It also prints what nobody
 reported: heartbeats of long runs, and stall alerts when a window is much slower than the
 run's median so far. A run's end-of-run line names the performance cliff it fell off
-(platform/analysis/cliffs.py), with torch's reason and what to change. It writes no file.
+(platform/analysis/verdicts/cliffs.py), with torch's reason and what to change. It writes no file.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import cliffs, stats
+from platform.analysis import stats
+from platform.analysis.verdicts import cliffs
 from platform.spaces.expand import RunSpec
 
 __all__ = ["Progress"]
@@ -121,7 +122,8 @@ class Progress:
         )
 
     def cliff(self, run: str) -> str:
-        """The run's cliff verdict in one line (platform/analysis/cliffs.py), '' for none."""
+        """The run's cliff verdict in one line (platform/analysis/verdicts/cliffs.py), '' for
+        none."""
         kept = self.compiled.get(run)
         if not kept:
             return ""

@@ -16,7 +16,6 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
@@ -59,7 +58,7 @@ class SweepRecorder(Callback):
 
     def __init__(
         self,
-        output_root: OutputRoot | Path,
+        root: OutputRoot,
         runs: list[RunSpec],
         *,
         flush_every_s: float = 30.0,
@@ -68,7 +67,7 @@ class SweepRecorder(Callback):
         facts: dict[str, Any] | None = None,
         loggers: list[str] = (),
     ):
-        self.root = OutputRoot.of(output_root)
+        self.root = root
         self.runs = {r.name: r for r in runs}
         self.flush_every_s = flush_every_s
         self.on_change = on_change

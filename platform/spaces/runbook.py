@@ -318,7 +318,7 @@ def from_env(env: Mapping[str, str] | None = None, *, address: str | None = None
     if values.get("@resume"):
         if plan.output_root is None:
             raise UsageError("RESUME_RUNS=1 needs OUTPUT_ROOT: the sweep folder to resume")
-        plan.resume = OutputRoot.of(plan.output_root).holds_sweep()
+        plan.resume = OutputRoot(plan.output_root).holds_sweep()
     if plan.stop_on_error is not None:
         sets["stop_on_error"] = plan.stop_on_error  # a setting of the sweep that --set takes
     plan.sets = [override(k, v) for k, v in sets.items()]

@@ -13,8 +13,15 @@ Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``-
 on the driver's disk when the staging copy goes, for the training command: ``drop_staging``),
 ``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record), and the
 checkpoints and exported models of ``runs/<run>/``, which the workers upload. The
-workers upload their run folders themselves (trainables/run_folder/run_files.py), and Ray Train
-writes the checkpoints into the bucket (its ``storage_path``).
+workers upload their run folders themselves (trainables/run_folder/run_files.py), and Ray Train writes the
+checkpoints into the bucket (its ``storage_path``).
+
+What a sweep does differently with a staged root is here, each a no-op or the plain answer for
+a root in a folder, so that the launch never asks which it has: the staging note of the
+``output root:`` line (``staged_note``), a file every node must read at once (``publish``), a
+failed run's worker records (``pull_run``), a node that cannot reach the root
+(``unreachable_line``), the exported model's line (``exported_model_line``), and the staging
+copy dropped when the bucket holds all of it (``RootMirror.whole``, ``drop_staging``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,16 @@ from stage1_common.fileio import TMP_SUFFIX
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location, StorageError, check_writable, explain
 
-__all__ = ["RootMirror", "drop_staging", "pull_run", "stage_remote_root"]
+__all__ = [
+    "RootMirror",
+    "drop_staging",
+    "exported_model_line",
+    "publish",
+    "pull_run",
+    "stage_remote_root",
+    "staged_note",
+    "unreachable_line",
+]
 
 BASELINE = ".mirror-baseline.json"  # the files staged from the bucket (not mirrored: a dot)
 SYNC_INTERVAL_S = float(os.environ.get("STAGE1_SYNC_INTERVAL_S", "2"))
@@ -103,6 +119,63 @@ def mirrored(relative: str) -> bool:
     return not any(RunFolder.uploaded_by_ray_train(p) or p.startswith(".") for p in parts)
 
 
+def staged_note(root: OutputRoot) -> str:
+    """What the ``output root:`` line adds for a staged root: where its staging folder is."""
+    return f" (staged in {root.path}, mirrored there)" if root.remote else ""
+
+
+def publish(root: OutputRoot, path: Path) -> str:
+    """Where every node reads ``path`` (a file the driver wrote in the root) from: the path
+    itself, or for a staged root its copy in the bucket, uploaded now (the runs read it before
+    the mirror's next pass)."""
+    if root.remote is None:
+        return str(path)
+    address = root.remote_join(*path.relative_to(root.path).parts)
+    Location.of(address).write_bytes(path.read_bytes())
+    return address
+
+
+def unreachable_line(root: OutputRoot, why: str) -> str:
+    """The node check's words for a node that cannot reach ``root`` (after ``node <node> ``):
+    the bucket without its credentials or endpoint, or a folder not on shared storage."""
+    if root.remote:
+        return (
+            f"cannot reach the output root {root.shown}: {why}; give every node credentials "
+            "for the bucket (AWS_* variables, a profile or an instance role) and its endpoint "
+            "(AWS_ENDPOINT_URL)"
+        )
+    return (
+        f"cannot see the output root {root}: {why}; use a path on storage every node mounts "
+        "(NFS, a shared volume) as --output-root"
+    )
+
+
+def exported_model_line(root: OutputRoot, run: str) -> str:
+    """Where a run's exported model is, and how to load it ('' when it exported none): in the
+    root's folder, or for a staged root in the bucket (the workers uploaded it, it is never
+    staged: copy it to the nodes to load it from local paths)."""
+    if root.remote is None:
+        export = root.run_folder(run).export
+        if not (export / RunFolder.EXPORT_RECORD).is_file():
+            return ""
+        source = json.loads((export / RunFolder.EXPORT_RECORD).read_text())["source"]
+        speech, text = export / RunFolder.EXPORT_SPEECH, export / RunFolder.EXPORT_TEXT
+        return (
+            f"model, {source}: {export}; load it with --set speech_pretrained_path="
+            f"{speech} --set text_pretrained_path={text}"
+        )
+    export = Location.of(root.remote_join(OutputRoot.RUNS, run, RunFolder.EXPORT))
+    try:
+        source = json.loads(export.join(RunFolder.EXPORT_RECORD).read_text())["source"]
+    except (OSError, ValueError):
+        return ""
+    return (
+        f"model, {source}: {export}; copy it to every node (aws s3 sync) and load it with "
+        f"--set speech_pretrained_path=<copy>/{RunFolder.EXPORT_SPEECH} "
+        f"--set text_pretrained_path=<copy>/{RunFolder.EXPORT_TEXT}"
+    )
+
+
 def pull_run(root: OutputRoot, run: str) -> None:
     """What the workers uploaded of a run's folder that says why it failed (their records, the
     stack dumps), into the staging folder, where the driver reads it. Nothing for a local
@@ -142,6 +215,12 @@ class RootMirror:
             self._thread = threading.Thread(target=self._loop, name="root-mirror", daemon=True)
             self._thread.start()
         return self
+
+    @property
+    def whole(self) -> bool:
+        """Whether the bucket holds all of the root (a staged root, its last pass done without
+        an error): its staging copy may go (``drop_staging``). False for a local root."""
+        return self.remote is not None and not self.error
 
     def __exit__(self, *exc: object) -> None:
         if self._thread is not None:

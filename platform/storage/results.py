@@ -280,10 +280,9 @@ def read_dataset(dataset_dir: Path, schema: pa.Schema) -> pd.DataFrame:
     return pq.ParquetDataset(dataset_dir, schema=schema).read().to_pandas()
 
 
-def read_manifest(output_root: OutputRoot | Path) -> pd.DataFrame:
+def read_manifest(root: OutputRoot) -> pd.DataFrame:
     """A sweep's run manifest (one row per run); UsageError when the folder holds no sweep or
     the file is not a run manifest."""
-    root = OutputRoot.of(output_root)
     if not root.manifest.is_file():
         raise UsageError(
             f"{root} holds no sweep ({MANIFEST} is missing); give the output root "

@@ -1,6 +1,6 @@
 """What torch's compiler did during a run's timed steps, window by window: the performance
 cliffs it reports, carried in the window's metrics and judged by the driver
-(platform/analysis/cliffs.py).
+(platform/analysis/verdicts/cliffs.py).
 
 Per window (``CompileWatch.take``), counted in the window's steps: neither the compile
 warm-up, which compiles (and with reduce-overhead records the CUDA graphs of) every known shape

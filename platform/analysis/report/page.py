@@ -23,8 +23,8 @@ what it has: its ``plots/`` (the notebooks' figures, under their own headings) s
 plots drawn from rows, its group_summary.csv for the stability figures, its ``leak.log`` for the
 leak verdicts. The folder's stability.log and leak.log otherwise supply only the limits judged by.
 
-This module assembles the page; the sections are drawn by report_sections.py (tables, across
-groups), report_plots.py (over steps and time) and report_verdicts.py (stability, leaks).
+This module assembles the page; the sections are drawn by sections.py (tables, across
+groups), plots.py (over steps and time) and verdicts.py (stability, leaks).
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, report_plots, report_sections, report_verdicts
-from platform.analysis.figures import note
+from platform.analysis import answer
+from platform.analysis.report import plots, sections, verdicts
+from platform.analysis.report.figures import note
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
-from stage1_common.storage import Location
 from stage1_common.version import version_line
 
 __all__ = ["RENDERERS", "REPORT", "SECTIONS", "report_line", "write_report"]
@@ -68,21 +68,21 @@ SECTIONS = (
     ("environment", "Environment and versions"),
 )
 RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
-    "ranking": report_sections.ranking,
-    "calibration": report_sections.calibration,
-    "throughput": report_sections.throughput,
-    "sweep": report_sections.sweep,
-    "iteration": report_plots.iteration,
-    "loss": report_plots.loss,
-    "data": report_plots.data_share,
-    "gpu": report_plots.gpu,
-    "host": report_plots.host,
-    "skew": report_plots.skew,
-    "bottlenecks": report_sections.bottlenecks,
-    "cliffs": report_verdicts.cliffs,
-    "stability": report_verdicts.verdicts,
-    "failed": report_sections.failed,
-    "environment": report_sections.environment,
+    "ranking": sections.ranking,
+    "calibration": sections.calibration,
+    "throughput": sections.throughput,
+    "sweep": sections.sweep,
+    "iteration": plots.iteration,
+    "loss": plots.loss,
+    "data": plots.data_share,
+    "gpu": plots.gpu,
+    "host": plots.host,
+    "skew": plots.skew,
+    "bottlenecks": sections.bottlenecks,
+    "cliffs": verdicts.cliffs,
+    "stability": verdicts.verdicts,
+    "failed": sections.failed,
+    "environment": sections.environment,
 }
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -98,35 +98,31 @@ img{max-width:100%;border:1px solid #eee}img.plot{width:100%}nav a{margin-right:
 """
 
 
-def report_line(output_root: OutputRoot | Path | str, *, shown_as: str = "") -> str:
+def report_line(root: OutputRoot) -> str:
     """``report: PATH`` after writing report.html beside summary.md (the end of every sweep,
-    platform.analyze); a failure is this one line, never the end of the analysis.
-    ``shown_as``: the root's own address when ``output_root`` is a local copy of it."""
+    platform.analyze); a failure is this one line, never the end of the analysis."""
     try:
-        path = write_report(output_root, shown_as=shown_as)
-        return f"report: {Location.of(shown_as).join(path.name).uri if shown_as else path}"
+        path = write_report(root)
+        return f"report: {root.where(path.name)}"
     except Exception as exc:  # noqa: BLE001
         return (
             f"report: not written ({type(exc).__name__}: {exc}); "
-            f"python -m platform.report {shown_as or output_root}"
+            f"python -m platform.report {root.shown}"
         )
 
 
-def write_report(
-    output_root: OutputRoot | Path | str, out: Path | None = None, *, shown_as: str = ""
-) -> Path:
-    """Write the page (to ``out``, default ``<output_root>/report.html``) and return its path;
-    UsageError when the folder holds neither a sweep nor its analysis files. ``shown_as``: the
-    root's name on the page and in errors when the folder is a local copy of it (object
-    storage: platform/storage/working_copy.py)."""
-    root = OutputRoot.of(output_root)
-    name = shown_as or str(root)
+def write_report(root: OutputRoot, out: Path | None = None) -> Path:
+    """Write the page (to ``out``, default ``<root>/report.html``) and return its path;
+    UsageError when the folder holds neither a sweep nor its analysis files. The page and the
+    errors name the root as the user reaches it (``root.shown``: the bucket's address for a
+    local copy of a root on object storage)."""
+    name = root.shown
     if not root.path.is_dir() or not (root.holds_sweep() or (root / root.SUMMARY_JSON).is_file()):
         raise UsageError(
             f"{name}: no sweep here (no {root.MANIFEST} or {root.SUMMARY_JSON}); give a sweep's "
             "output root"
         )
-    data = _load(root, name)
+    data = _load(root)
     sections = [(key, *_section(key, default, data)) for key, default in SECTIONS]
     body = "".join(
         f'<section id="{key}"><h2>{html.escape(title)}</h2>\n{content}\n</section>'
@@ -137,7 +133,7 @@ def write_report(
     )
     summary = data["summary"]
     head = (
-        f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>{_verdict(data, name)}"
+        f"<h1>Sweep report: {html.escape(root.path.resolve().name)}</h1>{_verdict(data)}"
         f"<p>{_count(summary.get('runs', len(data['manifest'])), 'run')} in "
         f"{_count(summary.get('groups', len(data['ranked'])), 'group')}; best group "
         f"<b>{html.escape(str(summary.get('best_group') or '-'))}</b>. Written "
@@ -160,10 +156,11 @@ def write_report(
     return path
 
 
-def _verdict(data: dict, name: str) -> str:
+def _verdict(data: dict) -> str:
     """The page's first line (platform/analysis/answer.py), its commands as code; a retest
-    command only where the folder holds the sweep (--from-ranked reads its files)."""
-    retest = name if data["root"].holds_sweep() else ""
+    command only where the root is a folder holding the sweep (--from-ranked reads its files)."""
+    root = data["root"]
+    retest = str(root.folder) if root.folder and root.holds_sweep() else ""
     line = answer.verdict(data["summary"], data["ranked"].to_dict("records"), data["best"], retest)
     marked = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
     return f'<p class="verdict">{marked.replace("Verdict:", "<b>Verdict:</b>", 1)}</p>'
@@ -178,9 +175,8 @@ def _section(key: str, default: str, data: dict) -> tuple[str, str]:
     return content if isinstance(content, tuple) else (default, content)
 
 
-def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
-    """Everything the sections draw from, read once (``root``: the OutputRoot; ``shown_as``:
-    its name on the page)."""
+def _load(root: OutputRoot) -> dict[str, Any]:
+    """Everything the sections draw from, read once (``root``: the OutputRoot)."""
 
     def csv(name: str) -> pd.DataFrame:
         path = root / name
@@ -191,9 +187,8 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
     manifest = results.read_manifest(root) if root.holds_sweep() else per_run
     return {
         "root": root,
-        "shown_as": shown_as,
         "manifest": manifest,
-        "swept": report_sections.swept_values(root, manifest),
+        "swept": sections.swept_values(root, manifest),
         "per_run": per_run,
         "ranked": csv(root.RANKED_GROUPS),
         "summary": results.read_json(root / root.SUMMARY_JSON),
@@ -203,7 +198,7 @@ def _load(root: OutputRoot, shown_as: str) -> dict[str, Any]:
         "gpu": results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA),
         "host": results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA),
         # Judged once: the ranking, the throughput plot and the stability part show the same.
-        "phase_b": report_verdicts.phase_b(root),
+        "phase_b": verdicts.phase_b(root),
     }
 
 

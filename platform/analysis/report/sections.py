@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from platform.analysis import report_verdicts, stability
 from platform.analysis.answer import noise_line
 from platform.analysis.calibration import for_sweep
-from platform.analysis.figures import LEGEND_PT, as_text, html_table, new_figure, note, png
+from platform.analysis.report import verdicts
+from platform.analysis.report.figures import LEGEND_PT, as_text, html_table, new_figure, note, png
 from platform.analysis.stats import UNSTABLE_RATIO
+from platform.analysis.verdicts import stability
 from platform.storage import results
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.version import version_line
@@ -91,7 +92,7 @@ def ranking(data: dict) -> str:
     table = ranked.merge(swept[["group", *keys]], on="group", how="left")
     measured = _measured(data["per_run"])
     table = table.merge(measured, on="group", how="left") if not measured.empty else table
-    table["cliff"] = table["group"].map(report_verdicts.cliff_groups(data)).fillna("")
+    table["cliff"] = table["group"].map(verdicts.cliff_groups(data)).fillna("")
     cols = [
         "rank",
         "group",
@@ -145,10 +146,10 @@ def calibration(data: dict) -> str:
 
 
 def _flags(table: pd.DataFrame, phase_b: dict) -> pd.DataFrame:
-    """The Phase B verdict of each group (``report_verdicts.phase_b``: "-" where it was not
+    """The Phase B verdict of each group (``report/verdicts.py``: ``phase_b``; "-" where it was not
     judged), and the ranking's flag as yes/no."""
-    verdicts = {v["group"]: v["verdict"] for v in phase_b["verdicts"]}
-    table = table.assign(**{PHASE_B: table["group"].map(verdicts).fillna("-")})
+    by_group = {v["group"]: v["verdict"] for v in phase_b["verdicts"]}
+    table = table.assign(**{PHASE_B: table["group"].map(by_group).fillna("-")})
     if "unstable_group" in table:
         flag = table["unstable_group"].astype(str).str.lower() == "true"
         table["unstable_group"] = flag.map({True: "yes", False: "no"})

@@ -19,9 +19,9 @@ tail iter p50. Three verdicts:
 This is not the ranking's ``unstable_group`` flag (platform/analysis/stats.py: iter p90/p50
 over ``--unstable-ratio`` in most ok runs), which only orders the ranking.
 
-``python -m platform.stability`` prints them with its limits (platform/analysis/limits.py); the
-report calls ``judge`` as the command does, with the limits of the folder's own stability.log
-when it states them, else the defaults.
+``python -m platform.stability`` prints them with its limits
+(platform/analysis/verdicts/limits.py); the report calls ``judge`` as the command does, with the
+limits of the folder's own stability.log when it states them, else the defaults.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from platform.analysis import limits as limit_lines
 from platform.analysis import stats
+from platform.analysis.verdicts import limits as limit_lines
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -78,11 +78,10 @@ class StabilityLimits:
                 raise UsageError(f"--{name.replace('_', '-')} must be > 0")
 
 
-def group_figures(output_root: OutputRoot | str) -> pd.DataFrame:
+def group_figures(root: OutputRoot) -> pd.DataFrame:
     """stats.group_summary's table of a sweep, from its manifest and timing rows; for a folder
     of analysis files only (benchmarks/results/*: no manifest, no rows), its group_summary.csv,
     which the same function wrote. UsageError when the folder has neither."""
-    root = OutputRoot.of(output_root)
     summary = root / root.GROUP_SUMMARY
     if not root.holds_sweep() and summary.is_file():
         return pd.read_csv(summary)
@@ -91,30 +90,29 @@ def group_figures(output_root: OutputRoot | str) -> pd.DataFrame:
     return stats.group_summary(stats.per_run_metrics(manifest, timing))
 
 
-def pick_groups(groups: pd.DataFrame, wanted: str, output_root: OutputRoot | str) -> list[str]:
+def pick_groups(groups: pd.DataFrame, wanted: str, root: OutputRoot) -> list[str]:
     """The groups named in ``wanted`` (comma-separated; empty: all of them); UsageError for a
-    name the sweep at ``output_root`` does not have."""
+    name the sweep at ``root`` does not have."""
     known = list(groups["group"])
     names = [g.strip() for g in wanted.split(",") if g.strip()] or known
     unknown = [g for g in names if g not in known]
     if unknown:
         raise UsageError(
-            f"--groups: {', '.join(unknown)} not in {output_root}; its groups: " + ", ".join(known)
+            f"--groups: {', '.join(unknown)} not in {root.shown}; its groups: " + ", ".join(known)
         )
     return names
 
 
-def judge(output_root: OutputRoot | str, limits: StabilityLimits, wanted: str = "") -> list[dict]:
+def judge(root: OutputRoot, limits: StabilityLimits, wanted: str = "") -> list[dict]:
     """The verdicts of the groups named in ``wanted`` (empty: all) of the sweep at
-    ``output_root``: what ``python -m platform.stability`` prints and the report shows."""
-    groups = group_figures(output_root)
-    names = pick_groups(groups, wanted, output_root)
-    return check(groups, names, limits, unfinished=_unfinished_groups(output_root))
+    ``root``: what ``python -m platform.stability`` prints and the report shows."""
+    groups = group_figures(root)
+    names = pick_groups(groups, wanted, root)
+    return check(groups, names, limits, unfinished=_unfinished_groups(root))
 
 
-def _unfinished_groups(output_root: OutputRoot | str) -> set[str]:
+def _unfinished_groups(root: OutputRoot) -> set[str]:
     """The groups none of whose runs ended (pending or cut short: an interrupted sweep)."""
-    root = OutputRoot.of(output_root)
     if not root.holds_sweep():
         return set()
     manifest = results.read_manifest(root)
@@ -122,11 +120,10 @@ def _unfinished_groups(output_root: OutputRoot | str) -> set[str]:
     return set(manifest["group"]) - set(manifest.loc[ended, "group"])
 
 
-def folder_limits(output_root: OutputRoot | str) -> tuple[StabilityLimits, str]:
+def folder_limits(root: OutputRoot) -> tuple[StabilityLimits, str]:
     """The limits to judge a folder by, and where they come from: those its stability.log
     states (so the report agrees with the folder's own check), else the defaults, saying why
     (limits.folder_limits)."""
-    root = OutputRoot.of(output_root)
     return limit_lines.folder_limits(StabilityLimits, root / root.STABILITY_LOG, COMMAND)
 
 

@@ -18,19 +18,18 @@ than one step); the host's sum needs every node judged. A run's verdict:
   why): never OK on a growth nobody judged.
 
 ``python -m platform.leak`` prints one line per run and then its limits
-(platform/analysis/limits.py); the report calls ``root_verdicts`` as the command does.
+(platform/analysis/verdicts/limits.py); the report calls ``root_verdicts`` as the command does.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from platform.analysis import limits as limit_lines
+from platform.analysis.verdicts import limits as limit_lines
 from platform.errors import UsageError
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
@@ -45,7 +44,6 @@ __all__ = [
     "fit_mb_per_1k_steps",
     "leak_figures",
     "root_verdicts",
-    "targets",
     "verdict",
     "verdicts",
 ]
@@ -142,45 +140,20 @@ def _fits(samples: pd.DataFrame, by: list[str], column: str, unit: str) -> tuple
     return slopes, "; ".join(why)
 
 
-def targets(paths: list[Path]) -> list[tuple[OutputRoot, list[str] | None]]:
-    """(output root, runs or None for all) per PATH: a sweep's output root or a run folder
-    ``<root>/runs/<run>``; UsageError for anything else."""
-    out = []
-    for path in paths:
-        path = Path(path).expanduser().resolve()
-        if OutputRoot(path).holds_sweep():
-            out.append((OutputRoot(path), None))
-        elif path.parent.name == OutputRoot.RUNS and OutputRoot(path.parent.parent).holds_sweep():
-            out.append((OutputRoot(path.parent.parent), [path.name]))
-        else:
-            raise UsageError(
-                f"{path} is neither a sweep's output root nor a run folder <root>/runs/<run>; "
-                "give one of those"
-            )
-    return out
-
-
-def folder_limits(output_root: OutputRoot | str) -> tuple[LeakLimits, str]:
+def folder_limits(root: OutputRoot) -> tuple[LeakLimits, str]:
     """The limits to judge a folder by, and where they come from: those its leak.log states
     (so the report agrees with the folder's own check), else the defaults, saying why
     (limits.folder_limits)."""
-    root = OutputRoot.of(output_root)
     return limit_lines.folder_limits(LeakLimits, root / root.LEAK_LOG, COMMAND)
 
 
-def root_verdicts(
-    output_root: OutputRoot | str,
-    runs: list[str] | None,
-    limits: LeakLimits,
-    shown_as: str = "",
-) -> list[dict]:
+def root_verdicts(root: OutputRoot, runs: list[str] | None, limits: LeakLimits) -> list[dict]:
     """The verdicts of ``runs`` (None: every run with timing rows) of one output root; for a
     root without timing rows (no run recorded a window), one NOT JUDGED verdict naming the
-    root (``shown_as``, else its path) instead of none."""
-    root = OutputRoot.of(output_root)
+    root instead of none."""
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     if runs is None and timing.empty:
-        return [_no_rows(shown_as or str(root))]
+        return [_no_rows(root.shown)]
     host = results.read_dataset(root / root.HOST_TELEMETRY, results.HOST_TELEMETRY_SCHEMA)
     gpu = results.read_dataset(root / root.GPU_TELEMETRY, results.GPU_TELEMETRY_SCHEMA)
     return verdicts(timing, host, gpu, limits, runs)

@@ -1,4 +1,4 @@
-"""The report's verdicts: performance cliffs (summary.json's, platform/analysis/cliffs.py),
+"""The report's verdicts: performance cliffs (summary.json's, platform/analysis/verdicts/cliffs.py),
 stability (``python -m platform.stability``) and memory leaks
 (``python -m platform.leak``), each from the same function the command calls, under the limits
 the folder's own log states (else the command's defaults, saying why), shown on the page with
@@ -14,11 +14,11 @@ import re
 
 import pandas as pd
 
-from platform.analysis import cliffs as cliff_check
-from platform.analysis import leak as leak_check
-from platform.analysis import stability as stability_check
-from platform.analysis.figures import html_table, note
-from platform.analysis.limits import PREFIX, flag_text, flags_line
+from platform.analysis.report.figures import html_table, note
+from platform.analysis.verdicts import cliffs as cliff_check
+from platform.analysis.verdicts import leak as leak_check
+from platform.analysis.verdicts import stability as stability_check
+from platform.analysis.verdicts.limits import PREFIX, flag_text, flags_line
 from platform.errors import UsageError
 from stage1_common.output_root import OutputRoot
 
@@ -99,7 +99,7 @@ def phase_b(root: OutputRoot) -> dict:
 
 
 def stability(data: dict) -> tuple[str, str]:
-    root, shown, judged = data["root"], data["shown_as"], data["phase_b"]
+    root, judged = data["root"], data["phase_b"]
     limits = judged["limits"]
     title = "Stability (python -m platform.stability)"
     if judged["error"]:
@@ -122,7 +122,7 @@ def stability(data: dict) -> tuple[str, str]:
         "its jittery column is another figure (the ranking's own flag).</p>"
         "<table><tr><th>group</th><th>verdict</th><th>ok runs</th><th>p90/p50 median</th>"
         f"<th>p90/p50 max</th><th>iter p50 CV</th><th>why</th></tr>{rows}</table>"
-        + _command("platform.stability", f"--output-root {shown}", flags_line(limits))
+        + _command("platform.stability", f"--output-root {root.shown}", flags_line(limits))
         + _against_log(
             root / OutputRoot.STABILITY_LOG,
             [stability_check.verdict_line(v) for v in judged["verdicts"]],
@@ -132,12 +132,12 @@ def stability(data: dict) -> tuple[str, str]:
 
 
 def leak(data: dict) -> tuple[str, str]:
-    root, shown = data["root"], data["shown_as"]
+    root = data["root"]
     log = root / OutputRoot.LEAK_LOG
     if data["timing"].empty:
         return "Memory leaks (this folder's leak.log)", _log_only(log)
     limits, source = leak_check.folder_limits(root)
-    lines = [v["line"] for v in leak_check.root_verdicts(root, None, limits, shown)]
+    lines = [v["line"] for v in leak_check.root_verdicts(root, None, limits)]
     body = (
         f"<p>Judged by {html.escape(source)}: host RSS (summed over nodes) &le; "
         f"{flag_text(limits.max_host_mb_per_1k_steps)} and GPU memory (the worst GPU) &le; "
@@ -148,7 +148,7 @@ def leak(data: dict) -> tuple[str, str]:
         "node or a GPU with too few samples, or none spread over steps, to fit (the line "
         "names which; never OK on a growth nobody judged).</p>"
         + _lines(lines)
-        + _command("platform.leak", shown, flags_line(limits))
+        + _command("platform.leak", root.shown, flags_line(limits))
         + _against_log(log, lines)
     )
     return "Memory leaks (python -m platform.leak)", body

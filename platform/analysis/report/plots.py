@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from platform.analysis.figures import (
+from platform.analysis.report.figures import (
     LEGEND_PT,
     TITLE_PT,
     html_table,
