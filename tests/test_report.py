@@ -237,3 +237,25 @@ def test_a_failed_runs_log_tails_and_a_restarts_are_on_the_page(tmp_path):
     page = failed({"manifest": manifest, "root": root})
     assert "fail_tail.txt" in page and "rank 0 line 0\n" in page and "ValueError: x" in page
     assert "restart_tail-attempt1.txt" in page and "why attempt 0 ended" in page
+
+
+def test_a_legend_of_long_group_names_draws_without_a_console_warning():
+    """On 2x H200 a sweep of four keys' cases printed matplotlib's 'constrained_layout not
+    applied' warning twice among the platform's lines; the PNG is still whole."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from platform.analysis.report.figures import png
+
+    fig, ax = plt.subplots(figsize=(3, 1), layout="constrained")
+    for i in range(8):
+        ax.plot([0, 1], [i, i], label="sweep_z0_mb256_nw6_pf4_cb1x1p5x2x2p5x3_torchcompileon_" * 2)
+    fig.legend(loc="outside right upper")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        page = png(fig, "long names")
+    assert page.startswith('<img class="plot" alt="long names" src="data:image/png;base64,')

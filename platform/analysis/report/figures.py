@@ -11,6 +11,7 @@ import html
 import io
 import math
 import numbers
+import warnings
 from typing import Any
 
 import pandas as pd
@@ -87,7 +88,12 @@ def png(fig, alt: str) -> str:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    with warnings.catch_warnings():
+        # A legend of long group names (a sweep of many keys) leaves constrained layout no room:
+        # matplotlib warns on the console and lays the axes out without it; bbox "tight" still
+        # fits every label into the PNG, so the warning says nothing the page does not show.
+        warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+        fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return (
         f'<img class="plot" alt="{html.escape(alt)}" '
