@@ -320,6 +320,8 @@ def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> i
         )
         print(f"\n{label}: {best['group']} -> {where}")
         print(f"train with it: {best['command']}")
+        if summary.get("confidence"):
+            print(f"how sure: {summary['confidence']['line']}")
     print(f"summary: {root.where(OutputRoot.SUMMARY_MD)}")
     from platform.analysis.report.page import report_line
 

@@ -23,7 +23,9 @@ Issue 53 added the timing columns ``recompiles``, ``graph_breaks``, ``cudagraph_
 ``cudagraph_skips`` and ``cliff_reason``, the manifest's and per_run_metrics.csv's ``cliff`` and
 summary.json's ``cliffs``; issue 53 item 5 added summary.json's ``calibration``, item 6
 schedule.json's ``readmitted``, and the config key ``intra_op_threads`` with the manifest's
-``intra_op_threads_effective``. Issue 54 item 6 added summary.json's ``partial``.
+``intra_op_threads_effective``. Issue 54 item 6 added summary.json's ``partial``. Issue 56 added
+the config key ``dropout``; issue 57 summary.json's ``confidence`` and ranked_groups.csv's
+``p_fastest``, ``vs_best_low`` and ``vs_best_high``.
 """
 
 from __future__ import annotations

@@ -65,3 +65,29 @@ def test_tail_windows_are_rank_0s_last_windows_of_the_last_attempt():
     timing.loc[timing["rank"] == 1, "samples_per_s"] *= 100  # rank 1's windows never count
     found = tail_windows(timing, {"r": 2}, ["r"])
     assert list(found) == ["r"] and found["r"].tolist() == [20.0, 30.0]
+
+
+def test_the_analysis_writes_how_sure_in_the_ranking_the_summary_and_the_verdict(tmp_path):
+    """analyze: ranked_groups.csv's p_fastest and the interval against the winner,
+    summary.json's confidence, summary.md's 'How sure:' line, and the report's verdict."""
+    import json
+
+    from platform.analysis.analyze import analyze
+    from platform.analysis.answer import verdict
+    from tests.test_stats import make_root
+
+    root = make_root(tmp_path)  # fast: 2 ok runs at 200 and 220; slow: 1 ok run at 100
+    summary = analyze(root)
+    ranked = pd.read_csv(root / "ranked_groups.csv").set_index("group")
+    assert ranked.loc["fast", "p_fastest"] == 1.0 and ranked.loc["slow", "p_fastest"] == 0.0
+    assert ranked.loc["slow", "vs_best_high"] < 0.55 and ranked.loc["fast", "vs_best_low"] == 1.0
+    whole = json.loads((root / "summary.json").read_text())
+    saved = whole["confidence"]
+    assert saved["best_group"] == "fast" and saved["within_noise"] == [] and saved["runs_min"] == 1
+    assert (
+        "How sure: P(fastest) 1.00; no other group within noise; a group measured by one run"
+        in (summary["text"])
+    )
+    best = json.loads((root / "best_config.json").read_text())
+    line = verdict(whole, summary["ranking"], best)
+    assert "P(fastest) 1.00 (window noise only: a group has one run)" in line

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, calibration, interrupted, stats
+from platform.analysis import answer, calibration, confidence, interrupted, stats
 from platform.analysis.verdicts import cliffs
 from platform.errors import UsageError
 from platform.storage import results
@@ -45,6 +45,7 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     schedule = results.read_json(root.schedule)  # platform/control/race.py; absent before it
     groups = _race_verdicts(stats.group_summary(per_run), schedule)
     ranked = _vs_baseline(root, manifest, stats.rank(groups))
+    ranked, how_sure = confidence.of_sweep(manifest, timing, ranked)
     for name, df in (
         (root.PER_RUN_METRICS, per_run),
         (root.GROUP_SUMMARY, groups),
@@ -55,6 +56,7 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     if best is not None:
         results.write_json(root.best_config, best)
     summary = _summary(root, manifest, per_run, ranked, best, unstable_ratio)
+    summary["confidence"] = how_sure  # the winner's P(fastest) and who is within noise of it
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
@@ -285,6 +287,8 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
     if summary["best_group"]:
         lines.append(f"Best: **{summary['best_group']}** (best_config.json).")
     lines.append(answer.noise_line(summary["top_two_within_noise"]))
+    if summary.get("confidence"):
+        lines.append(f"How sure: {summary['confidence']['line']}.")
     if summary["unstable_groups"]:
         lines.append(
             f"Jittery (iter p90/p50 > {summary['unstable_ratio']:g} in most ok runs, or left the "

@@ -1,6 +1,8 @@
 """The sweep's answer in words: the verdict line that opens report.html (the winner, its x
 baseline, how sure the ranking is and what would make it surer, the command that trains it),
 summary.md's line on the noise between the top two, and the legend of the console's ranking.
+The winner's probability of being the fastest comes from confidence.py (summary.json's
+``confidence``).
 
 Plain text, commands in backticks (summary.md is markdown; the page makes them <code>). How
 sure is ``stats.within_noise``: the top two groups' 95 % intervals overlap (within noise), do
@@ -65,6 +67,9 @@ def verdict(
     second = next((g for g in measured if g is not top), None)
     retest = (best.get("space"), root)
     parts.append(_how_sure(top, second, summary.get("top_two_within_noise"), retest))
+    sure = summary.get("confidence")
+    if sure and second is not None and sure.get("best_group") == top["group"]:
+        parts.append(_p_fastest(sure))
     command = best.get("command")
     parts.append(f"train it with `{command}`" if command else "no best_config.json to train it")
     return "Verdict: " + "; ".join(parts) + "."
@@ -116,6 +121,16 @@ def _how_sure(top: dict, second: dict | None, noise: bool | None, retest: tuple)
         f"how sure cannot be told with {few} ({gap} than {name}{jitter}): run 2 or more repeats of "
         f"the top two{_retest(*retest, RETEST_REPEATS)}"
     )
+
+
+def _p_fastest(sure: dict[str, Any]) -> str:
+    """The winner's probability of being the fastest (confidence.py), and what it rests on."""
+    rests = (
+        "runs and windows resampled"
+        if sure.get("runs_min", 0) >= 2
+        else "window noise only: a group has one run"
+    )
+    return f"P(fastest) {sure['p_fastest']:.2f} ({rests})"
 
 
 def _retest(space: str | None, root: str, repeats: int) -> str:

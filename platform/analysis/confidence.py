@@ -26,10 +26,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["DRAWS", "confidence", "sentence", "tail_windows"]
+__all__ = ["COLUMNS", "DRAWS", "confidence", "of_sweep", "sentence", "tail_windows"]
 
 DRAWS = 4000
 LEVEL = 0.95
+# ranked_groups.csv's columns from here (empty for a group without an ok run).
+COLUMNS = {"p_best": "p_fastest", "vs_best_low": "vs_best_low", "vs_best_high": "vs_best_high"}
 
 
 def tail_windows(
@@ -121,3 +123,40 @@ def sentence(table: pd.DataFrame) -> str:
             "same host can differ by more): run 2 or more repeats for how sure"
         )
     return text if math.isfinite(best.p_best) else "how sure: cannot be told"
+
+
+def of_sweep(
+    manifest: pd.DataFrame, timing: pd.DataFrame, ranked: pd.DataFrame
+) -> tuple[pd.DataFrame, dict | None]:
+    """``ranked`` with the confidence columns (``COLUMNS``) and summary.json's ``confidence``
+    (the winner, its probability, the groups within noise of it, the line; None when no group
+    finished a run): the winner is the ranking's first group with an ok run."""
+    measured = ranked[ranked["runs_ok"] > 0]
+    empty = ranked.assign(**{c: float("nan") for c in COLUMNS.values()})
+    if measured.empty:
+        return empty, None
+    ok = manifest[manifest["status"] == "ok"]
+    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in ok.to_dict("records")}
+    windows = tail_windows(timing, points, list(ok["run"]))
+    groups = {
+        g: [windows[r] for r in ok.loc[ok["group"] == g, "run"] if r in windows]
+        for g in measured["group"]
+    }
+    best = str(measured.iloc[0]["group"])
+    if not groups.get(best):
+        return empty, None
+    table = confidence({g: runs for g, runs in groups.items() if runs}, best)
+    by_group = table.set_index("group")
+    out = ranked.copy()
+    for source, column in COLUMNS.items():
+        out[column] = [by_group[source].get(g, float("nan")) for g in ranked["group"]]
+    close = table.iloc[1:][table.iloc[1:]["within_noise_of_best"]]
+    summary = {
+        "best_group": best,
+        "p_fastest": float(table.iloc[0]["p_best"]),
+        "within_noise": list(close["group"]),
+        "runs_min": int(table["runs"].min()),
+        "draws": DRAWS,
+        "line": sentence(table),
+    }
+    return out, summary

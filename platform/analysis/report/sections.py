@@ -126,6 +126,8 @@ def ranking(data: dict) -> str:
         )
     if "top_two_within_noise" in data["summary"]:  # summary.md's line, word for word
         out += f"<p>{html.escape(noise_line(data['summary']['top_two_within_noise']))}</p>"
+    if data["summary"].get("confidence"):  # summary.md's, word for word
+        out += f"<p>{html.escape('How sure: ' + data['summary']['confidence']['line'] + '.')}</p>"
     return out
 
 
