@@ -54,13 +54,11 @@ class RunStorage:
     def of(cls, root: OutputRoot) -> RunStorage:
         """The storage of ``root`` (the driver's OutputRoot; on object storage, staged locally
         under a folder whose name the nodes' scratch folders take)."""
-        if root.remote:
-            return cls(
-                runs=root.remote_join(OutputRoot.RUNS),
-                groups=root.remote_join(OutputRoot.TUNE, OutputRoot.GROUP_RUNS),
-                scratch=root.path.name,
-            )
-        return cls(runs=str(root.runs), groups=str(root.group_runs))
+        return cls(
+            runs=root.where(OutputRoot.RUNS),
+            groups=root.where(OutputRoot.TUNE, OutputRoot.GROUP_RUNS),
+            scratch="" if root.folder else root.path.name,
+        )
 
     @property
     def on_bucket(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stage1_common.storage import Location, is_remote
+from stage1_common.storage import read_text
 
 __all__ = [
     "SPECIAL_TOKENS",
@@ -85,10 +85,8 @@ def load_or_build_tokenizer(
 
     from stage1_common.fileio import atomic_write_text
 
-    if tokenizer_path and is_remote(tokenizer_path):  # the sweep's, in its bucket
-        return Tokenizer.from_str(Location.of(tokenizer_path).read_text())
-    if tokenizer_path:
-        return Tokenizer.from_file(str(tokenizer_path))
+    if tokenizer_path:  # the sweep's: in its root's folder, or its bucket
+        return Tokenizer.from_str(read_text(tokenizer_path))
     digest = hashlib.sha1(Path(manifest_path).read_bytes()).hexdigest()[:12]
     cache = Path(manifest_path).with_name(
         f"{Path(manifest_path).stem}.tokenizer-{vocab_size}-{digest}.json"
