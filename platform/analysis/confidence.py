@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from platform.analysis.stats import in_order_and_tail
+
 __all__ = ["COLUMNS", "DRAWS", "confidence", "of_sweep", "sentence", "tail_windows"]
 
 DRAWS = 4000
@@ -38,12 +40,11 @@ def tail_windows(
     timing: pd.DataFrame, tail_points: Mapping[str, int], runs: Sequence[str]
 ) -> dict[str, np.ndarray]:
     """Each run's tail windows' samples/s (rank 0; a restarted run's last attempt), for the
-    ``runs`` given (the ok ones): the same windows stats.run_figures averages."""
+    ``runs`` given (the ok ones): the windows stats.run_figures averages (the same cut)."""
     rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
     out: dict[str, np.ndarray] = {}
     for run, df in rank0[rank0["run"].isin(list(runs))].groupby("run", sort=False):
-        order = ["attempt", "window"] if "attempt" in df else ["window"]
-        tail = df.sort_values(order).tail(max(1, int(tail_points.get(run, 1))))
+        _, tail = in_order_and_tail(df, tail_points.get(run, 1))
         values = tail["samples_per_s"].to_numpy(dtype=float)
         values = values[np.isfinite(values)]
         if len(values):

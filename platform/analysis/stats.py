@@ -37,6 +37,7 @@ __all__ = [
     "bottlenecks",
     "UNSTABLE_RATIO",
     "group_summary",
+    "in_order_and_tail",
     "per_run_metrics",
     "rank",
     "run_figures",
@@ -120,6 +121,15 @@ def stall_alert(history: list[float], value: float | None, ratio: float) -> floa
     return median if value > ratio * median else None
 
 
+def in_order_and_tail(windows: pd.DataFrame, points: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One run's windows in order, and its tail: the last ``points`` of them. A training run
+    restarted from a checkpoint numbers its windows again per attempt: its tail is the last
+    attempt's last windows."""
+    order = ["attempt", "window"] if "attempt" in windows else ["window"]
+    ordered = windows.sort_values(order)
+    return ordered, ordered.tail(max(1, int(points)))
+
+
 def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, dict[str, Any]]:
     """Per run, from rank 0's windows: last step, windows, start-up, the figures over its
     last ``tail_points[run]`` windows, and its last attempt's cliff figures (cliffs.figures).
@@ -129,11 +139,7 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
     skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()
     out: dict[str, dict[str, Any]] = {}
     for run, df in rank0.groupby("run", sort=False):
-        # A training run restarted from a checkpoint numbers its windows again per attempt:
-        # its tail is the last attempt's last windows.
-        order = ["attempt", "window"] if "attempt" in df else ["window"]
-        df = df.sort_values(order)
-        tail = df.tail(max(1, int(tail_points.get(run, 1))))
+        df, tail = in_order_and_tail(df, tail_points.get(run, 1))
         last = df[df["attempt"] == df["attempt"].max()] if "attempt" in df else df
         out[run] = {
             "last_step": int(df["step"].max()),
