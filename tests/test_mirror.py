@@ -270,3 +270,26 @@ def test_the_staging_copy_goes_but_for_the_corpus_the_training_command_reads(tmp
     bare = OutputRoot(tmp_path / "bare", remote="s3://runs/other")
     (bare.path / "runs").mkdir(parents=True)
     assert drop_staging(bare) is None and not bare.path.exists()
+
+
+def test_a_runs_checkpoints_live_in_its_folder_or_its_bucket_chosen_once(s3, tmp_path):
+    """RunFiles.checkpoints (trainables/checkpoint/place.py): the one place a worker's code
+    learns which kind of root it has; the loop, the resume and the Ray worker call methods."""
+    from trainables.checkpoint.place import InBucket, InFolder
+    from trainables.run_folder.run_files import RunFiles
+    from trainables.ticket import RunStorage
+
+    folder = RunFiles("r1", RunStorage(runs=str(tmp_path / "runs"), groups=str(tmp_path / "g")))
+    here = folder.checkpoints
+    assert isinstance(here, InFolder) and not here.per_node
+    assert here.upload(local_rank=1, final=False) == ("NO_UPLOAD", False)  # every rank reports
+    assert here.clears(0) is None and here.shown("checkpoint_000010") == ""
+    uri = f"s3://{BUCKET}/{tmp_path.name}/sweep"
+    bucket = RunStorage(runs=f"{uri}/runs", groups=f"{uri}/tune/groups", scratch="x")
+    there = RunFiles("r1", bucket).checkpoints
+    assert isinstance(there, InBucket) and there.per_node
+    assert there.upload(local_rank=1, final=False) is None  # the node's first rank uploads
+    assert there.upload(local_rank=0, final=False) == ("ASYNC", True)
+    assert there.upload(local_rank=0, final=True) == ("SYNC", True)  # the run's end needs it
+    assert (there.clears(0), there.clears(1)) == (True, False)
+    assert there.shown("checkpoint_000010") == f"{uri}/runs/r1/checkpoint_000010"

@@ -16,12 +16,12 @@ import torch
 
 from stage1_common.machine_cache import machine_cache
 from stage1_common.output_root import RunFolder
-from stage1_common.storage import Location
-from trainables.checkpoint.files import best_checkpoint, read_meta
+from trainables.checkpoint.files import read_meta
+from trainables.checkpoint.place import InBucket, InFolder
 from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
 from trainables.data.loader import build_loader, collate_for, epochs
-from trainables.distributed import broadcast_from_rank0, gather_placement, placement_fields
+from trainables.distributed import gather_placement, placement_fields
 from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
 from trainables.engine.compile_watch import CompileWatch
@@ -69,15 +69,9 @@ class WorkerContext:
     files: RunFiles | None = None
 
     @property
-    def on_bucket(self) -> bool:
-        """Whether the run's output root is on object storage (its ticket's storage says so):
-        each node writes its own copy of the run's folder."""
-        return self.files is not None and self.files.storage.on_bucket
-
-    @property
-    def remote(self) -> Location | None:
-        """The run's folder in the bucket of a root on object storage (else None)."""
-        return self.files.remote if self.files is not None else None
+    def checkpoints(self) -> InFolder | InBucket:
+        """Where the run's checkpoints live (its files say; no files: the run's folder)."""
+        return self.files.checkpoints if self.files is not None else InFolder()
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
@@ -133,7 +127,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
             rank=worker.rank,
             world_size=worker.world_size,
             device=worker.device,
-            per_node=worker.on_bucket,
+            per_node=worker.checkpoints.per_node,
         )
     # From here on, what torch's compiler does (the warm-up's compiles and recordings aside).
     watch = CompileWatch(enabled=cfg.torch_compile, cudagraphs=engine.cudagraphs).start()
@@ -340,9 +334,8 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
         registered = run.writer.registrable()
     worst = math.inf if cfg.checkpoint_score_order == "min" else -math.inf
     if registered is not None and worker.rank == 0:
-        remote = worker.remote
         parts = run.writer.registered_parts if run.writer.per_node else None
-        shown = remote.join(registered.name).uri if remote is not None else ""
+        shown = worker.checkpoints.shown(registered.name)
         meta = read_meta(registered)
         metrics.update(registered_fields(registered, meta, worst, parts, shown))
     if run.writer is not None:
@@ -365,20 +358,7 @@ def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:
 def _best(cfg: TrialConfig, worker: WorkerContext) -> list:
     """[folder, score] of the best kept checkpoint, on every rank (from the bucket for a root
     on object storage: a complete copy on every node), or [None, None]."""
-    remote = worker.remote
-    if remote is None:
-        best = [None, None]
-        if worker.rank == 0:
-            best = best_checkpoint(worker.run_dir, cfg.checkpoint_score_order)
-        return broadcast_from_rank0(best, worker.world_size)
-    from trainables.checkpoint.remote import best_in_bucket, choose, local_copy
-
-    order = cfg.checkpoint_score_order
-    name, score = choose(lambda: best_in_bucket(remote, order), worker.world_size, worker.rank)
-    if name is None:
-        return [None, None]
-    kw = {"local_rank": worker.local_rank, "world_size": worker.world_size}
-    return [str(local_copy(remote, name, worker.run_dir, **kw)), score]
+    return worker.checkpoints.best(worker, cfg.checkpoint_score_order)
 
 
 def _export(cfg: TrialConfig, worker: WorkerContext, engine, state: RunState) -> None:

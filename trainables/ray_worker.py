@@ -85,14 +85,11 @@ def _checkpoint_report(
     from ray.train import CheckpointUploadMode
 
     folder, name = checkpoint
-    if not files.storage.on_bucket:
-        mode, delete = CheckpointUploadMode.NO_UPLOAD, False
-    elif ctx.get_local_rank() != 0:
+    final = int(metrics.get("step") or 0) >= cfg.max_steps
+    plan = files.checkpoints.upload(ctx.get_local_rank(), final)
+    if plan is None:
         return {}
-    else:
-        final = int(metrics.get("step") or 0) >= cfg.max_steps
-        mode = CheckpointUploadMode.SYNC if final else CheckpointUploadMode.ASYNC
-        delete = True
+    mode, delete = getattr(CheckpointUploadMode, plan[0]), plan[1]
     return {
         "checkpoint": ray.train.Checkpoint.from_directory(str(folder)),
         "checkpoint_dir_name": name,

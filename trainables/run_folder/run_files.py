@@ -20,6 +20,7 @@ from typing import Any
 
 from stage1_common.output_root import OutputRoot, RunFolder
 from stage1_common.storage import Location
+from trainables.checkpoint.place import InBucket, InFolder
 from trainables.run_folder.worker_logs import register_worker, tail_lines
 from trainables.ticket import RunStorage
 
@@ -61,6 +62,12 @@ class RunFiles:
         else:
             self.folder = Path(storage.runs) / name
         self.record: dict[str, Any] = {}
+
+    @property
+    def checkpoints(self) -> InFolder | InBucket:
+        """Where the run's checkpoints live (trainables/checkpoint/place.py): the run's folder,
+        or its folder in the bucket."""
+        return InFolder() if self.remote is None else InBucket(self.remote)
 
     def register(self, rank: int, local_rank: int) -> dict[str, Any]:
         """This rank's record (pid, node, log files: trainables/run_folder/worker_logs.py), written

@@ -12,7 +12,6 @@ from typing import Any
 from stage1_common.output_root import RunFolder
 from trainables.checkpoint.files import (
     check_shape,
-    find_resume_checkpoint,
     load_schedule,
     load_state,
     prepare_folder,
@@ -58,21 +57,8 @@ def resume_position(
     chooses, every node gets a complete copy). ``worker``: the loop's WorkerContext."""
     state = RunState(attempt_start_ts=time.time())
     folder, skipped = (None, [])
-    remote = worker.remote
-    if cfg.checkpoint_every and remote is not None:
-        from trainables.checkpoint.remote import choose, local_copy, newest_in_bucket
-
-        name, skipped = choose(lambda: newest_in_bucket(remote), worker.world_size, worker.rank)
-        if name is not None:
-            folder = local_copy(
-                remote,
-                name,
-                worker.run_dir,
-                local_rank=worker.local_rank,
-                world_size=worker.world_size,
-            )
-    elif cfg.checkpoint_every and worker.run_dir is not None:
-        folder, skipped = find_resume_checkpoint(worker.run_dir)
+    if cfg.checkpoint_every:
+        folder, skipped = worker.checkpoints.newest(worker)
     state.resume_notes = "; ".join(skipped)
     if folder is None:
         return state, None, None
@@ -113,7 +99,7 @@ def save(cfg: TrialConfig, worker, writer: CheckpointWriter, batches, state: Run
     t0 = time.perf_counter()
     writer.wait()
     folder = RunFolder(worker.run_dir).checkpoint(state.step)
-    clears = worker.local_rank == 0 if worker.on_bucket else None  # each node's own folder
+    clears = worker.checkpoints.clears(worker.local_rank)
     dcp_name = prepare_folder(folder, rank=worker.rank, world_size=worker.world_size, clears=clears)
     meta = {
         # best_metric at the latest validation: how Ray Train ranks it, and the export picks
