@@ -109,10 +109,9 @@ class Point:
             text=args.attention,
             device=device,
             precision=self.precision,
+            dropout=args.dropout,  # built in, as the platform's dropout key does
         )
         self.model = model.to(device).train()
-        if args.dropout is not None:
-            set_dropout(self.model, args.dropout)
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -139,17 +138,6 @@ class Point:
         if self.compile == "none":
             return fn
         return torch.compile(fn, mode=None if self.compile == "default" else self.compile)
-
-
-def set_dropout(model: torch.nn.Module, rate: float) -> None:
-    """Every dropout of the model at ``rate``: the modules, and the rate transformers' attention
-    classes keep as a float attribute for SDPA's ``dropout_p``."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = rate
-        for attr in ("dropout", "dropout_prob", "attention_dropout"):
-            if isinstance(getattr(module, attr, None), float):
-                setattr(module, attr, rate)
 
 
 def part_steps(pt: Point) -> dict[str, Callable[[], None]]:

@@ -138,8 +138,7 @@ def _bottlenecks(root: OutputRoot, per_run: pd.DataFrame) -> dict[str, list[dict
 def _cliffs(manifest: pd.DataFrame, timing: pd.DataFrame) -> dict[str, dict[str, str]]:
     """Each run off a performance cliff: its verdict (platform/analysis/verdicts/cliffs.py: kind,
     detail, reported, try), judged from its windows and its manifest row."""
-    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
-    figures = stats.run_figures(timing, points)
+    figures = stats.run_figures(timing, stats.tail_points(manifest))
     found = {}
     for rec in manifest.to_dict("records"):
         verdict = cliffs.judge(figures[rec["run"]], rec) if rec["run"] in figures else None

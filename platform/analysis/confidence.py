@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from platform.analysis.stats import in_order_and_tail
+from platform.analysis.stats import in_order_and_tail, tail_points
 
 __all__ = ["COLUMNS", "DRAWS", "confidence", "of_sweep", "sentence", "tail_windows"]
 
@@ -137,8 +137,7 @@ def of_sweep(
     if measured.empty:
         return empty, None
     ok = manifest[manifest["status"] == "ok"]
-    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in ok.to_dict("records")}
-    windows = tail_windows(timing, points, list(ok["run"]))
+    windows = tail_windows(timing, tail_points(ok), list(ok["run"]))
     groups = {
         g: [windows[r] for r in ok.loc[ok["group"] == g, "run"] if r in windows]
         for g in measured["group"]

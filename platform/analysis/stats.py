@@ -42,6 +42,7 @@ __all__ = [
     "rank",
     "run_figures",
     "stall_alert",
+    "tail_points",
     "t_quantile",
     "tail_ratio",
     "window_ratio",
@@ -121,6 +122,11 @@ def stall_alert(history: list[float], value: float | None, ratio: float) -> floa
     return median if value > ratio * median else None
 
 
+def tail_points(manifest: pd.DataFrame) -> dict[str, int]:
+    """Each run's tail length in windows (its ``tail_timing_points``), from the run manifest."""
+    return {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
+
+
 def in_order_and_tail(windows: pd.DataFrame, points: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One run's windows in order, and its tail: the last ``points`` of them. A training run
     restarted from a checkpoint numbers its windows again per attempt: its tail is the last
@@ -165,8 +171,7 @@ def per_run_metrics(
 ) -> pd.DataFrame:
     """One row per run of the manifest (in its order), figures over its tail windows and its
     cliff verdict (cliffs.line, as the manifest's)."""
-    points = {r["run"]: int(r.get("tail_timing_points") or 1) for r in manifest.to_dict("records")}
-    figures = run_figures(timing, points)
+    figures = run_figures(timing, tail_points(manifest))
     rows = []
     for rec in manifest.to_dict("records"):
         row: dict[str, Any] = {k: rec.get(k) for k in ("run", "group", "repeat", "status")}

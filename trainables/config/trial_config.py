@@ -523,6 +523,11 @@ class TrialConfig:
         return None
 
     @property
+    def dropout_rate(self) -> float | None:
+        """``dropout`` as the model builder takes it: None keeps the encoders' own rates."""
+        return None if self.dropout == "model" else float(self.dropout)
+
+    @property
     def audio_samples(self) -> int:
         return int(round(self.audio_s * 16_000))
 

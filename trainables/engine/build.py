@@ -44,7 +44,7 @@ def _build_model(cfg: TrialConfig, device: torch.device, precision: str, load_dt
             speech_path=cfg.speech_pretrained_path,
             text_path=cfg.text_pretrained_path,
             dtype=DTYPES[load_dtype],
-            dropout=None if cfg.dropout == "model" else cfg.dropout,
+            dropout=cfg.dropout_rate,
         )
 
 

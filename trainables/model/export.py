@@ -46,7 +46,7 @@ def _full_model(engine, cfg: TrialConfig, rank: int):
             cfg.proj_dim,
             speech_path=cfg.speech_pretrained_path,
             text_path=cfg.text_pretrained_path,
-            dropout=None if cfg.dropout == "model" else cfg.dropout,
+            dropout=cfg.dropout_rate,
         )
         model.load_state_dict(full)
         yield model
