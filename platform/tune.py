@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=2, help="with --from-ranked: how many groups")
     p.add_argument("--repeats", type=int, help="repeats per group (the same as --set repeats=N)")
     p.add_argument(
+        "--budget",
+        type=_duration,
+        metavar="DURATION",
+        help="end within this time (90s, 4m, 1h30m): the runs, their steps and repeats planned "
+        "to fit from what runs cost on this machine, re-planned as windows arrive; with "
+        "--dry-run, print the plan",
+    )
+    p.add_argument(
         "--dashboard-host",
         default="127.0.0.1",
         help="address the Ray dashboard of a local cluster listens on; 0.0.0.0 opens it to the "
@@ -111,6 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus endpoint port of a local cluster (default: Ray picks one)",
     )
     return p
+
+
+def _duration(text: str) -> float:
+    """--budget's seconds (argparse: one line and exit 2 otherwise)."""
+    from platform.control.budget import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _port(text: str) -> int:
@@ -179,8 +197,18 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(problem)
         # What the dry run checks and the real run prepares: the same inputs, the same refusals.
         inputs = dict(address=args.address, resume=args.resume, output_root=args.output_root)
+        if args.budget is not None and space.search.plans_late:
+            raise UsageError(
+                f"--budget with search: {space.search.name} is not supported yet (it picks its "
+                "groups as it goes); use search: grid or random, with scheduler: race or asha"
+            )
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
-            _print_listing("\n".join([format_plan(space, runs), *known_cliff_notes(runs)]))
+            lines = [format_plan(space, runs), *known_cliff_notes(runs)]
+            if args.budget is not None:
+                from platform.control.budget import dry_plan
+
+                lines.append(dry_plan(space, runs, args.budget))
+            _print_listing("\n".join(lines))
             check_inputs_only(space, runs, **inputs)
             return 0
         # As the dry run's plan says them: a moved baseline, the known cliffs (run anyway).
@@ -203,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         done=done,
         resume=args.resume,
         loggers=loggers,
+        budget_s=args.budget,
     )
     try:
         return launch(request)
@@ -330,6 +359,8 @@ def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> i
     early = summary.get("early_stopping")
     if early:
         print(early["line"])
+    if summary.get("budget"):
+        print(summary["budget"]["line"])
     calibration = summary.get("calibration")  # the platform's own overhead on this host
     if calibration:
         print(calibration["line"])

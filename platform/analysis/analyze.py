@@ -60,6 +60,7 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
     summary["early_stopping"] = _early_stopping(manifest, per_run, schedule)
+    summary["budget"] = _budget(manifest, schedule)
     summary["partial"] = interrupted.partial(manifest)
     # The platform against its references on the sweep's host, for the strategies it ranked.
     summary["calibration"] = calibration.for_sweep(root, manifest, list(ranked["group"]))
@@ -115,6 +116,43 @@ def _early_stopping(
         "readmitted": schedule.get("readmitted") or [],
         "skipped": schedule.get("skipped") or {},
         "picked": schedule.get("picked") or [],
+        "line": line,
+    }
+
+
+def _budget(manifest: pd.DataFrame, schedule: dict[str, Any]) -> dict[str, Any] | None:
+    """--budget: its seconds, when the runs ended, what ran, what it left unrun and why, and
+    the runs its end cut short (schedule.json's ``budget``; None without one)."""
+    from platform.control.budget import shown
+
+    record = schedule.get("budget")
+    if not record:
+        return None
+    left = record.get("left_unrun") or {}
+    ran = manifest[~manifest["status"].isin(["skipped", "pending"])]
+    never = [g for g in dict.fromkeys(manifest["group"]) if g not in set(ran["group"])]
+    used = record.get("used_s")
+    line = (
+        f"budget {shown(record['seconds'])}: "
+        + (f"the runs ended at {shown(used)}; " if used is not None else "")
+        + f"{len(ran)} of {len(manifest)} run(s) ran"
+    )
+    if left:
+        line += f"; left unrun: {len(left)} run(s)"
+        if never:
+            line += f", of them every run of {len(never)} group(s) ({', '.join(never)})"
+    if record.get("cut"):
+        line += f"; cut short at its end: {', '.join(record['cut'])}"
+    boxed = {r: b for r, b in (record.get("boxed") or {}).items() if b.get("step")}
+    return {
+        "seconds": record["seconds"],
+        "used_s": used,
+        "runs_ran": len(ran),
+        "left_unrun": left,
+        "groups_unrun": never,
+        "cut": record.get("cut") or [],
+        "boxed": boxed,
+        "plans": record.get("plans") or [],
         "line": line,
     }
 
@@ -323,6 +361,11 @@ def _notes(summary: dict[str, Any]) -> list[str]:
             )
         if early["picked"]:
             lines.append(f"- optuna picked, in order: {', '.join(early['picked'])}")
+    budget = summary.get("budget")
+    if budget:
+        lines += ["", "## Budget", "", budget["line"] + ".", ""]
+        lines += [f"- plan at {p['at_s']:g} s: {p['line']}" for p in budget["plans"]]
+        lines += [f"- {run}: not run: {why}" for run, why in budget["left_unrun"].items()]
     if summary.get("bottlenecks"):
         lines += ["", "## Bottlenecks", ""]
         for run, found in summary["bottlenecks"].items():

@@ -79,6 +79,8 @@ class Schedule:
             "skipped": {},  # run -> reason
             "picked": [],  # optuna: groups in the order it picked them
         }
+        # --budget: its plans, the runs it left unrun, boxed or cut (platform/control/budget.py)
+        self.budget: dict[str, Any] | None = None
 
     def load(self) -> None:
         """``--resume``: the decisions of the earlier attempt."""
@@ -88,7 +90,12 @@ class Schedule:
                 self.state[key] = old.get(key, self.state[key])
 
     def save(self) -> None:
-        results.write_json(self.path, self.state)
+        state = self.state if self.budget is None else {**self.state, "budget": self.budget}
+        results.write_json(self.path, state)
+
+    def ended_by_budget(self, run: str) -> bool:
+        """Whether ``run`` ended at its budget share (a finished run, platform/control/budget.py)."""
+        return bool(((self.budget or {}).get("boxed") or {}).get(run, {}).get("step"))
 
     @property
     def stops(self) -> dict[str, dict[str, Any]]:

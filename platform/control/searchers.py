@@ -20,6 +20,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from platform.control.budget import Budget
 from platform.control.race import METRIC, Race, Schedule
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
@@ -33,12 +34,14 @@ class PlannedSearcher(Searcher):
     gets its passed-over runs first, before the next planned one."""
 
     def __init__(self, runs: list[RunSpec], param: Callable[[RunSpec], dict],
-                 trial_runs: dict[str, str], race: Race | None = None):  # fmt: skip
+                 trial_runs: dict[str, str], race: Race | None = None,
+                 budget: Budget | None = None, on_budget: Callable[[], None] = lambda: None):  # fmt: skip
         super().__init__()
         self.todo = list(runs)
         self.param = param
         self.trial_runs = trial_runs
         self.race = race
+        self.budget, self.on_budget = budget, on_budget  # --budget: the run as it plans it
         self.in_flight: set[str] = set()  # trial ids handed out, not complete yet
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
@@ -48,7 +51,14 @@ class PlannedSearcher(Searcher):
         while (run := self._next()) is not None:
             if self.race is not None and not self.race.runnable(run.name):
                 self.race.skip(run.name)
+                if self.budget is not None:
+                    self.budget.pass_over(run.name)
                 continue
+            if self.budget is not None:
+                run = self.budget.admit(run)
+                self.on_budget()
+                if run is None:
+                    continue
             self.trial_runs[trial_id] = run.name
             self.in_flight.add(trial_id)
             return self.param(run)
@@ -69,6 +79,8 @@ class PlannedSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         self.in_flight.discard(trial_id)
         run = self.trial_runs.get(trial_id)
+        if self.budget is not None and run is not None:
+            self.budget.ended(run)
         if self.race is not None and run is not None:
             self.race.complete(run, _outcome(self.race.runs[run].config, result, error))
 

@@ -2,15 +2,17 @@
 
 - ``RunTimeout``: a run past its ``run_timeout_s`` (trial time) is stopped; the recorder
   (platform.record.recorder) then records it as a ``timeout``.
-- ``SweepStopper``: the sweep's stopper, ``RunTimeout`` and, with ``scheduler: race``, the race's
-  decisions (platform.control.race).
+- ``SweepStopper``: the sweep's stopper, ``RunTimeout``, with ``scheduler: race`` the race's
+  decisions (platform.control.race), and with ``--budget`` a run boxed in seconds ended at its
+  share and every run stopped at the budget's end (platform.control.budget).
 """
 
 from __future__ import annotations
 
 from ray.tune.stopper import Stopper
 
-from platform.control.race import Race
+from platform.control.budget import Budget
+from platform.control.race import Race, Schedule
 from platform.spaces.expand import RunSpec
 
 __all__ = ["RunTimeout", "SweepStopper"]
@@ -35,15 +37,37 @@ class RunTimeout(Stopper):
 
 
 class SweepStopper(RunTimeout):
-    """Tune's stopper for a sweep: ``run_timeout_s`` (``RunTimeout``) and, with ``scheduler:
-    race``, the race's decisions (every window goes through the race first)."""
+    """Tune's stopper for a sweep: ``run_timeout_s`` (``RunTimeout``), with ``scheduler: race``
+    the race's decisions (every window goes through the race first), with a ``budget`` its
+    boxed runs and its end."""
 
-    def __init__(self, runs: list[RunSpec], trial_runs: dict[str, str], race: Race | None):
+    def __init__(self, runs: list[RunSpec], trial_runs: dict[str, str], race: Race | None,
+                 budget: Budget | None = None, schedule: Schedule | None = None):  # fmt: skip
         super().__init__(runs, trial_runs)
-        self.race = race
+        self.race, self.budget, self.schedule = race, budget, schedule
 
     def __call__(self, trial_id, result) -> bool:
         run = self.trial_runs.get(trial_id, "")
+        if self.budget is not None and run:
+            said = self.budget.observe(run, result)
+            if said == "boxed":  # ends here as a finished run (schedule: ended_by_budget)
+                self.schedule.save()
+                return True
+            if said == "deadline":
+                self._cut(run, result)
+                return True
         if self.race is not None and run and self.race.observe(run, result):
             return True
         return super().__call__(trial_id, result)
+
+    def stop_all(self) -> bool:
+        """The budget's safety: its whole time spent (the sweep's end's share too) and a run
+        still going, which has not reported a window since its end came (each run going is
+        otherwise stopped at its next window, ``__call__``, and nothing more is handed out);
+        the sweep then settles those runs (platform/execution/tuner.py: Sweep.finish_files)."""
+        return self.budget is not None and self.budget.spent()
+
+    def _cut(self, run: str, seen: dict) -> None:
+        self.schedule.stop(run, "budget", int(seen.get("step") or 0),
+                           int(seen.get("window") or seen.get("windows") or 0),
+                           "the budget's time was up")  # fmt: skip

@@ -72,6 +72,9 @@ class LaunchRequest:
     """Adjusts the runs once the corpus exists, before Ray starts (epochs -> max_steps)."""
     loggers: Sequence[str] = ()
     """The --logger series (platform/record/loggers.py)."""
+    budget_s: float | None = None
+    """--budget: the seconds the command may take, counted from its process's start
+    (platform/control/budget.py)."""
 
 
 class _Refused(Exception):
@@ -310,6 +313,14 @@ def _run_to_the_end(
     return code, mirror.whole
 
 
+def _process_start() -> float:
+    """When this command's process started (time.time): a budget counts from there, as the
+    user's clock does."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
 def _fit_and_report(
     request: LaunchRequest, runs: list[RunSpec], started: float, mirror, pool
 ) -> int:
@@ -327,6 +338,7 @@ def _fit_and_report(
         resume=request.resume,
         loggers=list(request.loggers),
         pool=pool,
+        budget=None if request.budget_s is None else (request.budget_s, _process_start()),
     )
     stop = StopSignals()
 

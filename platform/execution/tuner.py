@@ -18,6 +18,8 @@ from typing import Any
 from ray import tune
 
 from platform.control.asha import WarmASHA
+from platform.control.budget import Budget
+from platform.control.costs import Costs, read_memory, remember
 from platform.control.race import Race, Schedule
 from platform.control.searchers import OptunaPlanner, PlannedSearcher
 from platform.control.stoppers import SweepStopper
@@ -68,6 +70,7 @@ class Sweep:
     facts: dict[str, Any]
     tuner: tune.Tuner | None = None
     pool: ResidentPool | None = None  # the resident groups (None: every run is fresh)
+    budget: Budget | None = None  # --budget (platform/control/budget.py)
     _finished: tuple[list[dict[str, Any]], list[str]] | None = None  # finish_files's answer
 
     def write_manifest(
@@ -89,6 +92,8 @@ class Sweep:
             # Interrupted: no waiting for runs to reach a window (Ray's shutdown ends them).
             self.close_groups(wait_s=0.0 if stop.received or interrupted else 60.0)
         self.recorder.close()
+        # What the runs cost, for the machine's next --budget (platform/control/costs.py).
+        remember(manifest, {r.name: r.config for r in self.planned})
         return manifest, interrupted
 
     def finish_files(self, stop) -> tuple[list[dict[str, Any]], list[str]]:
@@ -100,7 +105,13 @@ class Sweep:
             if self._finished is None:
                 self.recorder.on_experiment_end(trials=[])
                 self.recorder.drain()  # every row and record handed to its writer is on disk
+                if self.budget is not None and not stop.received:  # its safety stop
+                    self.recorder.settle(self.budget.settle)
                 interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
+                if self.budget is not None:  # its record, and the runs it left unrun
+                    self.budget.finish()
+                    self.recorder.schedule.state["skipped"].update(self.budget.unrun())
+                    self.recorder.schedule.save()
                 self.recorder.mark_skipped()
                 self._finished = (self.write_manifest(), interrupted)
             return self._finished
@@ -131,10 +142,12 @@ def build_sweep(
     resume: bool,
     loggers: list[str],
     pool: ResidentPool | None = None,
+    budget: tuple[float, float] | None = None,
 ) -> Sweep:
     """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
     ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
-    the resident groups, when the launch started them already (``start_pool``)."""
+    the resident groups, when the launch started them already (``start_pool``). ``budget``:
+    --budget's seconds and when the command started (time.time)."""
     facts = git_facts()
     recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
     recorder.status.update({k: dict(v) for k, v in done.items()})
@@ -149,6 +162,8 @@ def build_sweep(
     )
     recorder.on_change = sweep.write_manifest
     sweep.pool = pool or start_pool(root, space, sweep.todo)
+    if budget is not None:
+        sweep.budget = _budget(space, sweep, *budget)
     tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
     sweep.write_manifest()
     _quiet_tune()
@@ -216,6 +231,9 @@ def _search_and_stop(
     schedule.save()
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs
+    budget = sweep.budget
+    if budget is not None:
+        schedule.budget = budget.record
 
     storage, pool = RunStorage.of(root), sweep.pool
 
@@ -236,7 +254,7 @@ def _search_and_stop(
 
         searcher = OptunaPlanner(space, sweep.todo, param, trial_runs, schedule, on_plan)
     else:
-        searcher = PlannedSearcher(sweep.todo, param, trial_runs, race)
+        searcher = PlannedSearcher(sweep.todo, param, trial_runs, race, budget, schedule.save)
     scheduler = (
         WarmASHA(space, runs, schedule, trial_runs) if space.scheduler.name == "asha" else None
     )
@@ -250,7 +268,28 @@ def _search_and_stop(
         # A resident run's trial only relays windows: its actor serves the next trial.
         reuse_actors=sweep.pool is not None,
     )
-    return tune_config, SweepStopper(runs, trial_runs, race)
+    return tune_config, SweepStopper(runs, trial_runs, race, budget, schedule)
+
+
+def _budget(space: SearchSpace, sweep: Sweep, seconds: float, started_at: float) -> Budget:
+    """The sweep's budget: its runs to plan, the costs remembered on the machine, and the
+    sweep's records kept to each run's spec as the budget plans it."""
+    configured = next((r.config.compile_cache_dir for r in sweep.todo if r.config.compile_cache_dir), "")
+
+    def on_spec(spec: RunSpec) -> None:
+        sweep.recorder.runs[spec.name] = spec
+        sweep.planned = [spec if r.name == spec.name else r for r in sweep.planned]
+
+    return Budget(
+        seconds,
+        started_at,
+        sweep.todo,
+        warmup=space.scheduler.warmup_windows,
+        concurrency=space.max_concurrent_trials,
+        costs=Costs(memory=read_memory(configured)),
+        echo=sweep.recorder.echo,
+        on_spec=on_spec,
+    )
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,9 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         cfg, last = self.runs[run].config, self.latest.get(run, {})
         stopped = self.schedule.stops.get(run) if self.schedule is not None else None
+        if self.schedule is not None and self.schedule.ended_by_budget(run):
+            self._finish(trial, "ok", "")  # --budget: its share of seconds run, a finished run
+            return
         if stopped is not None:
             # Stopped by the scheduler (race, asha): its windows are kept, a partial run.
             reason = (
@@ -195,6 +198,18 @@ class SweepRecorder(Callback):
                 )
                 cut.append(run)
         return cut
+
+    def settle(self, verdict) -> list[str]:
+        """Runs still running when the sweep ended on its own (the budget's safety stop) get
+        the status and reason ``verdict(run)`` gives; returns their names."""
+        settled = []
+        for run, status in self.status.items():
+            if status.get("status") == "running":
+                state, reason = verdict(run)
+                status.update(status=state, failure_reason=reason, exit_code=exit_code(state),
+                              duration_sec=time.time() - status.get("started_at", time.time()))  # fmt: skip
+                settled.append(run)
+        return settled
 
     def mark_skipped(self) -> list[str]:
         """Runs the scheduler left out (their group left the race) become ``skipped``."""

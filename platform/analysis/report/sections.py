@@ -128,6 +128,8 @@ def ranking(data: dict) -> str:
         out += f"<p>{html.escape(noise_line(data['summary']['top_two_within_noise']))}</p>"
     if data["summary"].get("confidence"):  # summary.md's, word for word
         out += f"<p>{html.escape('How sure: ' + data['summary']['confidence']['line'] + '.')}</p>"
+    if data["summary"].get("budget"):  # --budget: what it ran and what it left unrun
+        out += f"<p>{html.escape(data['summary']['budget']['line'] + '.')}</p>"
     return out
 
 

@@ -1,0 +1,248 @@
+"""A sweep within a time budget (platform/control/budget.py, costs.py): the duration's words,
+the planner's order of what it keeps, and a sweep of 4090_mainline's eight runs played against a
+clock from recorded costs, re-planned as its windows arrive (no Ray: the driver's side alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from platform.control.budget import MIN_TAIL, Ask, Budget, parse_duration, plan
+from platform.control.costs import Costs, cost_key, read_memory, remember
+from platform.execution.resources import resolve_executors
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import load_space
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("90s", 90), ("4m", 240), ("1h30m", 5400), ("1.5h", 5400), ("600", 600)]
+)
+def test_a_duration_in_its_usual_words(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "4x", "m", "0s", "four minutes"])
+def test_a_duration_that_is_none_names_the_forms(text):
+    with pytest.raises(ValueError, match="90s, 4m, 1h30m|no time"):
+        parse_duration(text)
+
+
+def asks(groups=4, repeats=2, step=0.2, start=3.0):
+    """The planned order: repeat 1 of every group, then repeat 2 (expand_runs's order)."""
+    return [
+        Ask(f"g{g}_r{r}", f"g{g}", r, 20.0 if (g, r) == (0, 1) else start, step)
+        for r in range(1, repeats + 1)
+        for g in range(groups)
+    ]
+
+
+PLAN = dict(max_steps=600, log_every=50, warmup=2, tail=10)
+
+
+def test_the_planner_covers_every_group_first_then_length_then_repeats():
+    tight = plan(asks(), seconds=150, **PLAN)
+    assert tight.groups == ("g0", "g1", "g2", "g3") and tight.repeats == 1
+    assert len(tight.runs) == 4 and tight.estimate_s <= 150
+    assert (2 + 10) * 10 <= tight.steps < 600  # its own measurement in 2 s windows, no repeat
+    assert tight.steps // tight.window - 2 >= MIN_TAIL  # still ranked on its tail
+    roomy = plan(asks(), seconds=900, **PLAN)
+    assert roomy.repeats == 2 and len(roomy.runs) == 8 and roomy.estimate_s <= 900
+    assert roomy.steps >= 500 and roomy.window >= 40  # long runs keep long windows
+    assert plan(asks(), seconds=5000, **PLAN).steps == 600  # never past max_steps
+
+
+def test_a_budget_too_small_for_every_group_says_which_it_left_unrun():
+    small = plan(asks(), seconds=45, **PLAN)
+    assert 1 <= len(small.groups) < 4
+    assert set(small.groups_left_out) == {"g0", "g1", "g2", "g3"} - set(small.groups)
+    assert all(name not in small.runs for name in small.left_out)
+    # Even no time at all runs the first group once: a budget never answers with nothing.
+    assert plan(asks(), seconds=0, **PLAN).runs == ("g0_r1",)
+
+
+def test_runs_share_the_time_of_concurrent_slots_and_of_runs_still_going():
+    alone = plan(asks(), seconds=200, **PLAN)
+    two = plan(asks(), seconds=200, concurrency=2, **PLAN)
+    busy = plan(asks(), seconds=200, busy_s=100, **PLAN)
+    assert (len(two.runs), two.steps) > (len(alone.runs), alone.steps)
+    assert (len(busy.runs), busy.steps) < (len(alone.runs), alone.steps)
+
+
+def test_unknown_step_times_box_the_runs_in_equal_shares():
+    unknown = [dataclasses.replace(a, step_s=None) for a in asks()]
+    boxed = plan(unknown, seconds=200, **PLAN)
+    assert boxed.share_s is not None and boxed.groups == ("g0", "g1", "g2", "g3")
+    assert boxed.share_s * len(boxed.runs) + sum(
+        a.start_s for a in unknown if a.name in boxed.runs
+    ) == pytest.approx(200)
+
+
+def mainline():
+    space = load_space("4090_mainline").with_overrides(["max_steps=600"])
+    return space, resolve_executors(expand_runs(space), training=False)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def play(budget_s, memory, true_step, true_start=(17.0, 2.5), launch=12.0):
+    """4090_mainline's runs handed out, run and ended one at a time against a clock: each run
+    costs its true start and true seconds per step, reports a window every ``log_every``
+    steps, and the budget may stop it. Returns the budget, the handed-out specs, the seconds
+    the runs ended at (from the command's start)."""
+    space, runs = mainline()
+    clock = Clock()
+    costs = Costs(memory=memory)
+    budget = Budget(budget_s, clock.now, runs, warmup=space.scheduler.warmup_windows,
+                    concurrency=1, costs=costs, echo=lambda line: None, clock=clock)  # fmt: skip
+    clock.now += launch
+    ran = []
+    for run in runs:
+        spec = budget.admit(run)
+        if spec is None:
+            continue
+        cfg = spec.config
+        step_s = true_step[run.group]
+        startup = true_start[0] if not ran else true_start[1]
+        clock.now += startup
+        step, window = 0, 0
+        while step < cfg.max_steps:
+            before, step = step, min(cfg.max_steps, step + cfg.log_every)
+            window += 1
+            clock.now += (step - before) * step_s
+            result = {"window": window, "step": step, "startup_s": startup,
+                      "iter_ms_mean": step_s * 1000, "elapsed_s": step * step_s}  # fmt: skip
+            if budget.observe(run.name, result):
+                break
+        clock.now += 1.0
+        budget.ended(run.name)
+        ran.append(budget.handed[run.name])
+    budget.finish()
+    return budget, ran, clock.now - 1000.0
+
+
+# What 2x H200 measured of 4090_mainline (benchmarks/results/levers_check_2xh200/): 0.20 s a step
+# at micro-batch 160, a group's start 17 s, a resident run's 2-3 s.
+H200 = {"sweep_z0_mb160_nw6_pf4": 0.200, "sweep_z0_mb160_nw8_pf4": 0.201,
+        "sweep_z0_mb192_nw6_pf4": 0.236, "sweep_z0_mb192_nw8_pf4": 0.237}  # fmt: skip
+
+
+def recorded(step=H200):
+    _, runs = mainline()
+    first = {}
+    for r in runs:
+        first.setdefault(cost_key(r.config), {"step_s": step[r.group], "next_start_s": 2.5,
+                                              "first_start_s": 17.0})  # fmt: skip
+    return first
+
+
+@pytest.mark.parametrize("budget_s", [240, 480])
+def test_a_sweep_from_recorded_costs_ends_within_its_budget_with_every_group(budget_s):
+    budget, ran, ended = play(budget_s, recorded(), H200)
+    assert ended <= budget_s - budget.end_s + 1.0  # the sweep's end reserved
+    assert {r.group for r in ran} == set(H200)  # every group measured
+    assert all(r.config.max_steps // r.config.log_every - 2 >= r.config.tail_timing_points
+               for r in ran)  # fmt: skip  # the tail never holds a warm-up window
+    assert not budget.record["cut"]  # planned to fit: nothing stopped by the deadline
+    if budget_s == 480:
+        assert len(ran) == 8  # room for the repeats
+    assert budget.record["plans"] and budget.record["used_s"] == pytest.approx(ended, abs=0.1)
+
+
+def test_a_slower_machine_than_recorded_is_replanned_and_still_fits():
+    slower = {g: s * 1.5 for g, s in H200.items()}
+    budget, ran, ended = play(240, recorded(), slower)
+    last_window = max(r.config.log_every for r in ran) * max(slower.values())
+    assert ended <= 240 - budget.end_s + last_window + 1.0  # at most its last window late
+    assert {r.group for r in ran} == set(H200) and not budget.record["cut"]
+    assert len(budget.record["plans"]) >= 2  # the first windows changed the plan
+    # The run the budget's end caught had its windows: it ends as a finished, shorter run.
+    for run, box in budget.record["boxed"].items():
+        assert box["why"] == "the budget's end" and budget.handed[run].config.max_steps == box["step"]
+
+
+def test_with_nothing_recorded_the_first_run_is_boxed_and_the_rest_planned_in_steps():
+    budget, ran, ended = play(240, {}, H200)
+    assert ended <= 240 - budget.end_s + 5.0
+    first = ran[0]
+    assert budget.record["boxed"][first.name]["step"] == first.config.max_steps < 600
+    assert all(r.name not in budget.record["boxed"] for r in ran[1:])
+    assert {r.group for r in ran} == set(H200)
+
+
+def test_a_deadline_passed_stops_the_run_going_and_leaves_the_rest_unrun():
+    space, runs = mainline()
+    clock = Clock()
+    budget = Budget(60, clock.now, runs, warmup=2, concurrency=1, costs=Costs(memory=recorded()),
+                    end_s=10, echo=lambda line: None, clock=clock)  # fmt: skip
+    assert budget.admit(runs[0]) is not None
+    clock.now += 55
+    # One window and no other run to answer with: it goes on to its shortest ranked length.
+    assert budget.observe(runs[0].name, {"window": 1, "step": 50, "elapsed_s": 30}) == ""
+    for i in (2, 3, 4):
+        assert budget.observe(runs[0].name, {"window": i, "step": 50 * i, "elapsed_s": 30}) == ""
+    assert budget.observe(runs[0].name, {"window": 5, "step": 250, "elapsed_s": 40}) == "boxed"
+    assert not budget.record["cut"]
+    assert budget.admit(runs[1]) is None and budget.past_deadline()
+    unrun = budget.unrun()
+    assert set(unrun) == {r.name for r in runs[1:]}
+
+
+def test_remember_keeps_what_ok_runs_measured_per_configuration(tmp_path, monkeypatch):
+    monkeypatch.setenv("STAGE1_CACHE_DIR", str(tmp_path))
+    _, runs = mainline()
+    configs = {r.name: r.config for r in runs}
+    rows = [
+        {"run": r.name, "group": r.group, "repeat": r.repeat, "status": "ok",
+         "tail_mean_iter_p50_ms": 200.0 + i, "startup_s": 17.0 if i == 0 else 2.0 + i / 10}
+        for i, r in enumerate(runs)
+    ] + [{"run": "sweep_x", "status": "failed"}]  # fmt: skip
+    rows[-2]["status"] = "failed"  # not measured: not remembered from
+    assert remember(rows, configs) == tmp_path / "costs.json"
+    memory = read_memory()
+    first = memory[cost_key(runs[0].config)]
+    assert first["first_start_s"] == 17.0 and first["step_s"] == pytest.approx((0.200 + 0.204) / 2)
+    assert first["next_start_s"] == pytest.approx(2.4)  # its repeat 2 ran on the group
+    later = memory[cost_key(runs[1].config)]
+    assert "first_start_s" not in later and later["next_start_s"] == pytest.approx((2.1 + 2.5) / 2)
+
+
+def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):
+    from platform.control.race import Schedule
+    from platform.control.stoppers import SweepStopper
+    from stage1_common.output_root import OutputRoot
+
+    space, runs = mainline()
+    clock = Clock()
+    budget = Budget(100, clock.now, runs, warmup=2, concurrency=2, costs=Costs(memory=recorded()),
+                    end_s=10, echo=lambda line: None, clock=clock)  # fmt: skip
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
+    schedule.budget = budget.record
+    stopper = SweepStopper(runs, {"t1": runs[0].name, "t2": runs[1].name}, None, budget, schedule)
+    first, second = budget.admit(runs[0]), budget.admit(runs[1])
+    window = first.config.log_every
+    for i in range(1, 6):  # the first run: its warm-up and 3 tail windows measured
+        assert not stopper("t1", {"window": i, "step": i * window, "elapsed_s": i})
+    assert not stopper("t2", {"window": 1, "step": window, "elapsed_s": 1})
+    clock.now += 95  # past the deadline (100 s less 10 s for the sweep's end)
+    assert not stopper.stop_all()  # each run stops at its next window
+    assert stopper("t1", {"window": 6, "step": 6 * window, "elapsed_s": 6})
+    assert stopper("t2", {"window": 2, "step": 2 * window, "elapsed_s": 2})
+    clock.now += 10
+    assert stopper.stop_all()  # the whole budget spent: Tune ends what never reported again
+    # The first had its windows: it ends where it is, a finished run of 6 windows whose tail
+    # is its 4 after the warm-up; the second had two windows: cut short.
+    assert schedule.ended_by_budget(runs[0].name) and runs[0].name not in schedule.stops
+    assert budget.handed[runs[0].name].config.max_steps == 6 * window
+    assert budget.handed[runs[0].name].config.tail_timing_points == 4
+    assert schedule.stops[runs[1].name]["by"] == "budget" and budget.record["cut"] == [runs[1].name]
+    assert second is not None and budget.admit(runs[2]) is None
+    saved = json.loads((tmp_path / "schedule.json").read_text())
+    assert saved["budget"]["boxed"][runs[0].name]["why"] == "the budget's end"
