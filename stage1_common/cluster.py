@@ -165,47 +165,34 @@ def on_every_node(
 @contextmanager
 def probe_file(folder: Path | str) -> Iterator[tuple[str, str]]:
     """A file holding a fresh token, written into ``folder`` (atomically; a folder or an
-    object-storage prefix) for the block and removed after it: (its path, the token). A node
-    that reads the token back (``read_token``) sees the driver's ``folder``, not a folder of
-    its own at the same path (or reaches the bucket with its own credentials)."""
-    from stage1_common.storage import Location, is_remote
+    object-storage prefix: stage1_common/storage.py) for the block and removed after it: (its
+    address, the token). A node that reads the token back (``read_token``) sees the driver's
+    ``folder``, not a folder of its own at the same path (or reaches the bucket with its own
+    credentials)."""
+    from stage1_common.storage import Location
 
     token = secrets.token_hex(16)
-    name = f".node-probe-{token[:8]}"
-    if is_remote(folder):
-        probe = Location.of(folder).join(name)
-        probe.write_text(token)
-        try:
-            yield probe.uri, token
-        finally:
-            probe.fs.delete_file(probe.path)
-        return
-    from stage1_common.fileio import atomic_write_text
-
-    path = Path(folder) / name
-    atomic_write_text(path, token)
+    probe = Location.of(folder).join(f".node-probe-{token[:8]}")
+    probe.write_text(token)
     try:
-        yield str(path), token
+        yield probe.uri, token
     finally:
-        path.unlink(missing_ok=True)
+        probe.delete_file()
 
 
 def read_token(path: str, token: str) -> str:
-    """On a node: '' when ``path`` holds ``token``; else what is wrong, in a few words."""
-    from stage1_common.storage import Location, explain, is_remote
+    """On a node: '' when ``path`` (a file or an object's address) holds ``token``; else what
+    is wrong, in a few words."""
+    from stage1_common.storage import Location, unreadable
 
-    if is_remote(path):
-        where = Location.of(path)
-        try:
-            text = where.read_text()
-        except Exception as exc:  # the store's error: missing credentials, no endpoint, ...
-            return f"cannot read {path} ({explain(where, exc)})"
-        return "" if text == token else f"{path} holds another sweep's token"
+    where = Location.of(path)
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        return f"cannot read {path} ({exc.strerror or exc})"
-    return "" if text == token else f"{path} holds another sweep's token (a different filesystem)"
+        text = where.read_text()
+    except Exception as exc:  # a missing file, or the store's: no credentials, no endpoint, ...
+        return f"cannot read {path} ({unreadable(where, exc)})"
+    if text == token:
+        return ""
+    return f"{path} holds another sweep's token (what the node sees there is not the driver's)"
 
 
 def _now() -> float:

@@ -6,19 +6,22 @@ the README's "What a sweep writes"): the root's own files here, those of a run's
 (``runs/<run>/``) in :class:`RunFolder`, those of one of its checkpoints in
 :class:`CheckpointFolder` (tests/test_layering.py fails when another module spells a run
 folder's name itself). The driver hands the object to each step; the workers receive where a
-run's files go in the run's ticket (trainables/ticket.py: ``RunStorage.of`` an OutputRoot) and
-name the files of a run's folder with ``RunFolder(path)``.
+run's files go in the run's ticket (trainables/ticket.py, built by platform/storage/mirror.py's
+``run_storage`` from an OutputRoot) and name the files of a run's folder with
+``RunFolder(path)``.
 
 An output root on object storage (``--output-root s3://bucket/prefix``) is worked on locally:
 ``path`` is a local folder the driver reads and writes as it would any root, ``remote`` the
-bucket's address: the staging folder of a sweep, mirrored there (platform/storage/mirror.py), or
-a command's copy of the root's result files (platform/storage/open_root.py). The workers write
-their run folders on their own node and upload them (trainables/run_folder/run_files.py).
+bucket's address: the staging folder of a sweep, mirrored there, or a command's copy of the
+root's result files (both platform/storage/mirror.py). The workers write their run folders on
+their own node and upload them (trainables/run_folder/place.py).
 
 Past the command-line entry points every function takes an OutputRoot, and none asks whether it
 is on a bucket: the object answers (``shown``, ``where``, ``folder``), and what differs beyond
-that (staging, copies, uploads) is the storage package's (platform/storage/). The one prologue
-that turns ``--output-root`` into this object is platform/storage/open_root.py.
+that (staging, copies, uploads, the kind of storage the workers get) is chosen in
+platform/storage/mirror.py. This module, stage1_common/storage.py (what an address is) and
+that one are the only modules that ask (tests/test_layering.py). The one prologue that turns
+``--output-root`` into this object is platform/storage/open_root.py.
 """
 
 from __future__ import annotations
@@ -204,7 +207,7 @@ class RunFolder:
     (config, environment, log tails, the curves of platform.train) and what the workers write
     (their records, stack dumps, armed faults, checkpoints, the export). The workers build it
     from the folder's path (a node's own copy for a root on object storage:
-    trainables/run_folder/run_files.py)."""
+    trainables/run_folder/place.py)."""
 
     path: Path
 

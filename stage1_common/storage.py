@@ -14,7 +14,14 @@ such as MinIO). Whatever goes through it is written whole or not at all:
 
 :func:`check_writable` probes a root before anything starts and turns the store's errors into
 one line each: an unknown bucket, credentials that are missing or refused, no write
-permission, an endpoint that does not answer (:class:`StorageError`).
+permission, an endpoint that does not answer (:class:`StorageError`); :func:`check_readable`
+does the same for a root a command only reads, and :func:`root_address` refuses an address a
+root cannot have before anything is resolved.
+
+This module says what an address is (``is_remote``); the output root's owner
+(stage1_common/output_root.py) and the driver's one chooser for a staged root
+(platform/storage/mirror.py) are the only others that ask it (tests/test_layering.py): everything
+else holds a :class:`Location` or an object that answers.
 """
 
 from __future__ import annotations
@@ -25,12 +32,23 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
 from stage1_common.fileio import atomic_path, atomic_write_bytes
 
-__all__ = ["Location", "StorageError", "check_writable", "explain", "is_remote", "read_text"]
+__all__ = [
+    "Location",
+    "StorageError",
+    "check_readable",
+    "check_writable",
+    "explain",
+    "is_remote",
+    "read_text",
+    "root_address",
+    "unreadable",
+]
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs")
 
@@ -43,6 +61,37 @@ def is_remote(root: str | os.PathLike) -> bool:
     """Whether ``root`` names object storage (``s3://``, ``gs://``) rather than a folder."""
     scheme = str(root).partition("://")[0].lower() if "://" in str(root) else ""
     return scheme in REMOTE_SCHEMES
+
+
+def root_address(text: str) -> Path | str:
+    """An output root's address as a command names it: a path (also given as a ``file://`` URI,
+    read with pyarrow.fs), or a prefix on object storage (``s3://bucket/prefix``, ``gs://...``)
+    kept as its URI. :class:`StorageError` (one line naming the fix) for another scheme, and
+    for credentials written into the URI."""
+    scheme = urlparse(text).scheme
+    if not scheme or len(scheme) == 1:  # a plain path (or a Windows drive letter)
+        return Path(text)
+    if is_remote(text):
+        parsed = urlparse(text)
+        secret = {"access_key", "secret_key", "session_token"} & set(
+            k.lower() for k, _, _ in (q.partition("=") for q in parsed.query.split("&") if q)
+        )
+        if "@" in parsed.netloc or secret:
+            # Every output names its root: a key in it would be written into all of them.
+            raise StorageError(
+                f"{parsed.scheme}://{parsed.hostname or ''}{parsed.path}: credentials in the "
+                "URI would be written into every output; set them in the environment "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE) instead"
+            )
+        return text
+    if scheme == "file":
+        fs, path = pafs.FileSystem.from_uri(text)
+        if isinstance(fs, pafs.LocalFileSystem):
+            return Path(path)
+    raise StorageError(
+        f"{text}: {scheme}:// output roots are not supported; use a folder (on a cluster, one "
+        "every node mounts) or s3:// / gs://"
+    )
 
 
 def read_text(address: str | os.PathLike) -> str:
@@ -157,6 +206,13 @@ class Location:
         if self.exists():
             self.fs.delete_dir(self.path)
 
+    def delete_file(self) -> None:
+        """Remove this file (nothing if it is not there)."""
+        try:
+            self.fs.delete_file(self.path)
+        except FileNotFoundError:
+            pass
+
 
 def check_writable(root: Location) -> None:
     """Write, read back and delete one small object under ``root``; raise :class:`StorageError`
@@ -185,6 +241,21 @@ def check_writable(root: Location) -> None:
                 root.fs.delete_file(probe.path)
             except Exception:
                 pass
+
+
+def check_readable(root: Location) -> None:
+    """StorageError (one line naming ``root`` and the fix) when its bucket is not there, the
+    credentials are refused or the endpoint does not answer; a prefix without files passes
+    (the command then says what it lacks), and so does any local folder. Listing a missing
+    bucket with ``allow_not_found`` (as ``Location.files`` does) answers "nothing" instead."""
+    if not root.remote:
+        return
+    try:
+        root.fs.get_file_info(pafs.FileSelector(root.path, recursive=False))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StorageError(f"{root}: {explain(root, exc)}") from None
 
 
 _NO_CREDENTIALS = (
@@ -230,6 +301,14 @@ def explain(root: Location, exc: BaseException) -> str:
     if isinstance(exc, PermissionError):
         return "no permission to write here (choose a folder you can write to)"
     return text
+
+
+def unreadable(where: Location, exc: BaseException) -> str:
+    """Why ``where`` could not be read, in a few words: a folder's error as the system says it
+    ("No such file or directory"), a store's as :func:`explain` says it."""
+    if not where.remote and isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    return explain(where, exc)
 
 
 _CREDENTIAL_SOURCES = (  # the AWS SDK's other sources: keys, profiles, web identity, containers

@@ -26,6 +26,9 @@ room: group them by concern). ``RUNAWAY_LINES`` only catches a runaway file.
 
 A run folder's file names are spelled in stage1_common/output_root.py alone (RunFolder,
 CheckpointFolder); every other module asks those classes.
+
+Whether an output root is a folder or on object storage is asked in three modules alone
+(``BUCKET_QUESTION_HOMES``); everything else holds an object that answers.
 """
 
 from __future__ import annotations
@@ -666,3 +669,83 @@ def test_a_run_dict_read_by_key_is_found_in_each_form():
     ]
     for source in not_runs:
         assert run_dict_reads(source) == [], source
+
+
+# --- the bucket question: "is the output root a folder or on object storage?" ---------------
+
+# The modules that may ask it: what an address is, the output root's owner, and the driver's
+# one chooser for a staged root. Everything else holds an object that answers: an OutputRoot
+# (shown, where), a Location, a run's place (trainables/run_folder/place.py: InFolder or
+# InBucket, chosen by the driver when it builds the run's ticket).
+BUCKET_QUESTION_HOMES = {
+    "stage1_common/storage.py",
+    "stage1_common/output_root.py",
+    "platform/storage/mirror.py",
+}
+# How the question is spelled (issue 55's measure, ``git grep -E``): an object's ``.remote``
+# read as a value (a Ray ``.remote(...)`` call is not), ``is_remote(``, ``remote_join(``,
+# ``.on_bucket``, ``.folder is None``, ``.staged``.
+BUCKET_QUESTION = re.compile(
+    r"\.remote\b([^(]|$)|is_remote\(|remote_join\(|\.on_bucket\b|\.folder is None|\.staged\b"
+)
+
+
+def asks_the_bucket_question(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each line of ``source`` that asks whether a root is on a bucket, as the
+    measure spells it (``BUCKET_QUESTION``, matched line by line as ``git grep`` does)."""
+    return [
+        (n, line.strip())
+        for n, line in enumerate(source.splitlines(), 1)
+        if BUCKET_QUESTION.search(line)
+    ]
+
+
+def test_the_bucket_question_is_asked_in_three_modules_only():
+    """Whether the output root is a folder or on object storage is decided in
+    stage1_common/storage.py (what an address is), stage1_common/output_root.py (the owner) and
+    platform/storage/mirror.py (the driver's one chooser for a staged root); every other module
+    of platform/, trainables/, data_prep/ and stage1_common/ holds an object that answers
+    (a null object or a strategy: InFolder / InBucket, RunsInFolder / RunsInBucket), and never
+    branches on it."""
+    asking = {}
+    for path in module_files().values():
+        found = asks_the_bucket_question(path.read_text())
+        if found:
+            asking[path.relative_to(ROOT).as_posix()] = found
+    offenders = [
+        f"{rel}:{line}: {text} asks whether the root is on a bucket; only "
+        f"{sorted(BUCKET_QUESTION_HOMES)} may: hold an object that answers instead"
+        for rel, found in sorted(asking.items())
+        if rel not in BUCKET_QUESTION_HOMES
+        for line, text in found
+    ]
+    assert offenders == []
+    assert set(asking) == BUCKET_QUESTION_HOMES  # each home still answers it (the measure holds)
+
+
+def test_a_bucket_question_is_found_in_each_form():
+    """The check above can fail: each spelling of the question is found, and a Ray call or a
+    word that only looks like it is not."""
+    asked = [
+        "if root.remote:",
+        "address = root.remote",
+        "return self.remote or str(self.path)",
+        "if is_remote(folder):",
+        "where = root.remote_join(RUNS, run)",
+        "if storage.on_bucket:",
+        "if root.folder is None:",
+        "if files.staged:",
+        "from trainables.checkpoint.remote import choose",  # a module named so: renamed
+    ]
+    for source in asked:
+        assert asks_the_bucket_question(source), source
+    not_asked = [
+        "ref = actor.run.remote(name, 3)",
+        "handle = ray.remote(GroupPool).options(num_cpus=0).remote(name)",
+        "remote_workers = 2",
+        "from trainables.checkpoint import in_bucket",
+        "if place.per_node:",
+        "staged_note(root)",
+    ]
+    for source in not_asked:
+        assert asks_the_bucket_question(source) == [], source

@@ -17,13 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from platform.storage.mirror import RootMirror, mirrored, pull_run, stage_remote_root
+from platform.storage.mirror import RootMirror, mirrored, pull_run, run_storage, stage_remote_root
 from stage1_common.output_root import CheckpointFolder, OutputRoot
 from stage1_common.storage import Location, StorageError
 from tests.cli import run_module
 from tests.s3server import CLIENT_ENV, make_bucket, moto_server
+from trainables.run_folder.place import InBucket, InFolder
 from trainables.run_folder.run_files import RunFiles
-from trainables.ticket import RunStorage
+from trainables.ticket import RunsInBucket, RunsInFolder
 
 BUCKET = "sweeps"
 
@@ -101,8 +102,8 @@ def test_a_workers_run_folder_reaches_the_bucket_and_the_driver(s3, tmp_path):
     # a record left there by an earlier session is an earlier attempt's (workers/previous/).
     uri = f"s3://{BUCKET}/{tmp_path.name}-{uuid.uuid4().hex[:8]}/sweep"
     root = stage_remote_root(uri, resume=False)
-    files = RunFiles("r1", RunStorage.of(root))  # as the driver's ticket says it
-    assert files.storage.on_bucket and files.storage.runs == f"{uri}/runs"
+    files = RunFiles("r1", run_storage(root))  # as the driver's ticket says it
+    assert isinstance(files.storage, RunsInBucket) and files.storage.runs == f"{uri}/runs"
     assert files.folder != root.run_dir("r1")  # on the worker's node, not the driver's staging
     files.register(rank=1, local_rank=0)  # uploaded at once: a failed rank's log paths
     assert set(Location.of(f"{uri}/runs/r1").files()) == {"workers/rank1.json"}
@@ -273,20 +274,22 @@ def test_the_staging_copy_goes_but_for_the_corpus_the_training_command_reads(tmp
 
 
 def test_a_runs_checkpoints_live_in_its_folder_or_its_bucket_chosen_once(s3, tmp_path):
-    """RunFiles.checkpoints (trainables/checkpoint/place.py): the one place a worker's code
-    learns which kind of root it has; the loop, the resume and the Ray worker call methods."""
-    from trainables.checkpoint.place import InBucket, InFolder
-    from trainables.run_folder.run_files import RunFiles
-    from trainables.ticket import RunStorage
-
-    folder = RunFiles("r1", RunStorage(runs=str(tmp_path / "runs"), groups=str(tmp_path / "g")))
-    here = folder.checkpoints
+    """The driver chooses the kind of storage once (platform/storage/mirror.py: run_storage);
+    the run's files get its place (trainables/run_folder/place.py), and the loop, the resume
+    and the Ray worker call methods, never asking which root they have."""
+    folder = RunFiles("r1", run_storage(OutputRoot(tmp_path)))
+    assert isinstance(folder.storage, RunsInFolder)
+    here = folder.place
     assert isinstance(here, InFolder) and not here.per_node
+    assert folder.folder == tmp_path / "runs" / "r1"
     assert here.upload(local_rank=1, final=False) == ("NO_UPLOAD", False)  # every rank reports
     assert here.clears(0) is None and here.shown("checkpoint_000010") == ""
+    folder.register(rank=0, local_rank=0)
+    folder.publish_at_end(local_rank=0, finished=True)  # nothing to upload, nothing dropped
+    assert folder.folder.is_dir()
     uri = f"s3://{BUCKET}/{tmp_path.name}/sweep"
-    bucket = RunStorage(runs=f"{uri}/runs", groups=f"{uri}/tune/groups", scratch="x")
-    there = RunFiles("r1", bucket).checkpoints
+    bucket = RunsInBucket(runs=f"{uri}/runs", groups=f"{uri}/tune/groups", scratch="x")
+    there = RunFiles("r1", bucket).place
     assert isinstance(there, InBucket) and there.per_node
     assert there.upload(local_rank=1, final=False) is None  # the node's first rank uploads
     assert there.upload(local_rank=0, final=False) == ("ASYNC", True)

@@ -220,7 +220,7 @@ def test_refused_credentials_and_no_write_permission_each_get_their_line(monkeyp
 
 
 def test_the_report_of_a_sweep_in_a_bucket_is_uploaded_beside_it(s3, tmp_path):
-    from platform.storage.open_root import wanted
+    from platform.storage.mirror import wanted
     from tests.cli import run_module
     from tests.test_report import H200, check_filled
 

@@ -24,13 +24,14 @@ from trainables.config import TrialConfig
 from trainables.ray_worker import train_loop_per_worker
 from trainables.resident.group_trainer import build_group_trainer
 from trainables.resident.shape import GroupShape
-from trainables.ticket import GroupTicket, RunStorage, RunTicket
+from trainables.ticket import GroupTicket, RunsInFolder, RunTicket
 from trainables.torch_backend import torch_trainer
 import trainables.trial
 
 config = TrialConfig(use_gpu={use_gpu}, train_workers=2, micro_batch=4, dataset="manifest",
                      manifest_path="/data/m.tsv", stall_timeout_s=300)
-storage = RunStorage.of(OutputRoot({root!r}))
+root = OutputRoot({root!r})
+storage = RunsInFolder(runs=str(root.runs), groups=str(root.group_runs))
 shape = GroupShape.of(config, 3)
 ticket = RunTicket(name="r1", group="g", repeat=1, storage=storage, config=config)
 # A fresh run's trainer as trainables/trial.py builds it (less Tune's report callback, which

@@ -17,7 +17,6 @@ import torch
 from stage1_common.machine_cache import machine_cache
 from stage1_common.output_root import RunFolder
 from trainables.checkpoint.files import read_meta
-from trainables.checkpoint.place import InBucket, InFolder
 from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
 from trainables.data.loader import build_loader, collate_for, epochs
@@ -35,6 +34,7 @@ from trainables.observe.startup import DeviceWarmUp, StartupClock, import_model_
 from trainables.observe.telemetry import collect_env, start_telemetry
 from trainables.observe.watchdog import StallWatchdog, resident_end_after
 from trainables.observe.window_metrics import Window, WindowMetrics, gathered_extras
+from trainables.run_folder.place import InBucket, InFolder
 from trainables.run_folder.run_files import RunFiles
 from trainables.run_folder.run_state import RunState, load_checkpoint, resume, resume_position, save
 from trainables.validation import build_val_dataset, evaluate
@@ -65,13 +65,14 @@ class WorkerContext:
     # Seconds this worker spent importing the model code before the run (a resident group's
     # first run: the group imports it when it starts), counted as the run's "imports" part.
     imports_s: float = 0.0
-    # The run's folder and, for a root on object storage, its place in the bucket (Ray Train).
+    # The run's folder and its place: the folder every node mounts, or this node's copy of it
+    # uploaded to the bucket (trainables/run_folder/place.py).
     files: RunFiles | None = None
 
     @property
     def checkpoints(self) -> InFolder | InBucket:
-        """Where the run's checkpoints live (its files say; no files: the run's folder)."""
-        return self.files.checkpoints if self.files is not None else InFolder()
+        """Where the run's checkpoints live (its files' place; no files: the run's folder)."""
+        return self.files.place if self.files is not None else InFolder(self.run_dir)
 
 
 def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:

@@ -80,13 +80,13 @@ def _checkpoint_report(
     first local rank has Ray Train upload the node's folder (the other ranks of the node wrote
     into the same folder), in the background while training goes on (ASYNC) but for the last
     step's (SYNC: the export and the run's end need it whole in the bucket), and the node's
-    copy is deleted once uploaded (trainables/checkpoint/remote.py reads the bucket)."""
+    copy is deleted once uploaded (trainables/checkpoint/in_bucket.py reads the bucket)."""
     import ray.train
     from ray.train import CheckpointUploadMode
 
     folder, name = checkpoint
     final = int(metrics.get("step") or 0) >= cfg.max_steps
-    plan = files.checkpoints.upload(ctx.get_local_rank(), final)
+    plan = files.place.upload(ctx.get_local_rank(), final)
     if plan is None:
         return {}
     mode, delete = getattr(CheckpointUploadMode, plan[0]), plan[1]

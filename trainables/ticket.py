@@ -9,9 +9,12 @@ the one ``TrialConfig.from_dict`` of a run on the workers' side. Inside the resi
 (trial -> group pool -> a group's ranks, trainables/resident/) the ticket object itself travels:
 Ray's actor calls pickle it, no JSON-able values needed there.
 
-``RunStorage`` is where the runs' files go, the one place that says whether the output root is
-on object storage (``on_bucket``). ``GroupTicket`` is what a resident group's train function
-receives (trainables/resident/serve.py).
+``RunStorage`` is where the runs' files go, of the kind the driver chose for its output root
+(platform/storage/mirror.py: ``run_storage``): ``RunsInFolder`` (a folder every node mounts) or
+``RunsInBucket`` (object storage), each naming the place of a run's files on a node
+(trainables/run_folder/place.py). The encoded ticket names the storage's class, and decoding
+gives that class back: no worker asks which kind it has. ``GroupTicket`` is what a resident
+group's train function receives (trainables/resident/serve.py).
 
 Every read of these dicts by key is here: tests/test_layering.py fails when another module
 reads or writes a run's dict by a string key.
@@ -19,52 +22,63 @@ reads or writes a run's dict by a string key.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
-from stage1_common.output_root import OutputRoot
-from stage1_common.storage import is_remote
 from trainables.config import TrialConfig
+from trainables.run_folder.place import InBucket, InFolder
 
-__all__ = ["GroupTicket", "RunStorage", "RunTicket"]
+__all__ = ["GroupTicket", "RunStorage", "RunTicket", "RunsInBucket", "RunsInFolder"]
 
 _RUN = "run"  # Tune's param space of a trial (and a fresh run's train_loop_config): {"run": ...}
 _GROUP = "group"  # a resident group's train_loop_config: {"group": ...}
+_CLASS = "class"  # an encoded storage's class (``_STORAGES``)
 
 
 @dataclass(frozen=True)
-class RunStorage:
-    """Where a sweep's runs write, as every worker sees it. With a root in a folder every node
-    mounts, the runs write there; with a root on object storage (``on_bucket``), Ray Train's
-    storage is the bucket and each rank writes the run's folder on its own node, in a scratch
-    folder named ``scratch`` (trainables/run_folder/run_files.py), uploaded to the bucket."""
+class RunStorage(ABC):
+    """Where a sweep's runs write, as every worker sees it: Ray Train's storage of the runs and
+    of the resident groups, and the place of a run's files on a node (``place``)."""
 
     runs: str  # Ray Train's storage of every run: the root's runs/ folder, or its bucket's runs/
     groups: str  # Ray Train's storage of the resident groups: tune/groups/, in the root or bucket
-    scratch: str = ""  # on a bucket: the nodes' scratch folder of the root ("": not on a bucket)
+
+    @abstractmethod
+    def place(self, name: str) -> InFolder | InBucket:
+        """Where the files of run ``name`` live, seen from this node."""
+
+
+@dataclass(frozen=True)
+class RunsInFolder(RunStorage):
+    """The runs of a root in a folder every node mounts: each writes its folder there."""
+
+    def place(self, name: str) -> InFolder:
+        return InFolder(Path(self.runs) / name)
+
+
+@dataclass(frozen=True)
+class RunsInBucket(RunStorage):
+    """The runs of a root on object storage: Ray Train's storage is the bucket, and each rank
+    writes the run's folder on its own node, in a scratch folder named ``scratch``
+    (trainables/run_folder/place.py), uploaded to the bucket."""
+
+    scratch: str  # the nodes' scratch folder of the root (the driver's staging folder's name)
 
     def __post_init__(self) -> None:
-        if is_remote(self.runs) != bool(self.scratch):
+        if not self.scratch:
             raise ValueError(
-                f"RunStorage: runs {self.runs!r} with scratch {self.scratch!r}: a scratch folder "
-                "goes with a root on object storage, and only with one"
+                f"RunsInBucket: runs {self.runs!r} without a scratch folder: each node writes "
+                "a run's folder in one before uploading it"
             )
 
-    @classmethod
-    def of(cls, root: OutputRoot) -> RunStorage:
-        """The storage of ``root`` (the driver's OutputRoot; on object storage, staged locally
-        under a folder whose name the nodes' scratch folders take)."""
-        return cls(
-            runs=root.where(OutputRoot.RUNS),
-            groups=root.where(OutputRoot.TUNE, OutputRoot.GROUP_RUNS),
-            scratch="" if root.folder else root.path.name,
-        )
+    def place(self, name: str) -> InBucket:
+        return InBucket.on_this_node(self.runs, self.scratch, name)
 
-    @property
-    def on_bucket(self) -> bool:
-        """Whether the output root is on object storage: each node writes its own copy of a
-        run's folder and uploads it (the one spelling of that fact)."""
-        return bool(self.scratch)
+
+# How an encoded storage names its class: decoding gives the class the driver chose.
+_STORAGES: dict[str, type[RunStorage]] = {c.__name__: c for c in (RunsInFolder, RunsInBucket)}
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,8 @@ class RunTicket:
         """Plain values (JSON-able: they cross Ray inside Tune's param space): a trial's param
         space, and a fresh run's ``train_loop_config``."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update(storage=asdict(self.storage), config=self.config.to_dict())
+        storage = {_CLASS: type(self.storage).__name__, **asdict(self.storage)}
+        values.update(storage=storage, config=self.config.to_dict())
         return {_RUN: values}
 
     @classmethod
@@ -98,8 +113,9 @@ class RunTicket:
         """The ticket ``encode`` gave, its config validated again (``TrialConfig.from_dict``:
         once per process that receives it)."""
         values = dict(encoded[_RUN])
+        storage = dict(values["storage"])
         values.update(
-            storage=RunStorage(**values["storage"]),
+            storage=_STORAGES[storage.pop(_CLASS)](**storage),
             config=TrialConfig.from_dict(values["config"]),
         )
         return cls(**values)

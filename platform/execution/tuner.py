@@ -29,6 +29,7 @@ from platform.record.recorder import SweepRecorder
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
+from platform.storage.mirror import run_storage
 from stage1_common.output_root import OutputRoot
 from trainables.resident.shape import GroupKey, GroupShape, group_cpus
 from trainables.ticket import RunStorage, RunTicket
@@ -235,7 +236,7 @@ def _search_and_stop(
     if budget is not None:
         schedule.budget = budget.record
 
-    storage, pool = RunStorage.of(root), sweep.pool
+    storage, pool = run_storage(root), sweep.pool
 
     def param(run: RunSpec) -> dict[str, Any]:
         return _ticket(run, storage, pool).encode()
@@ -329,7 +330,7 @@ def open_pool(root: OutputRoot, space: SearchSpace, todo: list[RunSpec]) -> Open
             max_concurrency=1000,  # every trial's poll and every rank's ask wait in a thread
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
         )
-        .remote(name, space.max_concurrent_trials, RunStorage.of(root).groups, node, host=host)
+        .remote(name, space.max_concurrent_trials, run_storage(root).groups, node, host=host)
     )
     return OpenedPool(name=name, actor=actor, host=host)
 

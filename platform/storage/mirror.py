@@ -1,4 +1,6 @@
-"""An output root on object storage, staged on the driver's disk and mirrored to the bucket.
+"""The driver's side of an output root on object storage: staged on its disk and mirrored to the
+bucket during a sweep, copied for a command, and the one place past stage1_common that chooses
+between a bucket and a folder (tests/test_layering.py).
 
 ``--output-root s3://bucket/prefix``: the driver writes the root's files in a local staging
 folder as it writes any root (atomically, stage1_common/fileio.py), and :class:`RootMirror`
@@ -12,16 +14,20 @@ leaves the bucket at most one interval behind its disk; ``--resume`` starts from
 Not mirrored: ``data/`` (a space's synthetic corpus: an input, made again by ``--resume``; kept
 on the driver's disk when the staging copy goes, for the training command: ``drop_staging``),
 ``cache/`` and ``tune/`` (Ray Tune's own state; the recorder's files are the record), and the
-checkpoints and exported models of ``runs/<run>/``, which the workers upload. The
-workers upload their run folders themselves (trainables/run_folder/run_files.py), and Ray Train writes the
-checkpoints into the bucket (its ``storage_path``).
+checkpoints and exported models of ``runs/<run>/``, which the workers upload. The workers
+upload their run folders themselves (trainables/run_folder/place.py: ``InBucket``), and Ray
+Train writes the checkpoints into the bucket (its ``storage_path``).
 
-What a sweep does differently with a staged root is here, each a no-op or the plain answer for
-a root in a folder, so that the launch never asks which it has: the staging note of the
-``output root:`` line (``staged_note``), a file every node must read at once (``publish``), a
-failed run's worker records (``pull_run``), a node that cannot reach the root
-(``unreachable_line``), the exported model's line (``exported_model_line``), and the staging
-copy dropped when the bucket holds all of it (``RootMirror.whole``, ``drop_staging``).
+What differs between a staged root and a root in a folder is chosen here, each a no-op or the
+plain answer for a folder, so that nothing else asks which it has: the root a command starts
+(``staged_or_folder``: platform/storage/open_root.py's ``start_root``) or opens
+(``opened_root``: a folder as it is, a bucket's result files copied for the block), where the
+runs write as their tickets say it (``run_storage``: the kind of storage the workers receive,
+trainables/ticket.py), the staging note of the ``output root:`` line (``staged_note``), a file
+every node must read at once (``publish``), a failed run's worker records (``pull_run``), a
+node that cannot reach the root (``unreachable_line``), the exported model's line
+(``exported_model_line``), and the staging copy dropped when the bucket holds all of it
+(``RootMirror.whole``, ``drop_staging``).
 """
 
 from __future__ import annotations
@@ -32,22 +38,39 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 
+from platform.errors import UsageError
 from stage1_common.fileio import TMP_SUFFIX
 from stage1_common.output_root import OutputRoot, RunFolder
-from stage1_common.storage import Location, StorageError, check_writable, explain
+from stage1_common.storage import (
+    Location,
+    StorageError,
+    check_readable,
+    check_writable,
+    explain,
+    is_remote,
+)
+from trainables.ticket import RunsInBucket, RunsInFolder, RunStorage
 
 __all__ = [
     "RootMirror",
     "drop_staging",
     "exported_model_line",
+    "opened_root",
     "publish",
     "pull_run",
+    "read_copy",
+    "run_storage",
     "stage_remote_root",
     "staged_note",
+    "staged_or_folder",
     "unreachable_line",
+    "wanted",
+    "working_copy",
 ]
 
 BASELINE = ".mirror-baseline.json"  # the files staged from the bucket (not mirrored: a dot)
@@ -64,6 +87,59 @@ def staging_folder(uri: str) -> Path:
     return base / "stage1-roots" / f"{name}-{digest}"
 
 
+# --- the choice: a bucket or a folder ---
+def staged_or_folder(
+    output_root: Path | str | None,
+    folder: Callable[[], OutputRoot | None],
+    *,
+    resume: bool,
+    create: bool,
+) -> OutputRoot | None:
+    """The root a sweep or a training run writes to: an address on object storage staged in a
+    local folder (``stage_remote_root``; its problems as one UsageError line), or for anything
+    else (a folder, or none: the default folder) what ``folder()`` makes. ``create`` off (the
+    dry run): a bucket is None, left to the real run (probing a bucket writes to it)."""
+    if output_root is None or not is_remote(output_root):
+        return folder()
+    if not create:
+        return None
+    try:
+        return stage_remote_root(str(output_root), resume=resume)
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
+
+
+@contextmanager
+def opened_root(output_root: str | os.PathLike, *, writes: bool = False) -> Iterator[OutputRoot]:
+    """The root ``output_root`` names, for the block: a folder as it is; on object storage a
+    local copy of its result files (``wanted``), removed at the end, and with ``writes`` what
+    the block wrote or changed there uploaded at its clean end (the bucket probed writable
+    before any work). A UsageError raised in the block names the root, never the copy."""
+    if not is_remote(output_root):
+        yield OutputRoot(Path(output_root))
+        return
+    location = Location.of(output_root)
+    if writes:
+        check_writable(location)  # before any work: a bucket the files cannot go to is one line
+    with working_copy(location) if writes else read_copy(location) as local:
+        try:
+            yield OutputRoot(local, remote=location.uri)
+        except UsageError as exc:  # it names the local copy: name the root instead
+            raise UsageError(str(exc).replace(str(local), location.uri)) from None
+
+
+def run_storage(root: OutputRoot) -> RunStorage:
+    """Where the runs of ``root`` write, as their tickets tell the workers
+    (trainables/ticket.py): the root's folder, which every node mounts, or its bucket, each
+    node writing a run's folder in a scratch folder named after the staging folder."""
+    runs = root.where(OutputRoot.RUNS)
+    groups = root.where(OutputRoot.TUNE, OutputRoot.GROUP_RUNS)
+    if root.remote is None:
+        return RunsInFolder(runs=runs, groups=groups)
+    return RunsInBucket(runs=runs, groups=groups, scratch=root.path.name)
+
+
+# --- a sweep's staged root ---
 def stage_remote_root(uri: str, *, resume: bool) -> OutputRoot:
     """The staged root for ``uri``: checked writable first (one line and nothing written when
     not: :class:`StorageError`), refused when it holds a sweep already (unless ``resume``);
@@ -275,3 +351,56 @@ class RootMirror:
                 if path.is_file():
                     out[rel] = (st.st_mtime_ns, st.st_size)
         return out
+
+
+# --- a command's copy of a root on object storage ---
+_SKIPPED_TOP = {
+    OutputRoot.CACHE,
+    OutputRoot.TOKENIZERS,
+    OutputRoot.TENSORBOARD,
+    OutputRoot.TUNE,
+    OutputRoot.MLFLOW_ARTIFACTS,
+}
+
+
+def wanted(relative: str) -> bool:
+    """Whether the analysis reads the file at ``relative`` (a path inside the root): not the
+    checkpoints, compile cache, tokenizers, TensorBoard, Tune or MLflow folders."""
+    parts = relative.split("/")
+    if parts[0] in _SKIPPED_TOP:
+        return False
+    return not any(RunFolder.uploaded_by_ray_train(p) or p == RunFolder.EXPORT for p in parts[1:])
+
+
+@contextmanager
+def read_copy(location: Location) -> Iterator[Path]:
+    """A local folder holding ``location``'s result files; removed at the end, never uploaded."""
+    check_readable(location)
+    with tempfile.TemporaryDirectory(prefix="stage1-read-") as tmp:
+        local = Path(tmp) / (location.name or "root")
+        local.mkdir()
+        _pull(location, local)
+        yield local
+
+
+@contextmanager
+def working_copy(location: Location) -> Iterator[Path]:
+    """A local folder holding ``location``'s result files; on a clean exit, what the block wrote
+    or changed there is uploaded."""
+    with tempfile.TemporaryDirectory(prefix="stage1-root-") as tmp:
+        local = Path(tmp) / (location.name or "root")
+        local.mkdir()
+        copied = {rel: (local / rel).stat().st_mtime_ns for rel in _pull(location, local)}
+        yield local
+        for path in sorted(p for p in local.rglob("*") if p.is_file()):
+            rel = path.relative_to(local).as_posix()
+            if copied.get(rel) != path.stat().st_mtime_ns:
+                location.join(rel).write_bytes(path.read_bytes())
+
+
+def _pull(location: Location, local: Path) -> list[str]:
+    """The result files copied into ``local``; their paths relative to it."""
+    try:
+        return location.pull(local, wanted)
+    except OSError as exc:
+        raise StorageError(f"{location}: {explain(location, exc)}") from None

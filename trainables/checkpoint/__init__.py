@@ -4,7 +4,8 @@
   optimizer state as torch.distributed.checkpoint sees it and its loading;
 - ``state``: writing that state (``CheckpointWriter``: DCP, asynchronous by default; DeepSpeed);
 - ``asynchronous``: which save a strategy gets and the stager of ``dcp.async_save``;
-- ``remote``: a run's checkpoints in the bucket of an output root on object storage;
+- ``in_bucket``: a run's checkpoints in the bucket of an output root on object storage (read by
+  ``InBucket``, trainables/run_folder/place.py);
 - ``delayed_writer``: a fault for tests, a writer that waits before writing.
 
 The folders' and files' names are stage1_common/output_root.py's (``RunFolder``,

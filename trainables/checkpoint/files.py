@@ -22,7 +22,7 @@ Every rank writes its part straight into the checkpoint's folder in the run's st
 second copy: ``ray.train.report(..., checkpoint_upload_mode=NO_UPLOAD)``); rank 0 hands the
 checkpoint to Ray Train at the first report after it is complete. For an output root on object
 storage the folder is on each node, and Ray Train uploads it to the bucket
-(trainables/ray_worker.py; resuming from there: trainables/checkpoint/remote.py). A checkpoint
+(trainables/ray_worker.py; resuming from there: trainables/checkpoint/in_bucket.py). A checkpoint
 counts as complete only when every rank's done file is there and every file it lists has its
 size: a save cut off half-way (a kill while an asynchronous write was in flight) is never
 resumed from, whatever cut it (the resume scan skips it and says so).
@@ -178,7 +178,7 @@ def is_complete(folder: Path) -> tuple[bool, str]:
 def complete_by(read_text, size) -> tuple[bool, str]:
     """``is_complete`` over any store: ``read_text(name)`` and ``size(name)`` (None when the file
     is not there) of the files in one checkpoint's folder (a local folder, or a bucket's
-    listing: trainables/checkpoint/remote.py)."""
+    listing: trainables/checkpoint/in_bucket.py)."""
     try:
         meta = json.loads(read_text(CheckpointFolder.META))
     except (OSError, ValueError):
