@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from platform.control.budget import parse_duration, shown
+from stage1_common.durations import parse_duration, shown
 
 
 def compare(budget_root: Path, grid_root: Path) -> dict:
@@ -38,8 +38,12 @@ def compare(budget_root: Path, grid_root: Path) -> dict:
         "same_winner": named == grid_best,
         "within_noise": named == grid_best or named in noise,
         "grid_ranking": [
-            {"group": r.group, "samples_per_s": round(r.tail_samples_per_sec_robust, 1),
-             "vs_best": round(r.tail_samples_per_sec_robust / top, 3), "runs_ok": r.runs_ok}
+            {
+                "group": r.group,
+                "samples_per_s": round(r.tail_samples_per_sec_robust, 1),
+                "vs_best": round(r.tail_samples_per_sec_robust / top, 3),
+                "runs_ok": r.runs_ok,
+            }
             for r in ranked.itertuples()
         ],  # fmt: skip
     }
@@ -63,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"budget sweep: {out['budget_line']}")
     print(f"budget sweep names {out['budget_winner']} ({out['budget_how_sure']})")
     print(f"full grid names {out['grid_winner']} ({out['grid_how_sure']})")
-    verdict = "the same group" if out["same_winner"] else (
-        "a group within noise of it" if out["within_noise"] else "NOT the grid's winner")
+    verdict = (
+        "the same group"
+        if out["same_winner"]
+        else ("a group within noise of it" if out["within_noise"] else "NOT the grid's winner")
+    )
     print(f"verdict: the budget sweep named {verdict}")
     for r in out["grid_ranking"]:
         print(f"  {r['group']:<40} {r['samples_per_s']:>9} samples/s  {r['vs_best']:.3f}x  "

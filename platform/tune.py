@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _duration(text: str) -> float:
     """--budget's seconds (argparse: one line and exit 2 otherwise)."""
-    from platform.control.budget import parse_duration
+    from stage1_common.durations import parse_duration
 
     try:
         return parse_duration(text)
@@ -206,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
             lines = [format_plan(space, runs), *known_cliff_notes(runs)]
             if args.budget is not None:
                 from platform.control.budget import dry_plan
+                from platform.execution.resources import resolve_executors
 
-                lines.append(dry_plan(space, runs, args.budget))
+                resolved = resolve_executors(runs, training=False)
+                lines.append(dry_plan(space, resolved, args.budget))
             _print_listing("\n".join(lines))
             check_inputs_only(space, runs, **inputs)
             return 0

@@ -9,11 +9,12 @@ import json
 
 import pytest
 
-from platform.control.budget import MIN_TAIL, Ask, Budget, parse_duration, plan
+from platform.control.budget import MIN_TAIL, Ask, Budget, plan
 from platform.control.costs import Costs, cost_key, read_memory, remember
 from platform.execution.resources import resolve_executors
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space
+from stage1_common.durations import parse_duration
 
 
 @pytest.mark.parametrize(
@@ -165,7 +166,9 @@ def test_a_slower_machine_than_recorded_is_replanned_and_still_fits():
     assert len(budget.record["plans"]) >= 2  # the first windows changed the plan
     # The run the budget's end caught had its windows: it ends as a finished, shorter run.
     for run, box in budget.record["boxed"].items():
-        assert box["why"] == "the budget's end" and budget.handed[run].config.max_steps == box["step"]
+        assert (
+            box["why"] == "the budget's end" and budget.handed[run].config.max_steps == box["step"]
+        )
 
 
 def test_with_nothing_recorded_the_first_run_is_boxed_and_the_rest_planned_in_steps():

@@ -123,7 +123,7 @@ def _early_stopping(
 def _budget(manifest: pd.DataFrame, schedule: dict[str, Any]) -> dict[str, Any] | None:
     """--budget: its seconds, when the runs ended, what ran, what it left unrun and why, and
     the runs its end cut short (schedule.json's ``budget``; None without one)."""
-    from platform.control.budget import shown
+    from stage1_common.durations import shown
 
     record = schedule.get("budget")
     if not record:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,33 +38,14 @@ from typing import Any
 
 from platform.control.costs import Costs, cost_key, read_memory
 from platform.spaces.expand import RunSpec
+from stage1_common.durations import shown
 
-__all__ = ["MIN_TAIL", "Budget", "Plan", "dry_plan", "parse_duration", "plan", "shown"]
+__all__ = ["MIN_TAIL", "Budget", "Plan", "dry_plan", "plan"]
 
 MIN_TAIL = 3  # tail windows a run needs to be ranked
 MIN_WINDOW_S = 2.0  # the shortest window a budget gives a run, in seconds
 UNKNOWN_WINDOW = 10  # steps per window of a run whose step time is not known yet
 BOXED_FLOOR_S = 10.0  # the fewest seconds of steps a run of unknown step time is given
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of ``90s``, ``4m``, ``1h30m``, ``1.5h`` or ``600`` (seconds)."""
-    value = str(text).strip().lower()
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms]?)", value)
-    if not value or not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([hms]?)", "", value).strip():
-        raise ValueError(f"{text!r} is not a duration; write it as 90s, 4m, 1h30m or 1.5h")
-    seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1, "": 1}[u] for n, u in parts)
-    if seconds <= 0:
-        raise ValueError(f"{text!r} is no time at all; give a budget such as 10m")
-    return seconds
-
-
-def shown(seconds: float) -> str:
-    """``3m52s``: a duration as the plan and the report say it."""
-    seconds = int(round(seconds))
-    m, s = divmod(seconds, 60)
-    h, m = divmod(m, 60)
-    return (f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s").replace("m00s", "m")
 
 
 @dataclass(frozen=True)
@@ -398,9 +378,16 @@ class Budget:
         self._last_plan = shape
         line = p.line()
         self.record["plans"].append(
-            {"at_s": round(self.clock() - self.started_at, 1), "line": line,
-             "runs": list(p.runs), "steps": p.steps, "window": p.window, "tail": p.tail,
-             "share_s": p.share_s, "left_out": list(p.left_out)}  # fmt: skip
+            {
+                "at_s": round(self.clock() - self.started_at, 1),
+                "line": line,
+                "runs": list(p.runs),
+                "steps": p.steps,
+                "window": p.window,
+                "tail": p.tail,
+                "share_s": p.share_s,
+                "left_out": list(p.left_out),
+            }  # fmt: skip
         )
         self.echo(f"budget plan at {shown(self.clock() - self.started_at)}: {line}")
 
@@ -444,9 +431,7 @@ class Budget:
         and tail (what follows the warm-up) say so in the sweep's records."""
         spec, seen = self.handed.get(run) or self.runs[run], self.going[run]
         windows = seen["windows"]
-        self.record["boxed"].setdefault(run, {}).update(
-            step=seen["step"], windows=windows, why=why
-        )
+        self.record["boxed"].setdefault(run, {}).update(step=seen["step"], windows=windows, why=why)
         tail = min(spec.config.tail_timing_points, windows - self.warmup)
         config = dataclasses.replace(spec.config, max_steps=seen["step"], tail_timing_points=tail)
         self.handed[run] = dataclasses.replace(spec, config=config)
@@ -495,10 +480,8 @@ class Budget:
 
 def dry_plan(space, runs: list[RunSpec], seconds: float) -> str:
     """``--dry-run --budget``: the plan the sweep would start with on this machine (its
-    remembered costs, else the priors, which it names), after the launch's own seconds."""
-    from platform.execution.resources import resolve_executors
-
-    runs = resolve_executors(runs, training=False)  # resident or not decides the starts
+    remembered costs, else the priors, which it names), after the launch's own seconds.
+    ``runs``: with their executors resolved (a resident run reuses its group's start)."""
     configured = next((r.config.compile_cache_dir for r in runs if r.config.compile_cache_dir), "")
     costs = Costs(memory=read_memory(configured))
     now = time.time()
@@ -509,15 +492,12 @@ def dry_plan(space, runs: list[RunSpec], seconds: float) -> str:
     keys = {cost_key(r.config) for r in runs}
     known = sum(1 for k in keys if costs.memory.get(k, {}).get("step_s"))
     p = costs.prior
-    source = (
-        f"costs remembered on this machine for {known} of {len(keys)} configuration(s)"
-        + (
-            f"; priors for the rest: a group's start {p.first_start_s:g} s, a resident run's "
-            f"{p.next_start_s:g} s, a compile {p.compile_cold_s:g} s cold / {p.compile_warm_s:g}"
-            " s warm"
-            if known < len(keys)
-            else ""
-        )
+    source = f"costs remembered on this machine for {known} of {len(keys)} configuration(s)" + (
+        f"; priors for the rest: a group's start {p.first_start_s:g} s, a resident run's "
+        f"{p.next_start_s:g} s, a compile {p.compile_cold_s:g} s cold / {p.compile_warm_s:g}"
+        " s warm"
+        if known < len(keys)
+        else ""
     )
     return (
         f"budget {shown(seconds)} (less {p.launch_s:g} s to launch and {budget.end_s:g} s for "

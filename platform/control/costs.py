@@ -112,9 +112,7 @@ class Costs:
             return statistics.median(self.step_s[key][-20:])
         if self.memory.get(key, {}).get("step_s"):
             return float(self.memory[key]["step_s"])
-        rates = [
-            self.batch[k] / statistics.median(v[-20:]) for k, v in self.step_s.items() if v
-        ]
+        rates = [self.batch[k] / statistics.median(v[-20:]) for k, v in self.step_s.items() if v]
         if rates:  # the same samples/s as the configurations measured so far
             return _global_batch(cfg) / statistics.median(rates)
         return None

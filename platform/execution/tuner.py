@@ -275,7 +275,9 @@ def _search_and_stop(
 def _budget(space: SearchSpace, sweep: Sweep, seconds: float, started_at: float) -> Budget:
     """The sweep's budget: its runs to plan, the costs remembered on the machine, and the
     sweep's records kept to each run's spec as the budget plans it."""
-    configured = next((r.config.compile_cache_dir for r in sweep.todo if r.config.compile_cache_dir), "")
+    configured = next(
+        (r.config.compile_cache_dir for r in sweep.todo if r.config.compile_cache_dir), ""
+    )
 
     def on_spec(spec: RunSpec) -> None:
         sweep.recorder.runs[spec.name] = spec
