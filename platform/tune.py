@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=2, help="with --from-ranked: how many groups")
     p.add_argument("--repeats", type=int, help="repeats per group (the same as --set repeats=N)")
     p.add_argument(
+        "--no-history",
+        action="store_true",
+        help="a race or a budget without the machine's catalogue: the space's order, no point "
+        "skipped for a failure known on this host",
+    )
+    p.add_argument(
         "--budget",
         type=_duration,
         metavar="DURATION",
@@ -119,6 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="Prometheus endpoint port of a local cluster (default: Ray picks one)",
     )
     return p
+
+
+def _warm_start(runs):
+    """The runs ordered by what this host measured before, and those known to fail here
+    (platform/analysis/history.py: warm_start), from the machine's catalogue."""
+    from platform.analysis.history import warm_start
+    from platform.storage.catalogue import fingerprint, host_now, read, store
+
+    configured = next((r.config.compile_cache_dir for r in runs if r.config.compile_cache_dir), "")
+    rows = read(store(configured)).to_pandas()
+    if rows.empty:
+        return runs, {}, []
+    from platform.execution.resources import resolve_executors
+
+    # Compared as the catalogue holds them: with their executor resolved.
+    resolved = resolve_executors(runs, training=False)
+    ordered, skips, lines = warm_start(resolved, rows, fingerprint(host_now()))
+    by_name = {r.name: r for r in runs}
+    return [by_name[r.name] for r in ordered], skips, lines
 
 
 def _duration(text: str) -> float:
@@ -202,8 +227,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"--budget with search: {space.search.name} is not supported yet (it picks its "
                 "groups as it goes); use search: grid or random, with scheduler: race or asha"
             )
+        skips, history_lines = {}, []
+        if not args.no_history and (space.scheduler.name == "race" or args.budget is not None):
+            runs, skips, history_lines = _warm_start(runs)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
-            lines = [format_plan(space, runs), *known_cliff_notes(runs)]
+            lines = [format_plan(space, runs), *known_cliff_notes(runs), *history_lines]
             if args.budget is not None:
                 from platform.control.budget import dry_plan
                 from platform.execution.resources import resolve_executors
@@ -214,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             check_inputs_only(space, runs, **inputs)
             return 0
         # As the dry run's plan says them: a moved baseline, the known cliffs (run anyway).
-        for note in baseline_notes(space, runs) + known_cliff_notes(runs):
+        for note in baseline_notes(space, runs) + known_cliff_notes(runs) + history_lines:
             print(note, flush=True)
         root, done = prepare_inputs(space, runs, **inputs)
     except (UsageError, ConfigError) as exc:
@@ -234,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         resume=args.resume,
         loggers=loggers,
         budget_s=args.budget,
+        skips=skips,
     )
     try:
         return launch(request)

@@ -25,7 +25,8 @@ summary.json's ``cliffs``; issue 53 item 5 added summary.json's ``calibration``,
 schedule.json's ``readmitted``, and the config key ``intra_op_threads`` with the manifest's
 ``intra_op_threads_effective``. Issue 54 item 6 added summary.json's ``partial``. Issue 56 added
 the config key ``dropout``; issue 57 summary.json's ``confidence`` and ranked_groups.csv's
-``p_fastest``, ``vs_best_low`` and ``vs_best_high``.
+``p_fastest``, ``vs_best_low`` and ``vs_best_high``, and summary.json's ``budget``; issue 58
+the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue).
 """
 
 from __future__ import annotations

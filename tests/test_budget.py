@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pandas as pd
 import pytest
 
 from platform.control.budget import MIN_TAIL, Ask, Budget, plan
-from platform.control.costs import Costs, cost_key, read_memory, remember
+from platform.control.costs import Costs, cost_key, memory_of
 from platform.execution.resources import resolve_executors
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space
@@ -198,23 +199,32 @@ def test_a_deadline_passed_stops_the_run_going_and_leaves_the_rest_unrun():
     assert set(unrun) == {r.name for r in runs[1:]}
 
 
-def test_remember_keeps_what_ok_runs_measured_per_configuration(tmp_path, monkeypatch):
-    monkeypatch.setenv("STAGE1_CACHE_DIR", str(tmp_path))
+def test_the_memory_is_what_ok_runs_on_this_host_measured_per_configuration():
+    import time
+
+    from platform.storage.catalogue import fingerprint
+
     _, runs = mainline()
-    configs = {r.name: r.config for r in runs}
-    rows = [
-        {"run": r.name, "group": r.group, "repeat": r.repeat, "status": "ok",
-         "tail_mean_iter_p50_ms": 200.0 + i, "startup_s": 17.0 if i == 0 else 2.0 + i / 10}
-        for i, r in enumerate(runs)
-    ] + [{"run": "sweep_x", "status": "failed"}]  # fmt: skip
-    rows[-2]["status"] = "failed"  # not measured: not remembered from
-    assert remember(rows, configs) == tmp_path / "costs.json"
-    memory = read_memory()
+    host = {"gpu": "NVIDIA H200", "gpus": 2, "torch": "2.11.0+cu130"}
+    other = {**host, "torch": "2.12.0+cu130"}
+
+    def row(run, i, starts, where=host, status="ok"):
+        return {"host": fingerprint(where), "cost_key": cost_key(run.config), "group": run.group,
+                "status": status, "tail_mean_iter_p50_ms": 200.0 + i, "starts_group": starts,
+                "startup_s": 17.0 if starts else 2.0 + i / 10, "ts": time.time() + i}  # fmt: skip
+
+    rows = pd.DataFrame(
+        [row(r, i, i == 0) for i, r in enumerate(runs[:4])]
+        + [row(runs[0], 4, False), row(runs[1], 5, False, status="failed"),
+           row(runs[1], 9, True, where=other)]
+    )  # fmt: skip
+    memory = memory_of(rows, fingerprint(host))
     first = memory[cost_key(runs[0].config)]
     assert first["first_start_s"] == 17.0 and first["step_s"] == pytest.approx((0.200 + 0.204) / 2)
-    assert first["next_start_s"] == pytest.approx(2.4)  # its repeat 2 ran on the group
-    later = memory[cost_key(runs[1].config)]
-    assert "first_start_s" not in later and later["next_start_s"] == pytest.approx((2.1 + 2.5) / 2)
+    assert first["next_start_s"] == pytest.approx(2.4)  # its repeat, on the resident group
+    later = memory[cost_key(runs[1].config)]  # its failed run and another host's: not counted
+    assert "first_start_s" not in later and later["next_start_s"] == pytest.approx(2.1)
+    assert later["step_s"] == pytest.approx(0.201)
 
 
 def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):

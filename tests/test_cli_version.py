@@ -10,7 +10,8 @@ import pytest
 
 from tests.cli import ROOT, run_module
 
-CLIS = ("tune", "train", "analyze", "report", "stability", "leak", "grafana", "calibrate")
+CLIS = ("tune", "train", "analyze", "report", "stability", "leak", "grafana", "calibrate",
+        "catalogue")  # fmt: skip
 
 
 @pytest.mark.parametrize("cli", CLIS)

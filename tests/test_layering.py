@@ -3,7 +3,8 @@ a folder per concern.
 
 Layers, top to bottom (a module imports only from its own layer or below):
 
-    platform's CLI modules (tune, train, analyze, report, stability, leak, grafana, calibrate)
+    platform's CLI modules (tune, train, analyze, report, stability, leak, grafana, calibrate,
+    catalogue)
     platform.execution > platform.control > platform.record > platform.analysis
     > platform.spaces > platform.storage > platform.errors
     trainables, data_prep (never each other)
@@ -286,6 +287,7 @@ def test_platform_is_split_into_subpackages():
         "leak",
         "grafana",
         "calibrate",
+        "catalogue",
     }
 
 

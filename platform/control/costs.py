@@ -4,48 +4,25 @@ A run costs its start (a worker group started, or a resident group already up; t
 with ``torch_compile`` the compile warm-up, cold the first time a shape compiles on the machine
 and warm once the machine's compile cache holds it) and its steps. ``Costs`` answers both for a
 run of a sweep: from what the sweep measured so far (its windows and finished runs), else from
-what earlier sweeps on this machine measured (``costs.json`` in the machine's cache folder,
-stage1_common/machine_cache.py, keyed by the configuration that decides the speed: every key
-but the run's length, its windows, its seed and its paths), else from priors, which say what
-they assume. A compiled configuration the machine has never run is planned with a cold compile:
-the compile cache holds no shape of it.
-
-``remember`` writes a finished sweep's measured costs into ``costs.json`` (every sweep, with or
-without a budget), so the next ``--budget`` and ``--dry-run --budget`` on the machine plan from
-numbers instead of priors.
+what earlier sweeps on this host measured (the machine's catalogue, platform/storage/
+catalogue.py, which every sweep writes, by the configuration's cost key: every key but the
+run's length, its windows, its seed and its paths), else from priors, which say what they
+assume. A compiled configuration the host has never run is planned with a cold compile: the
+compile cache holds no shape of it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import statistics
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from stage1_common.fileio import atomic_write_text
-from stage1_common.machine_cache import machine_cache
+import pandas as pd
+
+from platform.storage.catalogue import cost_key
 from trainables.config import TrialConfig
 
-__all__ = ["COSTS", "Costs", "Prior", "cost_key", "read_memory", "remember"]
-
-COSTS = "costs.json"  # in the machine's cache folder
-
-# Keys that do not change how fast a step runs or how long a run takes to start.
-_NOT_COST = {"max_steps", "log_every", "tail_timing_points", "run_timeout_s", "seed", "epochs"}
-
-
-def cost_key(cfg: TrialConfig) -> str:
-    """The configuration's fingerprint for the costs it has on a machine."""
-    values = {
-        k: v
-        for k, v in cfg.to_dict().items()
-        if k not in _NOT_COST and not k.endswith(("_path", "_dir"))
-    }
-    return hashlib.sha1(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+__all__ = ["Costs", "Prior", "cost_key", "memory_of", "read_memory"]
 
 
 @dataclass(frozen=True)
@@ -63,7 +40,7 @@ class Prior:
 @dataclass
 class Costs:
     """The costs of a sweep's runs: measured by the sweep (``handed_out``, ``observe``,
-    ``ended``), else remembered on the machine (``memory``: costs.json's entries), else
+    ``ended``), else remembered on the host (``memory``: ``memory_of`` its catalogue), else
     ``prior``."""
 
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -156,77 +133,33 @@ def _global_batch(cfg: TrialConfig) -> int:
     return cfg.micro_batch * cfg.train_workers * cfg.grad_accum_steps
 
 
-# --- the machine's memory of costs ---
-def memory_path(configured: str = "") -> Path:
-    return machine_cache(configured) / COSTS
+# --- the machine's memory: its catalogue ---
+def memory_of(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
+    """Cost key -> what its ok runs on ``host`` measured, from the catalogue's ``rows``
+    (platform/storage/catalogue.py): ``step_s`` (the median of the runs' tail iteration),
+    ``first_start_s`` (the newest run that started a worker group) and ``next_start_s`` (the
+    median of the runs on a resident group)."""
+    ok = rows[(rows["host"] == host) & (rows["status"] == "ok")].sort_values("ts")
+    out: dict[str, dict[str, Any]] = {}
+    for key, df in ok.groupby("cost_key"):
+        entry: dict[str, Any] = {"group": df["group"].iloc[-1]}
+        steps = df["tail_mean_iter_p50_ms"].dropna()
+        if len(steps):
+            entry["step_s"] = float(steps.median()) / 1000.0
+        starts = df[df["starts_group"].fillna(True).astype(bool)]["startup_s"].dropna()
+        if len(starts):
+            entry["first_start_s"] = float(starts.iloc[-1])
+        later = df[~df["starts_group"].fillna(True).astype(bool)]["startup_s"].dropna()
+        if len(later):
+            entry["next_start_s"] = float(later.median())
+        out[key] = entry
+    return out
 
 
 def read_memory(configured: str = "") -> dict[str, dict[str, Any]]:
-    """costs.json's entries ({} when the machine has none, or an unreadable file)."""
-    try:
-        data = json.loads(memory_path(configured).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data.get("configs", {}) if isinstance(data, dict) else {}
+    """What this host measured before, per cost key (``memory_of`` its catalogue; {} when it
+    has none)."""
+    from platform.storage.catalogue import fingerprint, host_now, read, store
 
-
-def remember(rows: list[dict[str, Any]], configs: dict[str, TrialConfig]) -> Path | None:
-    """Write what a sweep's ok runs measured (their manifest ``rows``; ``configs``: run ->
-    its config) into the machine's costs.json: per configuration, its seconds per step (the
-    median of its runs' tail iterations), the start of its first run (a group started) and of
-    a later one. Returns the file (None when no run measured anything or it cannot be written:
-    a budget then plans from priors, as before)."""
-    from trainables.resident.shape import GroupKey
-
-    by_key: dict[str, dict[str, Any]] = {}
-    groups_up: set[GroupKey] = set()  # a resident run of a key not up started a group
-    for row in rows:
-        cfg = configs.get(row.get("run", ""))
-        if cfg is None or row.get("status") != "ok":
-            continue
-        key = cost_key(cfg)
-        entry = by_key.setdefault(key, {"group": row.get("group"), "steps": [], "next": []})
-        iter_ms = _number(row.get("tail_mean_iter_p50_ms"))
-        if iter_ms:
-            entry["steps"].append(iter_ms / 1000.0)
-        startup = _number(row.get("startup_s"))
-        group_key = GroupKey.of(cfg)
-        if startup is not None:
-            if cfg.executor == "resident" and group_key in groups_up:
-                entry["next"].append(startup)
-            else:
-                entry["first_start_s"] = startup
-        groups_up.add(group_key)
-    if not by_key:
-        return None
-    configured = next((c.compile_cache_dir for c in configs.values() if c.compile_cache_dir), "")
-    path = memory_path(configured)
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        data = {}
-    known = data.get("configs", {}) if isinstance(data, dict) else {}
-    for key, entry in by_key.items():
-        old = dict(known.get(key, {}))
-        if entry["steps"]:
-            old["step_s"] = statistics.median(entry["steps"])
-        if "first_start_s" in entry:
-            old["first_start_s"] = entry["first_start_s"]
-        if entry["next"]:
-            old["next_start_s"] = statistics.median(entry["next"])
-        old.update(group=entry["group"], updated=time.time())
-        known[key] = old
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({"configs": known}, indent=1, sort_keys=True))
-    except OSError:
-        return None
-    return path
-
-
-def _number(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
+    rows = read(store(configured)).to_pandas()
+    return memory_of(rows, fingerprint(host_now())) if len(rows) else {}

@@ -72,6 +72,8 @@ class LaunchRequest:
     """Adjusts the runs once the corpus exists, before Ray starts (epochs -> max_steps)."""
     loggers: Sequence[str] = ()
     """The --logger series (platform/record/loggers.py)."""
+    skips: dict[str, str] = field(default_factory=dict)
+    """Runs not to run, and why (platform/analysis/history.py: warm_start's known failures)."""
     budget_s: float | None = None
     """--budget: the seconds the command may take, counted from its process's start
     (platform/control/budget.py)."""
@@ -339,6 +341,8 @@ def _fit_and_report(
         loggers=list(request.loggers),
         pool=pool,
         budget=None if request.budget_s is None else (request.budget_s, _process_start()),
+        skips=request.skips,
+        kind="train" if request.training else "sweep",
     )
     stop = StopSignals()
 

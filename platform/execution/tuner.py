@@ -19,7 +19,7 @@ from ray import tune
 
 from platform.control.asha import WarmASHA
 from platform.control.budget import Budget
-from platform.control.costs import Costs, read_memory, remember
+from platform.control.costs import Costs, read_memory
 from platform.control.race import Race, Schedule
 from platform.control.searchers import OptunaPlanner, PlannedSearcher
 from platform.control.stoppers import SweepStopper
@@ -72,6 +72,8 @@ class Sweep:
     tuner: tune.Tuner | None = None
     pool: ResidentPool | None = None  # the resident groups (None: every run is fresh)
     budget: Budget | None = None  # --budget (platform/control/budget.py)
+    space_ref: str = ""  # the space, as the catalogue names it
+    kind: str = "sweep"  # or train (platform.train)
     _finished: tuple[list[dict[str, Any]], list[str]] | None = None  # finish_files's answer
 
     def write_manifest(
@@ -93,9 +95,28 @@ class Sweep:
             # Interrupted: no waiting for runs to reach a window (Ray's shutdown ends them).
             self.close_groups(wait_s=0.0 if stop.received or interrupted else 60.0)
         self.recorder.close()
-        # What the runs cost, for the machine's next --budget (platform/control/costs.py).
-        remember(manifest, {r.name: r.config for r in self.planned})
+        # The catalogue of every sweep (platform/storage/catalogue.py): what the runs measured
+        # and cost, for comparisons, warm starts and the machine's next --budget.
+        self.catalogue(manifest, {r.name: r.config for r in self.planned})
         return manifest, interrupted
+
+    def catalogue(self, manifest: list[dict[str, Any]], configs: dict[str, Any]) -> None:
+        """The sweep's rows into the machine's catalogue and the root's ``catalogue.parquet``
+        (never at the sweep's expense: a store that cannot be written is one line)."""
+        from platform.storage import catalogue
+
+        configured = next(
+            (c.compile_cache_dir for c in configs.values() if c.compile_cache_dir), ""
+        )
+        try:
+            rows = catalogue.rows_of(self.root, manifest, configs, kind=self.kind,
+                                     space=self.space_ref)  # fmt: skip
+            catalogue.append(
+                rows, catalogue.store(configured), name=rows[0]["sweep"] if rows else None
+            )
+            catalogue.append(rows, self.root.path, name=catalogue.CATALOGUE)
+        except (OSError, ValueError) as exc:
+            print(f"catalogue: not written ({type(exc).__name__}: {exc})", flush=True)
 
     def finish_files(self, stop) -> tuple[list[dict[str, Any]], list[str]]:
         """Whatever ended the sweep (done, Ctrl-C, SIGTERM, an error), the buffered rows are
@@ -144,6 +165,8 @@ def build_sweep(
     loggers: list[str],
     pool: ResidentPool | None = None,
     budget: tuple[float, float] | None = None,
+    skips: dict[str, str] | None = None,
+    kind: str = "sweep",
 ) -> Sweep:
     """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
     ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
@@ -155,17 +178,19 @@ def build_sweep(
     sweep = Sweep(
         root=root,
         recorder=recorder,
-        todo=[r for r in runs if r.name not in done],
+        todo=[r for r in runs if r.name not in done and r.name not in (skips or {})],
         # A search that plans late (optuna) plans a group's runs when it picks the group;
         # every other search plans all of them now (the manifest lists the planned runs).
         planned=[r for r in runs if not space.search.plans_late or r.name in done],
         facts=facts,
+        space_ref=space.ref,
+        kind=kind,
     )
     recorder.on_change = sweep.write_manifest
     sweep.pool = pool or start_pool(root, space, sweep.todo)
     if budget is not None:
         sweep.budget = _budget(space, sweep, *budget)
-    tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume)
+    tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume, skips or {})
     sweep.write_manifest()
     _quiet_tune()
     sweep.tuner = tune.Tuner(
@@ -221,6 +246,7 @@ def _search_and_stop(
     done: dict[str, dict[str, Any]],
     sweep: Sweep,
     resume: bool,
+    skips: dict[str, str],
 ) -> tuple[tune.TuneConfig, SweepStopper]:
     """The Tune search algorithm that hands out the runs (``search``), the early-stopping
     scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
@@ -229,6 +255,7 @@ def _search_and_stop(
     schedule = Schedule(root, space, runs)
     if resume:
         schedule.load()
+    schedule.state["skipped"].update(skips)  # known to fail here (platform/analysis/history.py)
     schedule.save()
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs

@@ -1,0 +1,152 @@
+"""The catalogue (platform/storage/catalogue.py, platform/analysis/history.py, platform.catalogue):
+two writers at once lose no row, a host's fingerprint changes with its torch, a known out of
+memory point is skipped with its reason, comparisons carry a noise band, the CLI's lines."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from platform.analysis.history import compare, known_failures, warm_start
+from platform.execution.resources import resolve_executors
+from platform.spaces.expand import expand_runs
+from platform.spaces.load import load_space
+from platform.storage.catalogue import append, cost_key, fingerprint, host_now, read
+
+H200 = {"gpu": "NVIDIA H200", "gpus": 2, "driver": "580.159.04", "cuda": "13.0",
+        "torch": "2.11.0+cu130", "ray": "2.60.0", "deepspeed": "0.19.8", "platform": "0.1.0"}  # fmt: skip
+
+
+def row(sweep, run, group, key, sps, status="ok", reason="", host=H200, ts=None, repeat=1):
+    return {"sweep": sweep, "kind": "sweep", "output_root": f"/o/{sweep}", "space": "s",
+            "host": fingerprint(host), **host, "run": run, "group": group, "repeat": repeat,
+            "status": status, "failure_reason": reason, "cost_key": key, "config": "{}",
+            "tail_samples_per_sec_mean": sps, "ts": ts or time.time()}  # fmt: skip
+
+
+def _writer(folder, n, tag):
+    rows = [row(f"sweep-{tag}", f"run{i}", "g", "k", 100.0 + i) for i in range(n)]
+    for i in range(0, n, 10):  # many small files, each written whole, while the other writes
+        append(rows[i : i + 10], folder)
+
+
+def test_two_writers_at_once_lose_no_row(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(tmp_path, 200, tag)) for tag in "ab"]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    rows = read(tmp_path).to_pandas()
+    assert len(rows) == 400 and set(rows["sweep"]) == {"sweep-a", "sweep-b"}
+    assert not list(tmp_path.glob("*.tmp*"))  # no temporary left behind
+
+
+def test_a_new_torch_is_a_new_host_and_this_machine_is_one_host():
+    assert fingerprint(H200) != fingerprint({**H200, "torch": "2.12.0+cu130"})
+    assert fingerprint(H200) == fingerprint(dict(H200))
+    now = host_now()  # NVML and the installed versions, no torch import
+    assert now["torch"] and now["ray"] and fingerprint(now) == fingerprint(host_now())
+
+
+def test_a_resumed_sweeps_rows_replace_its_earlier_ones(tmp_path):
+    append([row("s1", "r1", "g", "k", 100.0, status="interrupted")], tmp_path)
+    append([row("s1", "r1", "g", "k", 110.0)], tmp_path)
+    rows = read(tmp_path).to_pandas()
+    assert rows["status"].tolist() == ["ok"] and rows["tail_samples_per_sec_mean"].tolist() == [110]
+
+
+def race_runs():
+    space = load_space("cpu_race").with_overrides(["scheduler=race"])
+    return resolve_executors(expand_runs(space), training=False)
+
+
+def test_warm_start_orders_by_what_was_measured_and_skips_a_known_oom(tmp_path):
+    runs = race_runs()
+    keys = {r.group: cost_key(r.config) for r in runs}
+    groups = list(keys)
+    host = fingerprint(H200)
+    rows = pd.DataFrame([
+        row("old", "a", groups[2], keys[groups[2]], 50.0),
+        row("old", "b", groups[1], keys[groups[1]], 20.0),
+        row("old", "c", groups[3], keys[groups[3]], 0.0, status="failed",
+            reason="CUDA out of memory. Tried to allocate 2.00 GiB"),
+        row("other", "d", groups[0], keys[groups[0]], 999.0, host={**H200, "torch": "2.12"}),
+    ])  # fmt: skip
+    ordered, skips, lines = warm_start(runs, rows, host)
+    first_round = [r.group for r in ordered if r.repeat == 1]
+    assert first_round[:2] == [groups[2], groups[1]]  # measured here, fastest first
+    assert set(first_round[2:]) == {groups[0], groups[3]}  # another host's figures do not count
+    assert set(skips) == {r.name for r in runs if r.group == groups[3]}
+    assert all("out of memory" in why and "sweep old" in why for why in skips.values())
+    assert sum(line.startswith(f"history: skipping {groups[3]}:") for line in lines) == 1
+    # An OOM point that later ran ok there is no longer known to fail.
+    later = pd.concat([rows, pd.DataFrame([row("new", "e", groups[3], keys[groups[3]], 30.0)])])
+    assert keys[groups[3]] not in known_failures(later, host)
+
+
+def test_compare_gives_ratios_with_a_noise_band():
+    a = pd.DataFrame([row("a", f"r{i}", "g", "k", v) for i, v in enumerate([100, 102, 98])])
+    same = pd.DataFrame([row("b", f"r{i}", "g", "k", v) for i, v in enumerate([101, 99, 100])])
+    faster = pd.DataFrame([row("b", f"r{i}", "g", "k", v) for i, v in enumerate([130, 131])])
+    one = pd.DataFrame([row("b", "r0", "g", "k", 100.0), row("b", "r1", "h", "x", 5.0)])
+    assert compare(a, same).iloc[0]["within_noise"]
+    fast = compare(a, faster).iloc[0]
+    assert fast["ratio"] == pytest.approx(1.305) and not fast["within_noise"]
+    single = compare(a, one)  # one run a side: the noise floor
+    assert len(single) == 1 and single.iloc[0]["high"] - single.iloc[0]["low"] == pytest.approx(
+        0.04
+    )
+
+
+def catalogue(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "platform.catalogue", *args],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+
+
+def test_the_command_lists_compares_and_refuses_in_one_line(tmp_path):
+    append([row("sweepA-1", "r1", "g", "k", 100.0), row("sweepA-1", "r2", "g", "k", 101.0)],
+           tmp_path)  # fmt: skip
+    append([row("sweepB-2", "r1", "g", "k", 120.0, host={**H200, "torch": "2.12"})], tmp_path)
+    out = catalogue("list", "--catalogue", str(tmp_path))
+    assert out.returncode == 0 and "sweepA-1" in out.stdout and "sweepB-2" in out.stdout
+    out = catalogue("compare", "torch:2.11", "torch:2.12", "--catalogue", str(tmp_path))
+    assert out.returncode == 0 and "1.194x" in out.stdout, out.stdout + out.stderr
+    out = catalogue("compare", "nosuch", "sweepB", "--catalogue", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "nosuch" in out.stderr
+
+
+def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
+    import os
+
+    runs = race_runs()
+    groups = list(dict.fromkeys(r.group for r in runs))
+    keys = {r.group: cost_key(r.config) for r in runs}
+    here = host_now()
+    append([
+        row("old", "a", groups[3], keys[groups[3]], 90.0, host=here),
+        row("old", "b", groups[1], keys[groups[1]], 0.0, "failed", "out of memory", host=here),
+    ], tmp_path / "catalogue")  # fmt: skip
+    env = {**os.environ, "STAGE1_CACHE_DIR": str(tmp_path)}
+    args = ["--space", "cpu_race", "--set", "scheduler=race", "--dry-run"]
+    warm = subprocess.run([sys.executable, "-m", "platform.tune", *args], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    cold = subprocess.run([sys.executable, "-m", "platform.tune", *args, "--no-history"],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert warm.returncode == cold.returncode == 0, warm.stderr + cold.stderr
+    assert (
+        f"history: skipping {groups[1]}: known to fail on this host: out of memory" in warm.stdout
+    )
+    assert "history:" not in cold.stdout
+
+    def first_listed(text):  # the plan's first run, in the order the runs go
+        return next(line.split()[1] for line in text.splitlines() if line.strip().startswith("1 "))
+
+    assert first_listed(warm.stdout).startswith(groups[3])  # measured here: first
+    assert first_listed(cold.stdout).startswith(groups[0])  # the space's order
