@@ -44,23 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     from platform.storage.catalogue import read, store
 
     try:
-        places = [_place(p) for p in args.catalogue or [store()]]
+        need = {"list": (0, "list takes no arguments"),
+                "history": (1, "history takes one group name or cost key"),
+                "compare": (2, "compare takes two sides: sweeps, output roots, host:H, torch:V")}  # fmt: skip
+        _need(args.args, *need[args.command])
+        places = [_place(p) for p in args.catalogue] if args.catalogue else [store()]
         rows = read(*places).to_pandas()
         if args.command == "list":
-            _need(args.args, 0, "list takes no arguments")
             table = history.sweeps(rows)
             print(table.to_string(index=False) if len(table) else
                   f"no sweep in the catalogue ({', '.join(map(str, places))}) yet")  # fmt: skip
             return 0
         if args.command == "history":
-            _need(args.args, 1, "history takes one group name or cost key")
             table = history.history(rows, args.args[0])
             if table.empty:
                 raise UsageError(f"{args.args[0]}: no run of it in the catalogue; see the groups "
                                  "with python -m platform.catalogue list")  # fmt: skip
             print(table.to_string(index=False))
             return 0
-        _need(args.args, 2, "compare takes two sides: sweeps, output roots, host:H, torch:V")
         a, b = (_side(rows, s) for s in args.args)
         table = history.compare(a, b)
         if table.empty:
@@ -88,6 +89,7 @@ def _place(path: Path) -> Path:
 
 
 def _need(args: list[str], n: int, what: str) -> None:
+    """One line for a wrong count of arguments."""
     if len(args) != n:
         raise UsageError(f"{what}, got {len(args)}")
 

@@ -146,6 +146,20 @@ def _warm_start(runs):
     return [by_name[r.name] for r in ordered], skips, lines
 
 
+def _check_budget(seconds: float) -> None:
+    """A budget shorter than the sweep's own start and end and one short run: refused."""
+    from platform.control.costs import Prior
+
+    prior = Prior()
+    least = prior.launch_s + prior.end_s + prior.first_start_s + 10
+    if seconds < least:
+        raise UsageError(
+            f"--budget {seconds:g}s leaves no time for a run: a sweep's start and end take about "
+            f"{prior.launch_s + prior.end_s:g} s and a first run {prior.first_start_s:g} s or "
+            f"more; give at least {least:g}s (e.g. --budget 2m)"
+        )
+
+
 def _duration(text: str) -> float:
     """--budget's seconds (argparse: one line and exit 2 otherwise)."""
     from stage1_common.durations import parse_duration
@@ -228,15 +242,20 @@ def main(argv: list[str] | None = None) -> int:
                 "groups as it goes); use search: grid or random, with scheduler: race or asha"
             )
         skips, history_lines = {}, []
-        if not args.no_history and (space.scheduler.name == "race" or args.budget is not None):
+        warm = space.scheduler.name == "race" or args.budget is not None
+        if warm and not args.no_history and not args.resume:  # a resume keeps its order
             runs, skips, history_lines = _warm_start(runs)
+        if args.budget is not None:
+            _check_budget(args.budget)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
             lines = [format_plan(space, runs), *known_cliff_notes(runs), *history_lines]
             if args.budget is not None:
                 from platform.control.budget import dry_plan
                 from platform.execution.resources import resolve_executors
 
-                resolved = resolve_executors(runs, training=False)
+                resolved = resolve_executors(
+                    [r for r in runs if r.name not in skips], training=False
+                )
                 lines.append(dry_plan(space, resolved, args.budget))
             _print_listing("\n".join(lines))
             check_inputs_only(space, runs, **inputs)

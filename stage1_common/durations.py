@@ -14,7 +14,11 @@ def parse_duration(text: str) -> float:
     """Seconds of ``90s``, ``4m``, ``1h30m``, ``1.5h`` or ``600`` (seconds)."""
     value = str(text).strip().lower()
     parts = re.findall(_PART, value)
-    if not value or not parts or re.sub(_PART, "", value).strip():
+    bare = [n for n, unit in parts if not unit]
+    if not value or not parts or re.sub(_PART, "", value).strip() or (bare and len(parts) > 1):
+        raise ValueError(f"{text!r} is not a duration; write it as 90s, 4m, 1h30m or 1.5h")
+    units = [u for _, u in parts]
+    if len(set(units)) < len(units):  # 1m1m
         raise ValueError(f"{text!r} is not a duration; write it as 90s, 4m, 1h30m or 1.5h")
     seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1, "": 1}[u] for n, u in parts)
     if seconds <= 0:

@@ -25,7 +25,7 @@ def test_a_duration_in_its_usual_words(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "4x", "m", "0s", "four minutes"])
+@pytest.mark.parametrize("text", ["", "4x", "m", "0s", "four minutes", "1h30", "1m1m"])
 def test_a_duration_that_is_none_names_the_forms(text):
     with pytest.raises(ValueError, match="90s, 4m, 1h30m|no time"):
         parse_duration(text)
@@ -72,6 +72,21 @@ def test_runs_share_the_time_of_concurrent_slots_and_of_runs_still_going():
     assert (len(busy.runs), busy.steps) < (len(alone.runs), alone.steps)
 
 
+def test_with_runs_at_once_no_run_is_planned_past_the_time_left():
+    one = plan(asks(groups=1, repeats=1), seconds=100, concurrency=4, **PLAN)
+    assert one.runs and 20.0 + one.steps * 0.2 <= 100  # one run cannot use four slots
+    unknown = [dataclasses.replace(a, step_s=None) for a in asks(groups=1, repeats=1)]
+    boxed = plan(unknown, seconds=100, concurrency=2, **PLAN)
+    assert boxed.share_s <= 100 - 20.0
+
+
+def test_boxed_repeats_of_groups_handed_out_already_still_run():
+    # Every group's first run is out (none measured yet): their repeats are planned, not left.
+    later = [dataclasses.replace(a, step_s=None) for a in asks() if a.rank == 2]
+    boxed = plan(later, seconds=600, concurrency=8, at_least_one=False, **PLAN)
+    assert set(boxed.runs) == {a.name for a in later} and not boxed.left_out
+
+
 def test_unknown_step_times_box_the_runs_in_equal_shares():
     unknown = [dataclasses.replace(a, step_s=None) for a in asks()]
     boxed = plan(unknown, seconds=200, **PLAN)
@@ -114,7 +129,7 @@ def play(budget_s, memory, true_step, true_start=(17.0, 2.5), launch=12.0):
         step_s = true_step[run.group]
         startup = true_start[0] if not ran else true_start[1]
         clock.now += startup
-        step, window = 0, 0
+        step, window = 0, -1  # windows are numbered from 0, as the trainable numbers them
         while step < cfg.max_steps:
             before, step = step, min(cfg.max_steps, step + cfg.log_every)
             window += 1
@@ -199,6 +214,17 @@ def test_a_deadline_passed_stops_the_run_going_and_leaves_the_rest_unrun():
     assert set(unrun) == {r.name for r in runs[1:]}
 
 
+def test_a_sweep_ended_before_its_budget_leaves_its_runs_pending():
+    _, runs = mainline()
+    clock = Clock()
+    budget = Budget(600, clock.now, runs, warmup=2, concurrency=1, costs=Costs(memory=recorded()),
+                    echo=lambda line: None, clock=clock)  # fmt: skip
+    assert budget.admit(runs[0]) is not None
+    budget.ended(runs[0].name, ok=False)
+    clock.now += 30  # Ctrl-C or an error long before the deadline: nothing is the budget's
+    assert budget.unrun() == {} and not budget.spent()
+
+
 def test_the_memory_is_what_ok_runs_on_this_host_measured_per_configuration():
     import time
 
@@ -241,13 +267,13 @@ def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):
     stopper = SweepStopper(runs, {"t1": runs[0].name, "t2": runs[1].name}, None, budget, schedule)
     first, second = budget.admit(runs[0]), budget.admit(runs[1])
     window = first.config.log_every
-    for i in range(1, 6):  # the first run: its warm-up and 3 tail windows measured
-        assert not stopper("t1", {"window": i, "step": i * window, "elapsed_s": i})
-    assert not stopper("t2", {"window": 1, "step": window, "elapsed_s": 1})
+    for i in range(5):  # the first run: its warm-up and 3 tail windows measured
+        assert not stopper("t1", {"window": i, "step": (i + 1) * window, "elapsed_s": i})
+    assert not stopper("t2", {"window": 0, "step": window, "elapsed_s": 1})
     clock.now += 95  # past the deadline (100 s less 10 s for the sweep's end)
     assert not stopper.stop_all()  # each run stops at its next window
-    assert stopper("t1", {"window": 6, "step": 6 * window, "elapsed_s": 6})
-    assert stopper("t2", {"window": 2, "step": 2 * window, "elapsed_s": 2})
+    assert stopper("t1", {"window": 5, "step": 6 * window, "elapsed_s": 6})
+    assert stopper("t2", {"window": 1, "step": 2 * window, "elapsed_s": 2})
     clock.now += 10
     assert stopper.stop_all()  # the whole budget spent: Tune ends what never reported again
     # The first had its windows: it ends where it is, a finished run of 6 windows whose tail

@@ -150,3 +150,30 @@ def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
 
     assert first_listed(warm.stdout).startswith(groups[3])  # measured here: first
     assert first_listed(cold.stdout).startswith(groups[0])  # the space's order
+
+
+def test_a_fresh_machine_lists_nothing_and_a_broken_file_is_skipped_in_one_line(tmp_path):
+    import os
+
+    env = {**os.environ, "STAGE1_CACHE_DIR": str(tmp_path / "fresh")}
+    out = catalogue(env=env)
+    assert out.returncode == 0 and "no sweep in the catalogue" in out.stdout, out.stderr
+    out = catalogue("compare", "a", env=env)  # a wrong count: said before anything is read
+    assert out.returncode == 2 and "compare takes two sides" in out.stderr
+    append([row("s1", "r1", "g", "k", 100.0)], tmp_path / "cat")
+    (tmp_path / "cat" / "junk.parquet").write_text("not parquet")
+    rows = read(tmp_path / "cat").to_pandas()
+    assert len(rows) == 1
+
+
+def test_this_machine_is_the_same_host_to_a_sweep_and_to_its_runs_records(tmp_path):
+    from importlib import metadata
+
+    from platform.storage.catalogue import host_of_env
+
+    now = host_now()
+    env = {"torch": metadata.version("torch"), "ray": metadata.version("ray"),
+           "deepspeed": metadata.version("deepspeed"), "cuda": now["cuda"] or None,
+           "gpus": [now["gpu"]] * now["gpus"] if now["gpus"] else [],
+           "driver": now["driver"] or None}  # fmt: skip
+    assert fingerprint(host_of_env(env)) == fingerprint(now)

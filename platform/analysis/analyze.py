@@ -130,7 +130,8 @@ def _budget(manifest: pd.DataFrame, schedule: dict[str, Any]) -> dict[str, Any] 
         return None
     left = record.get("left_unrun") or {}
     ran = manifest[~manifest["status"].isin(["skipped", "pending"])]
-    never = [g for g in dict.fromkeys(manifest["group"]) if g not in set(ran["group"])]
+    groups = manifest.groupby("group", sort=False)["run"]
+    never = [g for g, runs in groups if runs.isin(left).all()]  # every run left by the budget
     used = record.get("used_s")
     line = (
         f"budget {shown(record['seconds'])}: "

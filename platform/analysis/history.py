@@ -40,7 +40,8 @@ def sweeps(rows: pd.DataFrame) -> pd.DataFrame:
         out.append({
             "sweep": sweep, "when": pd.to_datetime(df["ts"].min(), unit="s").strftime("%Y-%m-%d %H:%M"),
             "kind": head["kind"], "space": head["space"], "host": head["host"],
-            "gpu": f"{int(head['gpus'] or 0)}x {head['gpu']}" if head["gpus"] else head["gpu"],
+            "gpu": f"{int(head['gpus'])}x {head['gpu']}" if pd.notna(head["gpus"]) and head["gpus"]
+            else head["gpu"],
             "torch": head["torch"], "runs": len(df), "ok": len(ok), "best": best,
             "samples_per_s": round(float(by_group.max()), 1) if len(by_group) else math.nan,
             "output_root": head["output_root"], "_ts": df["ts"].min(),
@@ -87,7 +88,8 @@ def measured_order(rows: pd.DataFrame, host: str) -> dict[str, float]:
 def known_failures(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
     """Cost key -> the newest failure on ``host`` that still holds (out of memory), for a
     configuration that never ran ok there since."""
-    here = rows[rows["host"] == host].sort_values("ts")
+    ran = ~rows["status"].isin(["skipped", "pending", "interrupted"])  # what a run said
+    here = rows[(rows["host"] == host) & ran].sort_values("ts", kind="stable")
     out: dict[str, dict[str, Any]] = {}
     for key, df in here.groupby("cost_key"):
         last = df.iloc[-1]

@@ -25,10 +25,12 @@ class WarmASHA(ASHAScheduler):
     (``time_attr``: windows after the warm-up); its stops go into the schedule."""
 
     def __init__(self, space: SearchSpace, runs: list[RunSpec], schedule: Schedule,
-                 trial_runs: dict[str, str]):  # fmt: skip
+                 trial_runs: dict[str, str], budget: bool = False):  # fmt: skip
         plan = space.scheduler
         windows = max(math.ceil(r.config.max_steps / r.config.log_every) for r in runs)
-        max_t = max(1, windows - plan.warmup_windows)
+        # With --budget a run's length and windows are the budget's (set when it is handed
+        # out): it ends at its own max_steps, never at a last rung counted from the space's.
+        max_t = 10**6 if budget else max(1, windows - plan.warmup_windows)
         super().__init__(
             time_attr="platform_window",
             metric=METRIC,

@@ -139,7 +139,11 @@ def plan(
         return min(full, (warmup + MIN_TAIL) * _window_floor(runs, step_of, log_every))
 
     def fits(k: int, r: int, n: int) -> bool:
-        return cost(chosen(k, r), n) <= capacity
+        """The runs' seconds fit the slots' (``concurrency`` at once), and the longest run
+        fits the time left on its own."""
+        runs = chosen(k, r)
+        longest = max((a.start_s + n * step_of(a) for a in runs), default=0.0)
+        return cost(runs, n) <= capacity and longest <= seconds
 
     # The space's own measurement: its warm-up and tail windows, in windows as short as they
     # may be (the window count is what the tail's statistics count).
@@ -182,18 +186,22 @@ def _nothing(asks: list[Ask], new: list[str], capacity: float, seconds: float) -
 
 def _boxed(asks, new, capacity, seconds, at_least_one) -> Plan:
     """Nothing's step time known: equal shares of the seconds, the most runs whose share is at
-    least ``BOXED_FLOOR_S`` (every new group first, then repeats); with ``at_least_one``, at
-    least the first run."""
+    least ``BOXED_FLOOR_S`` (every new group first, then repeats, those of groups handed out
+    already too); with ``at_least_one``, at least the first run. A share never outlasts the
+    time left."""
     for repeats in sorted({a.rank for a in asks}, reverse=True):
-        for k in range(len(new), 0, -1):
+        for k in range(len(new), -1, -1):
             out = set(new[:k])
-            runs = [a for a in asks if a.group in out and a.rank <= repeats]
-            share = (capacity - sum(a.start_s for a in runs)) / len(runs)
+            runs = [a for a in asks if a.rank <= repeats and (a.group in out or a.group not in new)]
+            if not runs:
+                continue
+            starts = max(a.start_s for a in runs)
+            share = min((capacity - sum(a.start_s for a in runs)) / len(runs), seconds - starts)
             first_only = k == 1 and repeats == 1 and at_least_one
             if (share >= BOXED_FLOOR_S or first_only) and (k == len(new) or repeats == 1):
                 return Plan(
                     runs=tuple(a.name for a in runs),
-                    groups=tuple(new[:k]),
+                    groups=tuple(dict.fromkeys(a.group for a in runs)),
                     steps=0,
                     window=UNKNOWN_WINDOW,
                     tail=1,
@@ -320,7 +328,8 @@ class Budget:
         """Seconds ``run`` (going) still takes, as planned."""
         spec, seen = self.handed[run], self.going[run]
         if run in self.boxes:
-            return max(0.0, self.boxes[run] - seen.get("elapsed", 0.0)) + 1.0
+            start = 0.0 if seen.get("windows") else self.costs.start(spec.config, False)
+            return start + max(0.0, self.boxes[run] - seen.get("elapsed", 0.0)) + 1.0
         step = self.costs.step(spec.config) or 0.0
         if not seen.get("windows"):
             return self.costs.start(spec.config, False) + spec.config.max_steps * step
@@ -393,16 +402,29 @@ class Budget:
 
     # --- what the stopper asks ---
     def observe(self, run: str, result: dict[str, Any]) -> str:
-        """One window of ``run``: '' to go on; ``boxed`` when it ends now as a finished run
-        (its share of seconds spent, or the budget's end with its warm-up and ``MIN_TAIL``
-        windows measured); ``deadline`` when the budget's end cuts it short."""
+        """One window of ``run`` seen (its costs, where it stands) and decided (``decide``)."""
+        if not self.seen(run, result):
+            return ""
+        return self.decide(run)
+
+    def seen(self, run: str, result: dict[str, Any]) -> bool:
+        """One window of ``run``: its costs and where it stands (False: not a run of ours)."""
         spec = self.handed.get(run) or self.runs.get(run)
         if spec is None:
-            return ""
+            return False
         self.costs.observe(run, spec.config, result, self.warmup)
         seen = self.going.setdefault(run, {"started": self.clock(), "step": 0, "windows": 0})
         seen.update(step=int(result.get("step") or 0), windows=seen["windows"] + 1,
                     elapsed=float(result.get("elapsed_s") or 0.0), last=self.clock())  # fmt: skip
+        return True
+
+    def decide(self, run: str) -> str:
+        """After a window of ``run``: '' to go on; ``boxed`` when it ends now as a finished run
+        (its share of seconds spent, or the budget's end with its warm-up and ``MIN_TAIL``
+        windows measured); ``deadline`` when the budget's end cuts it short."""
+        seen = self.going.get(run)
+        if seen is None:
+            return ""
         if self.clock() >= self.deadline:
             return self.end_now(run)
         share = self.boxes.get(run)
@@ -420,7 +442,8 @@ class Budget:
             return self._finish_here(run, "the budget's end")
         if not self.answered and not any(self._ranked(other) for other in self.going.values()):
             return ""
-        self.record["cut"].append(run)
+        if run not in self.record["cut"]:
+            self.record["cut"].append(run)
         return "deadline"
 
     def _ranked(self, seen: dict[str, Any]) -> bool:
@@ -438,11 +461,12 @@ class Budget:
         self.on_spec(self.handed[run])
         return "boxed"
 
-    def ended(self, run: str) -> None:
+    def ended(self, run: str, ok: bool = True) -> None:
+        """``run``'s trial ended (``ok``: finished, not failed nor stopped by the race)."""
         seen = self.going.pop(run, None)
         self.gone.add(run)
-        if seen and self._ranked(seen):
-            self.answered = True  # a run with windows enough to rank ended
+        if ok and seen and self._ranked(seen) and run not in self.record["cut"]:
+            self.answered = True  # a run with windows enough to rank finished
         if seen and seen.get("last"):
             self.costs.ended(self.clock() - seen["last"])
 
@@ -450,6 +474,8 @@ class Budget:
         """Every run the budget left unrun or never reached: run -> why (the sweep's
         ``skipped``)."""
         out = {run: f"not run: {why}" for run, why in self.record["left_unrun"].items()}
+        if not self.past_deadline():  # the sweep ended otherwise (Ctrl-C, an error): pending
+            return out
         for run in self.order:
             if run not in self.handed and run not in self.gone:
                 out[run] = "not run: the budget's time was up"

@@ -67,10 +67,10 @@ class Costs:
         first window the run's start (startup_s)."""
         key = cost_key(cfg)
         self.batch[key] = _global_batch(cfg)
-        index = int(window.get("window") or 0)
-        if index > warmup and window.get("iter_ms_mean"):
+        index = int(window.get("window") or 0)  # numbered from 0
+        if index >= warmup and window.get("iter_ms_mean"):
             self.step_s.setdefault(key, []).append(float(window["iter_ms_mean"]) / 1000.0)
-        if index == 1 and window.get("startup_s") is not None:
+        if index == 0 and window.get("startup_s") is not None:
             startup = float(window["startup_s"])
             if self._starting.get(run, True):
                 self.group_starts.append(startup)

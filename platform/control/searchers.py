@@ -80,7 +80,8 @@ class PlannedSearcher(Searcher):
         self.in_flight.discard(trial_id)
         run = self.trial_runs.get(trial_id)
         if self.budget is not None and run is not None:
-            self.budget.ended(run)
+            stopped = self.race is not None and run in self.race.schedule.stops
+            self.budget.ended(run, ok=not error and not stopped)
         if self.race is not None and run is not None:
             self.race.complete(run, _outcome(self.race.runs[run].config, result, error))
 

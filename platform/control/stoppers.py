@@ -48,16 +48,17 @@ class SweepStopper(RunTimeout):
 
     def __call__(self, trial_id, result) -> bool:
         run = self.trial_runs.get(trial_id, "")
-        if self.budget is not None and run:
-            said = self.budget.observe(run, result)
+        ours = self.budget is not None and run and self.budget.seen(run, result)
+        if self.race is not None and run and self.race.observe(run, result):
+            return True  # the race's stop, recorded as the race's
+        if ours:
+            said = self.budget.decide(run)
             if said == "boxed":  # ends here as a finished run (schedule: ended_by_budget)
                 self.schedule.save()
                 return True
             if said == "deadline":
                 self._cut(run, result)
                 return True
-        if self.race is not None and run and self.race.observe(run, result):
-            return True
         return super().__call__(trial_id, result)
 
     def stop_all(self) -> bool:

@@ -127,8 +127,8 @@ class Sweep:
             if self._finished is None:
                 self.recorder.on_experiment_end(trials=[])
                 self.recorder.drain()  # every row and record handed to its writer is on disk
-                if self.budget is not None and not stop.received:  # its safety stop
-                    self.recorder.settle(self.budget.settle)
+                if self.budget is not None and not stop.received and self.budget.spent():
+                    self.recorder.settle(self.budget.settle)  # the budget's safety stop
                 interrupted = self.recorder.mark_interrupted(stop.received or "SIGINT")
                 if self.budget is not None:  # its record, and the runs it left unrun
                     self.budget.finish()
@@ -284,8 +284,21 @@ def _search_and_stop(
     else:
         searcher = PlannedSearcher(sweep.todo, param, trial_runs, race, budget, schedule.save)
     scheduler = (
-        WarmASHA(space, runs, schedule, trial_runs) if space.scheduler.name == "asha" else None
+        WarmASHA(space, runs, schedule, trial_runs, budget=budget is not None)
+        if space.scheduler.name == "asha"
+        else None
     )
+    if budget is not None:  # a run's spec as the budget plans it: the race's and ASHA's too
+        recorded = budget.on_spec
+
+        def on_spec(spec: RunSpec) -> None:
+            recorded(spec)
+            if race is not None:
+                race.runs[spec.name] = spec
+            if scheduler is not None:
+                scheduler.max_steps[spec.name] = spec.config.max_steps
+
+        budget.on_spec = on_spec
     tune_config = tune.TuneConfig(
         search_alg=searcher,
         scheduler=scheduler,
@@ -308,6 +321,7 @@ def _budget(space: SearchSpace, sweep: Sweep, seconds: float, started_at: float)
 
     def on_spec(spec: RunSpec) -> None:
         sweep.recorder.runs[spec.name] = spec
+        sweep.recorder.progress.runs[spec.name] = spec  # the console's cliff line
         sweep.planned = [spec if r.name == spec.name else r for r in sweep.planned]
 
     return Budget(

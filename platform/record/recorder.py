@@ -142,8 +142,8 @@ class SweepRecorder(Callback):
         run = self._run(trial)
         cfg, last = self.runs[run].config, self.latest.get(run, {})
         stopped = self.schedule.stops.get(run) if self.schedule is not None else None
-        if self.schedule is not None and self.schedule.ended_by_budget(run):
-            self._finish(trial, "ok", "")  # --budget: its share of seconds run, a finished run
+        if stopped is None and self.schedule is not None and self.schedule.ended_by_budget(run):
+            self._finish(trial, "ok", "")  # --budget: ended where it was, a finished run
             return
         if stopped is not None:
             # Stopped by the scheduler (race, asha): its windows are kept, a partial run.

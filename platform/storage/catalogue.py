@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -102,13 +103,11 @@ def host_now() -> dict[str, Any]:
     torch import): the same fields, so the same machine gives the same fingerprint."""
     gpus, driver = _nvml()
     torch_version = _version("torch")
-    local = torch_version.partition("+")[2]
-    cuda = f"{local[2:-1]}.{local[-1]}" if local.startswith("cu") and len(local) > 3 else ""
     return {
         "gpu": gpus[0] if gpus else "cpu",
         "gpus": len(gpus),
         "driver": driver,
-        "cuda": cuda,
+        "cuda": _torch_cuda(),
         "torch": torch_version,
         "ray": _version("ray"),
         "deepspeed": _version("deepspeed"),
@@ -141,12 +140,13 @@ def read(*places: Path) -> pa.Table:
     a resumed sweep's earlier attempt) once, as last written."""
     tables = []
     for place in places:
-        if place.is_dir():
-            files = sorted(str(p) for p in place.glob("*.parquet"))
-            if files:
-                tables.append(ds.dataset(files, schema=SCHEMA, format="parquet").to_table())
-        elif place.is_file():
-            tables.append(pq.read_table(place, schema=SCHEMA))
+        files = sorted(place.glob("*.parquet")) if place.is_dir() else [place]
+        for path in files:
+            try:
+                tables.append(ds.dataset(str(path), schema=SCHEMA, format="parquet").to_table())
+            except (OSError, pa.ArrowException) as exc:  # a file no sweep of ours wrote whole
+                print(f"catalogue: {path} skipped ({type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:120]})", file=sys.stderr)  # fmt: skip
     if not tables:
         return SCHEMA.empty_table()
     table = pa.concat_tables(tables)
@@ -164,6 +164,7 @@ def rows_of(
     run that never started has none: the sweep's first host)."""
     from trainables.resident.shape import GroupKey
 
+    here = host_now()
     hosts = {}
     groups_up: set[GroupKey] = set()  # a resident run of a shape already up reuses its group
     starts: dict[str, bool] = {}
@@ -175,8 +176,11 @@ def rows_of(
             groups_up.add(key)
         env = _read_json(root.run_folder(row["run"]).env)
         if env.get("torch"):
-            hosts[row["run"]] = host_of_env(env)
-    first = next(iter(hosts.values()), host_now())
+            seen = host_of_env(env)
+            # The machine the driver runs on, as a later sweep here names it (host_now), unless
+            # the runs' GPUs were on other nodes (a CPU-only driver of a GPU cluster).
+            hosts[row["run"]] = seen if seen["gpu"] != "cpu" and here["gpu"] == "cpu" else here
+    first = next(iter(hosts.values()), here)
     # One id per output root: a resumed sweep's rows replace its earlier attempt's.
     sweep = (
         f"{Path(root.shown.split('?')[0]).name}-{hashlib.sha1(root.shown.encode()).hexdigest()[:6]}"
@@ -251,6 +255,23 @@ def _version(package: str) -> str:
 
 def _platform_version() -> str:
     return _version("stage1-platform") or "0"
+
+
+def _torch_cuda() -> str:
+    """``torch.version.cuda`` of the installed torch, read from its version.py (no torch import:
+    2-3 s on the driver), as a run's env.json records it; '' for a CPU build."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return ""
+    found = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else ""
 
 
 def _nvml() -> tuple[list[str], str]:
