@@ -22,11 +22,13 @@ H200 = {"gpu": "NVIDIA H200", "gpus": 2, "driver": "580.159.04", "cuda": "13.0",
         "torch": "2.11.0+cu130", "ray": "2.60.0", "deepspeed": "0.19.8", "platform": "0.1.0"}  # fmt: skip
 
 
-def row(sweep, run, group, key, sps, status="ok", reason="", host=H200, ts=None, repeat=1):
+def row(sweep, run, group, key, sps, status="ok", reason="", host=H200, ts=None, repeat=1,
+        jitter=1.05):  # fmt: skip
     return {"sweep": sweep, "kind": "sweep", "output_root": f"/o/{sweep}", "space": "s",
             "host": fingerprint(host), **host, "run": run, "group": group, "repeat": repeat,
             "status": status, "failure_reason": reason, "cost_key": key, "config": "{}",
-            "tail_samples_per_sec_mean": sps, "ts": ts or time.time()}  # fmt: skip
+            "tail_samples_per_sec_mean": sps, "iter_p90_over_p50": jitter,
+            "ts": ts or time.time()}  # fmt: skip
 
 
 def _writer(folder, n, tag):
@@ -75,14 +77,16 @@ def test_warm_start_orders_by_what_was_measured_and_skips_a_known_oom(tmp_path):
     rows = pd.DataFrame([
         row("old", "a", groups[2], keys[groups[2]], 50.0),
         row("old", "b", groups[1], keys[groups[1]], 20.0),
+        row("old", "j", groups[0], keys[groups[0]], 80.0, jitter=3.0),  # faster, jittery
         row("old", "c", groups[3], keys[groups[3]], 0.0, status="failed",
             reason="CUDA out of memory. Tried to allocate 2.00 GiB"),
         row("other", "d", groups[0], keys[groups[0]], 999.0, host={**H200, "torch": "2.12"}),
     ])  # fmt: skip
     ordered, skips, lines = warm_start(runs, rows, host)
     first_round = [r.group for r in ordered if r.repeat == 1]
-    assert first_round[:2] == [groups[2], groups[1]]  # measured here, fastest first
-    assert set(first_round[2:]) == {groups[0], groups[3]}  # another host's figures do not count
+    # Measured here: the steady groups fastest first, then the jittery one (a race's leader
+    # must be steady), then what this host never measured (another host's figures do not count).
+    assert first_round == [groups[2], groups[1], groups[0], groups[3]]
     assert set(skips) == {r.name for r in runs if r.group == groups[3]}
     assert all("out of memory" in why and "sweep old" in why for why in skips.values())
     assert sum(line.startswith(f"history: skipping {groups[3]}:") for line in lines) == 1

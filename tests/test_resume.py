@@ -45,6 +45,16 @@ def test_a_root_whose_first_attempt_died_before_its_manifest_resumes_from_scratc
         previous_status(OutputRoot(tmp_path / "nothing-here"), runs)
 
 
+def test_a_resume_runs_in_the_first_attempts_order_and_refuses_another_sweep(tmp_path, runs):
+    first, second = runs
+    write_manifest(OutputRoot(tmp_path), [second, first], {})  # a warm start put mb8 first
+    again = [first, second]  # the space's order, as --resume expands it
+    previous_status(OutputRoot(tmp_path), again)
+    assert again == [second, first]
+    with pytest.raises(UsageError, match="holds a different sweep"):
+        previous_status(OutputRoot(tmp_path), [first])
+
+
 def test_drop_rows_removes_every_trace_of_the_rerun_runs_only(tmp_path, runs):
     first, second = runs
     for run in runs:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis.stats import t_quantile
+from platform.analysis.stats import UNSTABLE_RATIO, t_quantile
 
 __all__ = ["NOISE_FLOOR", "compare", "history", "known_failures", "measured_order", "sweeps"]
 
@@ -79,10 +79,17 @@ def history(rows: pd.DataFrame, key: str) -> pd.DataFrame:
     return out.drop(columns="ts").assign(when=when)[["when", *cols[1:]]]
 
 
-def measured_order(rows: pd.DataFrame, host: str) -> dict[str, float]:
-    """Cost key -> mean samples/s of its ok runs on ``host``."""
+def measured_order(rows: pd.DataFrame, host: str) -> dict[str, tuple[bool, float]]:
+    """Cost key -> (jittery, mean samples/s) of its ok runs on ``host``: jittery when most of
+    them had a tail iter p90/p50 above the ranking's limit (a race's leader must be steady)."""
     ok = rows[(rows["host"] == host) & (rows["status"] == "ok")]
-    return ok.groupby("cost_key")["tail_samples_per_sec_mean"].mean().dropna().to_dict()
+    ok = ok[ok["tail_samples_per_sec_mean"].notna()]
+    out = {}
+    for key, df in ok.groupby("cost_key"):
+        ratios = df["iter_p90_over_p50"].dropna()
+        jittery = bool(len(ratios)) and float((ratios > UNSTABLE_RATIO).mean()) > 0.5
+        out[key] = (jittery, float(df["tail_samples_per_sec_mean"].mean()))
+    return out
 
 
 def known_failures(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
@@ -122,9 +129,9 @@ def _ratio(a: list[float], b: list[float]) -> tuple[float, float, float]:
 
 def warm_start(runs: list, rows: pd.DataFrame, host: str) -> tuple[list, dict[str, str], list[str]]:
     """A race or a budget on a host seen before: ``runs`` (RunSpecs, in their planned order)
-    with each repeat round's groups ordered by what was measured there (fastest first: an early
-    strong leader stops the slower groups sooner; groups never measured keep their place after
-    them), the runs of groups known to fail there (``known_failures``) to skip (run -> why), and
+    with each repeat round's groups ordered by what was measured there (steady groups fastest
+    first: an early strong leader stops the slower groups sooner; jittery ones after them;
+    groups never measured keep their place after those), the runs of groups known to fail there (``known_failures``) to skip (run -> why), and
     one line per skipped group and one for the order."""
     from platform.storage.catalogue import cost_key
 
@@ -140,11 +147,13 @@ def warm_start(runs: list, rows: pd.DataFrame, host: str) -> tuple[list, dict[st
         skips[run.name] = f"not run: {why}"
         if not any(line.startswith(f"history: skipping {run.group}:") for line in lines):
             lines.append(f"history: skipping {run.group}: {why}")
-    rank = {k: -v for k, v in measured.items()}
-    ordered = sorted(
-        runs,
-        key=lambda r: (r.repeat, rank.get(cost_key(r.config), math.inf)),
-    )
+    never = (True, True, 0.0)  # after every group measured here, in the space's order
+
+    def place(run) -> tuple:
+        found = measured.get(cost_key(run.config))
+        return never if found is None else (False, found[0], -found[1])
+
+    ordered = sorted(runs, key=lambda r: (r.repeat, place(r)))
     known = sum(1 for g in {cost_key(r.config) for r in runs} if g in measured)
     if known:
         lines.append(

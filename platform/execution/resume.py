@@ -26,8 +26,10 @@ _COUNTS = ("gpu_telemetry_rows", "host_telemetry_rows", "stall_alerts")
 
 
 def previous_status(root: OutputRoot, runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
-    """The recorded status of every run that finished ok, in the recorder's form. Refuses an
-    output root without a sweep, or one holding a different sweep."""
+    """The recorded status of every run that finished ok, in the recorder's form; ``runs`` put
+    in the order the earlier attempt ran them (a warm start may have ordered them from the
+    catalogue of that time). Refuses an output root without a sweep, or one holding a
+    different sweep."""
     manifest = root.manifest
     if not manifest.is_file() and _started(root):
         return {}  # the earlier attempt stopped before its manifest was written: nothing ran
@@ -39,11 +41,13 @@ def previous_status(root: OutputRoot, runs: list[RunSpec]) -> dict[str, dict[str
     with manifest.open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     recorded, wanted = [r["run"] for r in rows], [r.name for r in runs]
-    if recorded != wanted:
+    if sorted(recorded) != sorted(wanted):
         raise UsageError(
             f"--resume: {root.shown} holds a different sweep ({len(recorded)} runs, first "
             f"{recorded[:1]}); resume with the --space and --set that started it"
         )
+    order = {name: i for i, name in enumerate(recorded)}
+    runs.sort(key=lambda r: order[r.name])
     done = {}
     for row in rows:
         if row["status"] not in ("ok", *EARLY_STATUSES):

@@ -54,8 +54,8 @@ CATALOGUE = "catalogue"  # the machine's folder in its cache; catalogue.parquet 
 FINGERPRINT_KEYS = ("gpu", "gpus", "driver", "cuda", "torch", "ray", "deepspeed", "platform")
 _TEXT = ("sweep", "kind", "output_root", "space", "host", "run", "group", "status",
          "failure_reason", "cost_key", "config", *FINGERPRINT_KEYS[:1], *FINGERPRINT_KEYS[2:])  # fmt: skip
-_NUMBERS = ("tail_samples_per_sec_mean", "tail_mean_iter_p50_ms", "startup_s", "compile_s",
-            "tail_windows", "micro_batch", "ts")  # fmt: skip
+_NUMBERS = ("tail_samples_per_sec_mean", "tail_mean_iter_p50_ms", "iter_p90_over_p50",
+            "startup_s", "compile_s", "tail_windows", "micro_batch", "ts")  # fmt: skip
 SCHEMA = pa.schema(
     [(k, pa.string()) for k in _TEXT]
     + [("repeat", pa.int64()), ("gpus", pa.int64()), ("starts_group", pa.bool_())]
@@ -209,6 +209,7 @@ def rows_of(
                 "micro_batch": cfg.micro_batch,
                 "tail_samples_per_sec_mean": row.get("tail_samples_per_sec_mean"),
                 "tail_mean_iter_p50_ms": row.get("tail_mean_iter_p50_ms"),
+                "iter_p90_over_p50": row.get("iter_p90_over_p50"),
                 "tail_windows": row.get("tail_windows"),
                 "startup_s": row.get("startup_s"),
                 "starts_group": starts.get(row["run"]),

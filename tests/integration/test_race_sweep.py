@@ -54,7 +54,10 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
 
     # The race, one run at a time; Ctrl-C once it has stopped a group, then --resume.
     root = tmp_path / "race"
-    args = ["--space", "cpu_race", "--output-root", str(root), "--set", "scheduler=race"]
+    # --no-history: the race from a cold start (the grid above is in the machine's catalogue;
+    # warm starts are tests/test_catalogue.py's).
+    args = ["--space", "cpu_race", "--output-root", str(root), "--set", "scheduler=race",
+            "--no-history"]  # fmt: skip
     sweep = LiveCli("platform.tune", *args)
     sweep.wait_for("leaves the race (slower)")
     sweep.wait_for("_r1: step 8/40", after=len(sweep.lines))  # the next run is going
