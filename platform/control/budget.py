@@ -39,6 +39,7 @@ from typing import Any
 from platform.control.costs import Costs, cost_key, read_memory
 from platform.spaces.expand import RunSpec
 from stage1_common.durations import shown
+from trainables.resident.shape import starts_group
 
 __all__ = ["MIN_TAIL", "Budget", "Plan", "dry_plan", "plan"]
 
@@ -299,7 +300,7 @@ class Budget:
         for name in names:
             spec = self.runs[name]
             rank[spec.group] = rank.get(spec.group, 0) + 1
-            starts = self._starts_group(spec.config, up)
+            starts = starts_group(spec.config, up)
             asks.append(Ask(name, spec.group, rank[spec.group],
                             self.costs.start(spec.config, starts), self.costs.step(spec.config)))  # fmt: skip
         busy = sum(self._left_of(run, now) for run in self.going)
@@ -315,14 +316,6 @@ class Budget:
             tail=first_spec.tail_timing_points if first_spec else 1,
             at_least_one=not self.handed,
         )
-
-    def _starts_group(self, cfg, up: set) -> bool:
-        from trainables.resident.shape import GroupKey
-
-        key = GroupKey.of(cfg)
-        starts = cfg.executor != "resident" or key not in up
-        up.add(key)
-        return starts
 
     def _left_of(self, run: str, now: float) -> float:
         """Seconds ``run`` (going) still takes, as planned."""

@@ -21,6 +21,7 @@ import pandas as pd
 
 from platform.storage.catalogue import cost_key
 from trainables.config import TrialConfig
+from trainables.resident.shape import starts_group
 
 __all__ = ["Costs", "Prior", "cost_key", "memory_of", "read_memory"]
 
@@ -56,11 +57,7 @@ class Costs:
     # --- what the sweep measures ---
     def handed_out(self, run: str, cfg: TrialConfig) -> None:
         """``run`` goes to a trial now: whether it starts a worker group."""
-        from trainables.resident.shape import GroupKey
-
-        key = GroupKey.of(cfg)
-        self._starting[run] = cfg.executor != "resident" or key not in self.groups_up
-        self.groups_up.add(key)
+        self._starting[run] = starts_group(cfg, self.groups_up)
 
     def observe(self, run: str, cfg: TrialConfig, window: dict[str, Any], warmup: int) -> None:
         """One window of ``run``: its seconds per step once past the warm-up, and with its
@@ -112,12 +109,6 @@ class Costs:
         else:
             base, compile_s = self.prior.next_start_s, self._compile(cfg)
         return base + compile_s + (statistics.median(self.ends) if self.ends else 1.0)
-
-    def starts_group(self, cfg: TrialConfig) -> bool:
-        """Whether a run of ``cfg`` handed out now would start a worker group."""
-        from trainables.resident.shape import GroupKey
-
-        return cfg.executor != "resident" or GroupKey.of(cfg) not in self.groups_up
 
     def _compile(self, cfg: TrialConfig) -> float:
         """A compile warm-up: none for an eager run; warm for a configuration the machine

@@ -162,18 +162,16 @@ def rows_of(
     """One row per run of a finished sweep or training: its manifest row (status, reason, tail
     figures, costs), its config (``configs``: run -> TrialConfig) and its host (env.json; a
     run that never started has none: the sweep's first host)."""
-    from trainables.resident.shape import GroupKey
+    from trainables.resident.shape import starts_group
 
     here = host_now()
     hosts = {}
-    groups_up: set[GroupKey] = set()  # a resident run of a shape already up reuses its group
+    up: set = set()  # a resident run of a shape already up reuses its group
     starts: dict[str, bool] = {}
     for row in manifest:
         cfg = configs.get(row["run"])
         if cfg is not None and row.get("startup_s") not in (None, ""):
-            key = GroupKey.of(cfg)
-            starts[row["run"]] = cfg.executor != "resident" or key not in groups_up
-            groups_up.add(key)
+            starts[row["run"]] = starts_group(cfg, up)
         env = _read_json(root.run_folder(row["run"]).env)
         if env.get("torch"):
             seen = host_of_env(env)

@@ -19,7 +19,7 @@ from typing import Any
 from trainables.config import TrialConfig
 from trainables.observe.watchdog import pg_timeout_for
 
-__all__ = ["GroupKey", "GroupShape", "group_cpus"]
+__all__ = ["GroupKey", "GroupShape", "group_cpus", "starts_group"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,12 @@ def group_cpus(configs: Iterable[TrialConfig]) -> dict[GroupKey, int]:
         key = GroupKey.of(cfg)
         most[key] = max(most.get(key, 0), cfg.cpus_per_train_worker)
     return most
+
+
+def starts_group(cfg: TrialConfig, up: set[GroupKey]) -> bool:
+    """Whether a run of ``cfg`` handed out now starts a worker group: a fresh run always, a
+    resident one when no group of its key is ``up`` yet (its key is added to ``up``)."""
+    key = GroupKey.of(cfg)
+    starts = cfg.executor != "resident" or key not in up
+    up.add(key)
+    return starts
