@@ -4,6 +4,7 @@
 # STEP: budget   4090_mainline --set max_steps=600 with --budget ${BUDGET:-4m}, timed
 #       compiled the same space with a compiled point (torch_compile [false,true], loader
 #                workers 6) with the same budget
+#       compiled_grid  that space's full grid, stopped and resumed as grid is
 #       grid     the full grid (2 repeats, 600 steps), stopped with SIGINT after GRID_LIMIT s
 #                (default 540) and finished by the next call's grid step with --resume (its
 #                root gpu_out/grid travels: carry [".gpu", "gpu_out"])
@@ -35,6 +36,11 @@ for step in "$@"; do
       timed compiled python -m platform.tune --space 4090_mainline "${SETS[@]}" \
         --set num_workers=6 --set "torch_compile=[false,true]" \
         --budget "${BUDGET:-4m}" --output-root $G/compiled ;;
+    compiled_grid)
+      if [ -f $G/cgrid/run_manifest.tsv ]; then RESUME=(--resume); else RESUME=(); fi
+      timed "cgrid$(ls $OUT/cgrid*.log 2>/dev/null | wc -l)" timeout -s INT "${GRID_LIMIT:-540}" \
+        python -m platform.tune --space 4090_mainline "${SETS[@]}" --set num_workers=6 \
+        --set "torch_compile=[false,true]" --output-root $G/cgrid "${RESUME[@]}" ;;
     grid)
       if [ -f $G/grid/run_manifest.tsv ]; then RESUME=(--resume); else RESUME=(); fi
       timed "grid$(ls $OUT/grid*.log 2>/dev/null | wc -l)" timeout -s INT "${GRID_LIMIT:-540}" \
