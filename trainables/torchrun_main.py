@@ -111,4 +111,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written (atomically) and the process group destroyed: end here, without
+    # the interpreter's teardown, where a rank's gloo and loader threads can abort the process
+    # (SIGABRT after the run finished: torchrun then fails the whole launch; seen once in CI).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
