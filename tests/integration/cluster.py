@@ -37,10 +37,19 @@ def ray_cli() -> list[str]:
     )
 
 
+_HANDED: set[int] = set()  # ports given out already: the OS may offer a closed one again
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port, never one this process handed out before (a head once got the same port
+    for its GCS and its dashboard agent, and died)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED:
+            _HANDED.add(port)
+            return port
 
 
 def can_unshare() -> str | None:
