@@ -8,6 +8,7 @@
 #       grid     the full grid (2 repeats, 600 steps), stopped with SIGINT after GRID_LIMIT s
 #                (default 540) and finished by the next call's grid step with --resume (its
 #                root gpu_out/grid travels: carry [".gpu", "gpu_out"])
+# STEPS=N: max_steps of every step (default 600; the same for a budget sweep and its grid).
 # Then: python -m benchmarks.budget_check gpu_out/budget gpu_out/grid (the comparison).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
@@ -16,7 +17,7 @@ nvidia-smi --query-gpu=uuid --format=csv,noheader >> "$OUT/hosts.txt"
 make_corpus
 G=gpu_out
 mkdir -p $G
-SETS=(--set manifest_path=$M --set max_steps=600)
+SETS=(--set manifest_path=$M --set max_steps=${STEPS:-600})
 timed() {  # NAME, then the command: its wall seconds into $OUT/NAME.wall
   local name=$1; shift
   local t0; t0=$(date +%s%N)
@@ -48,5 +49,5 @@ for step in "$@"; do
         "${RESUME[@]}" ;;
   esac
 done
-cp -r $G "$OUT/"
-cp ~/.cache/stage1/costs.json "$OUT/" 2>/dev/null || true
+tar czf "$OUT/gpu_out.tgz" --exclude=report.html $G  # the tool brings back 8 files, 2 folders deep
+cp "${STAGE1_CACHE_DIR:-$HOME/.cache/stage1}/costs.json" "$OUT/" 2>/dev/null || true
