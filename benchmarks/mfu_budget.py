@@ -26,7 +26,8 @@ with ``--profile TRACE.json`` (benchmarks.step_profile's columns ``comm_exposed`
 ``gpu_idle`` are added as rows).
 
     python -m benchmarks.mfu_budget --micro-batch 256 --audio-s 2.0 --text-tokens 64 \\
-        [--compile none|default|reduce-overhead] [--json OUT.json] [--profile TRACE.json]
+        [--compile none|default|reduce-overhead] [--pos-conv conv|matmul] [--json OUT.json] \\
+        [--profile TRACE.json]
 
 The analytic FLOP formula the counts are checked against is in docs (``flops_formula``).
 """
@@ -45,6 +46,7 @@ import torch.nn.functional as F
 
 from trainables.engine.mfu import counter, peak_tflops
 from trainables.engine.precision import resolve_precision
+from trainables.model.pos_conv import use_pos_conv
 from trainables.model.stage1 import build_model_with_attention, contrastive_loss
 
 PARTS = ("extractor", "speech_encoder", "text_encoder", "head", "optimizer")
@@ -66,6 +68,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         choices=("auto", "flash", "cudnn", "efficient", "math"),
         help="the SDPA backend every attention runs on (auto: torch's choice)",
+    )
+    p.add_argument(
+        "--pos-conv",
+        default="conv",
+        choices=("conv", "matmul"),
+        help="wav2vec2's positional convolution (the pos_conv key; FLOPs counted as the conv)",
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(
@@ -112,6 +120,8 @@ class Point:
             dropout=args.dropout,  # built in, as the platform's dropout key does
         )
         self.model = model.to(device).train()
+        self.pos_conv = model.speech.encoder.pos_conv_embed  # the convolution: FLOPs counted on it
+        use_pos_conv(model.speech, args.pos_conv)
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -323,8 +333,18 @@ def timed_ms(fn: Callable[[], None], device: torch.device, warmup: int, iters: i
     return statistics.median(samples)
 
 
-def counted_flops(fn: Callable[[], None]) -> float:
-    """The platform's count (torch's counter with its grouped-convolution correction)."""
+def counted_flops(fn: Callable[[], None], pt: Point) -> float:
+    """The platform's count (torch's counter with its grouped-convolution correction), of the
+    positional convolution as a convolution whatever computes it (the documented formula)."""
+    encoder = pt.model.speech.encoder
+    used, encoder.pos_conv_embed = encoder.pos_conv_embed, pt.pos_conv
+    try:
+        return _counted(fn)
+    finally:
+        encoder.pos_conv_embed = used
+
+
+def _counted(fn: Callable[[], None]) -> float:
     mode = counter()
     with mode:
         fn()
@@ -405,19 +425,19 @@ def _budget(args: argparse.Namespace) -> list[dict]:
         fn = steps[name]
         ms = timed_ms(fn, device, args.warmup, args.iters)
         pt.model.zero_grad(set_to_none=False)
-        flops = 0.0 if name == "optimizer" else counted_flops(fn)
+        flops = 0.0 if name == "optimizer" else counted_flops(fn, pt)
         pt.model.zero_grad(set_to_none=False)
         rows.append(_row(name, ms, flops, peak))
         print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     whole_ms = timed_ms(whole, device, args.warmup, args.iters)
-    whole_flops = counted_flops(whole)
+    whole_flops = counted_flops(whole, pt)
     parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
     rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
     rows.append(_row("step", whole_ms, whole_flops, peak))
     if args.detail:
         for name, fn in piece_steps(pt).items():
             ms = timed_ms(fn, device, args.warmup, args.iters)
-            rows.append(_row(name, ms, counted_flops(fn), peak))
+            rows.append(_row(name, ms, counted_flops(fn, pt), peak))
             pt.model.zero_grad(set_to_none=False)
             print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     for r in rows:

@@ -51,6 +51,29 @@ def gloo_world_of_one():
     dist.destroy_process_group()
 
 
+def test_the_pos_conv_key_reaches_the_engine_model_with_the_same_parameters_and_output(
+    gloo_world_of_one,
+):
+    from trainables.model.pos_conv import MatmulPositionalConv
+
+    ds = SyntheticSpeechText(
+        num_items=2, audio_samples=8000, text_tokens=8, vocab_size=1000, seed=0
+    )
+    batch = collate_padded([ds[i] for i in range(2)])
+    outputs, names = {}, {}
+    for kind in ("conv", "matmul"):
+        cfg = TrialConfig(model_size="tiny", proj_dim=16, use_gpu=False, pos_conv=kind)
+        engine = build_engine(cfg, torch.device("cpu"))  # the same seed: the same weights
+        model = engine.model.module
+        assert isinstance(model.speech.encoder.pos_conv_embed, MatmulPositionalConv) == (
+            kind == "matmul"
+        )
+        names[kind] = [name for name, _ in model.named_parameters()]
+        outputs[kind] = engine(batch)[0].detach()
+    assert names["matmul"] == names["conv"]  # checkpoints load either way
+    torch.testing.assert_close(outputs["matmul"], outputs["conv"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
     cfg = TrialConfig(model_size="tiny", proj_dim=16, precision=precision, use_gpu=False, lr=1e-2)

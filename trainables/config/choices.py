@@ -28,6 +28,7 @@ __all__ = [
     "ExportModel",
     "PlacementStrategy",
     "Executor",
+    "PosConv",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
@@ -54,3 +55,4 @@ BestMetric = Literal[
 ExportModel = Literal["none", "final", "best"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 Executor = Literal["auto", "resident", "fresh"]
+PosConv = Literal["conv", "matmul"]

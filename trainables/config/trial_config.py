@@ -272,6 +272,14 @@ class TrialConfig:
         "learnable corpus).",
         default="model",
     )
+    pos_conv: choices.PosConv = _doc(
+        "wav2vec2's positional convolution (768 channels in 16 groups, kernel 128 at base): "
+        "`conv` (torch's grouped convolution, cuDNN on a GPU: about 3 % of an H200's peak) or "
+        "`matmul` (the same convolution as block-Toeplitz batched products, equal to float "
+        "rounding, same parameters; FLOPs and MFU still counted as the convolution). Not under "
+        "DeepSpeed ZeRO-3.",
+        default="conv",
+    )
     speech_attention: choices.Attention = _doc(
         "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
         ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "
