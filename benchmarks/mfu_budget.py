@@ -26,7 +26,8 @@ with ``--profile TRACE.json`` (benchmarks.step_profile's columns ``comm_exposed`
 ``gpu_idle`` are added as rows).
 
     python -m benchmarks.mfu_budget --micro-batch 256 --audio-s 2.0 --text-tokens 64 \\
-        [--compile none|default|reduce-overhead] [--pos-conv conv|matmul] [--json OUT.json] \\
+        [--compile none|default|reduce-overhead] [--pos-conv conv|matmul] \\
+        [--extractor-layout channels_first|channels_last] [--json OUT.json] \\
         [--profile TRACE.json]
 
 The analytic FLOP formula the counts are checked against is in docs (``flops_formula``).
@@ -46,6 +47,7 @@ import torch.nn.functional as F
 
 from trainables.engine.mfu import counter, peak_tflops
 from trainables.engine.precision import resolve_precision
+from trainables.model.extractor import use_extractor_layout
 from trainables.model.pos_conv import use_pos_conv
 from trainables.model.stage1 import build_model_with_attention, contrastive_loss
 
@@ -74,6 +76,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="conv",
         choices=("conv", "matmul"),
         help="wav2vec2's positional convolution (the pos_conv key; FLOPs counted as the conv)",
+    )
+    p.add_argument(
+        "--extractor-layout",
+        default="channels_first",
+        choices=("channels_first", "channels_last"),
+        help="wav2vec2's feature encoder layout (the extractor_layout key)",
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(
@@ -120,8 +128,10 @@ class Point:
             dropout=args.dropout,  # built in, as the platform's dropout key does
         )
         self.model = model.to(device).train()
-        self.pos_conv = model.speech.encoder.pos_conv_embed  # the convolution: FLOPs counted on it
+        # transformers' modules, on which FLOPs are counted whatever computes them
+        self.plain = (model.speech.encoder.pos_conv_embed, model.speech.feature_extractor)
         use_pos_conv(model.speech, args.pos_conv)
+        use_extractor_layout(model.speech, args.extractor_layout)
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -335,13 +345,15 @@ def timed_ms(fn: Callable[[], None], device: torch.device, warmup: int, iters: i
 
 def counted_flops(fn: Callable[[], None], pt: Point) -> float:
     """The platform's count (torch's counter with its grouped-convolution correction), of the
-    positional convolution as a convolution whatever computes it (the documented formula)."""
-    encoder = pt.model.speech.encoder
-    used, encoder.pos_conv_embed = encoder.pos_conv_embed, pt.pos_conv
+    convolutions as transformers computes them whatever computes them here (the documented
+    formula)."""
+    speech = pt.model.speech
+    used = (speech.encoder.pos_conv_embed, speech.feature_extractor)
+    speech.encoder.pos_conv_embed, speech.feature_extractor = pt.plain
     try:
         return _counted(fn)
     finally:
-        encoder.pos_conv_embed = used
+        speech.encoder.pos_conv_embed, speech.feature_extractor = used
 
 
 def _counted(fn: Callable[[], None]) -> float:
@@ -479,7 +491,8 @@ def table(rows: list[dict], args: argparse.Namespace, peak: float) -> str:
     head = (
         f"MFU budget: {args.model_size}, micro-batch {args.micro_batch}, {args.audio_s} s audio, "
         f"{args.text_tokens} tokens, compile {args.compile}, sdpa {args.sdpa}, cudnn benchmark "
-        f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}; "
+        f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}, pos_conv "
+        f"{args.pos_conv}, extractor {args.extractor_layout}; "
         f"peak {peak:.0f} TFLOP/s"
     )
     cols = (

@@ -59,6 +59,11 @@ def test_int_accepted_for_float_and_converted():
             "pos_conv",
             "under zero_stage 3 set pos_conv=conv",
         ),
+        (
+            {"extractor_layout": "channels_last", "strategy": "deepspeed", "zero_stage": 3},
+            "extractor_layout",
+            "under zero_stage 3 set extractor_layout=channels_first",
+        ),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):

@@ -1,6 +1,5 @@
-"""The `pos_conv` key: wav2vec2's positional convolution as block-Toeplitz products computes the
-convolution (values and every gradient) at every frame count (the engine's use of it:
-tests/test_strategies.py)."""
+"""The `pos_conv` and `extractor_layout` keys compute transformers' convolutions: values and
+every gradient, at every frame count (the engine's use of them: tests/test_strategies.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import pytest
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2Model
 
+from trainables.model.extractor import ChannelsLastFeatureEncoder
 from trainables.model.pos_conv import MatmulPositionalConv, block_for
 
 
@@ -55,3 +55,20 @@ def test_blocks_are_short_for_short_inputs_and_grow_with_the_batch():
     assert block_for(256, 100, 128, 768, 16) == 16  # the best point: fewest modelled seconds
     assert block_for(4, 100, 128, 768, 16) == 8  # the matrix dominates: the smallest one
     assert block_for(256, 400, 128, 768, 16) == 32  # the windows dominate: fewer copies
+
+
+@pytest.mark.parametrize("norm", ["group", "layer"])
+def test_channels_last_extractor_equals_transformers_and_its_gradients(norm):
+    torch.manual_seed(0)
+    config = Wav2Vec2Config(**SMALL, feat_extract_norm=norm, conv_bias=norm == "layer")
+    plain = Wav2Vec2Model(config).feature_extractor.double()
+    channels_last = ChannelsLastFeatureEncoder(plain)
+    audio = torch.randn(2, 8000, dtype=torch.float64)
+    out_plain = plain(audio)
+    grads_plain = torch.autograd.grad(out_plain.pow(2).sum(), list(plain.parameters()))
+    out = channels_last(audio)
+    grads = torch.autograd.grad(out.pow(2).sum(), list(plain.parameters()))
+    torch.testing.assert_close(out, out_plain, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(grads, grads_plain, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
+    assert out.transpose(1, 2).is_contiguous()  # the projection's transpose is free

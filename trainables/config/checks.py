@@ -129,11 +129,16 @@ def _check_strategy(cfg) -> None:
             "compile_scope: fsdp2 compiles layer by layer (its hooks sit between the layers); "
             "set compile_scope=layers"
         )
-    if cfg.pos_conv == "matmul" and cfg.strategy == "deepspeed" and cfg.zero_stage == 3:
-        raise ConfigError(
-            "pos_conv: matmul reads the convolution's weight outside the convolution's forward, "
-            "where ZeRO-3 has not gathered it; under zero_stage 3 set pos_conv=conv"
-        )
+    if cfg.strategy == "deepspeed" and cfg.zero_stage == 3:
+        # Both read a convolution's weight outside that convolution's forward, where ZeRO-3
+        # has not gathered it.
+        for key, plain in (("pos_conv", "conv"), ("extractor_layout", "channels_first")):
+            if getattr(cfg, key) != plain:
+                raise ConfigError(
+                    f"{key}: {getattr(cfg, key)} reads convolution weights outside their "
+                    f"module's forward, where ZeRO-3 has not gathered them; under zero_stage 3 "
+                    f"set {key}={plain}"
+                )
     if cfg.ddp_comm_hook != "none" and (cfg.strategy != "ddp" or cfg.use_gpu is False):
         raise ConfigError(
             f"ddp_comm_hook: {cfg.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"

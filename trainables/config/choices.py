@@ -29,6 +29,7 @@ __all__ = [
     "PlacementStrategy",
     "Executor",
     "PosConv",
+    "ExtractorLayout",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
@@ -56,3 +57,4 @@ ExportModel = Literal["none", "final", "best"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 Executor = Literal["auto", "resident", "fresh"]
 PosConv = Literal["conv", "matmul"]
+ExtractorLayout = Literal["channels_first", "channels_last"]

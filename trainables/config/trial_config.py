@@ -280,6 +280,13 @@ class TrialConfig:
         "DeepSpeed ZeRO-3.",
         default="conv",
     )
+    extractor_layout: choices.ExtractorLayout = _doc(
+        "Memory layout of wav2vec2's convolutional feature encoder: `channels_first` "
+        "(transformers' Conv1d on batch x channels x time) or `channels_last` (the same "
+        "convolutions as conv2d on channels-last activations, the layout cuDNN's tensor-core "
+        "kernels work in; same parameters, equal to float rounding). Not under DeepSpeed ZeRO-3.",
+        default="channels_first",
+    )
     speech_attention: choices.Attention = _doc(
         "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
         ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "

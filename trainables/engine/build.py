@@ -17,6 +17,7 @@ from trainables.engine.fsdp2 import wrap_fsdp2
 from trainables.engine.mfu import cached_flops_per_sample, peak_tflops
 from trainables.engine.optim import build_optimizer
 from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
+from trainables.model.extractor import use_extractor_layout
 from trainables.model.pos_conv import use_pos_conv
 from trainables.model.stage1 import build_model_with_attention
 
@@ -75,8 +76,10 @@ def build_engine(
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
     flops = cached_flops_per_sample(cfg, model, device, load_dtype, attention, flops_cache)
     lap("flops")
-    # After the count: FLOPs are the convolution's whatever computes it (the documented formula).
+    # After the count: FLOPs are the convolutions' whatever computes them (the documented
+    # formula), and the parameters the same either way.
     use_pos_conv(model.speech, cfg.pos_conv)
+    use_extractor_layout(model.speech, cfg.extractor_layout)
     peak = peak_tflops(device, precision)
     optimizer = build_optimizer(cfg, model.parameters(), on_gpu)
     effective = {
