@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--detail", action="store_true", help="also time the parts' pieces (rows 'part.piece')"
     )
+    p.add_argument(
+        "--step-only", action="store_true", help="time the whole step only (no parts: one compile)"
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--json", type=Path, help="write the rows here too")
@@ -431,9 +434,9 @@ def _budget(args: argparse.Namespace) -> list[dict]:
     peak = peak_tflops(device, pt.precision)
     whole = whole_step(pt)
     whole()  # gradients for the optimizer's part, and the compiled whole's first call
-    steps = part_steps(pt)
+    steps = {} if args.step_only else part_steps(pt)
     rows = []
-    for name in PARTS:
+    for name in steps:
         fn = steps[name]
         ms = timed_ms(fn, device, args.warmup, args.iters)
         pt.model.zero_grad(set_to_none=False)
@@ -443,8 +446,9 @@ def _budget(args: argparse.Namespace) -> list[dict]:
         print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     whole_ms = timed_ms(whole, device, args.warmup, args.iters)
     whole_flops = counted_flops(whole, pt)
-    parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
-    rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
+    if rows:
+        parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
+        rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
     rows.append(_row("step", whole_ms, whole_flops, peak))
     if args.detail:
         for name, fn in piece_steps(pt).items():
