@@ -11,16 +11,26 @@ __all__ = ["probe_batch", "probe_shape", "shape_batch"]
 
 
 def shape_batch(
-    rows: int, audio_n: int, text_n: int, device, dtype: torch.dtype = torch.float32
+    rows: int,
+    audio_n: int,
+    text_n: int,
+    device,
+    dtype: torch.dtype = torch.float32,
+    *,
+    masked: bool = False,
 ) -> dict[str, torch.Tensor]:
     """A made-up batch of one shape, as the loader gives it (silent audio, unpadded: so no audio
-    mask, as trainables.data.manifest.collate_padded leaves it out): for counting FLOPs and for the
-    compile warm-up, where only shapes and dtypes matter."""
-    return {
+    mask, as trainables.data.manifest.collate_padded leaves it out; ``masked``: with one, as the
+    collate of batching duration always gives): for counting FLOPs and for the compile
+    warm-up, where only shapes and dtypes matter."""
+    batch = {
         "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
         "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
         "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
     }
+    if masked:
+        batch["audio_mask"] = torch.ones(rows, audio_n, dtype=torch.bool, device=device)
+    return batch
 
 
 def probe_shape(cfg: TrialConfig) -> tuple[int, int]:
