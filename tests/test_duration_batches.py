@@ -6,6 +6,7 @@ batches, bad keys are one line, the loss over uneven ranks is the single-process
 window counts what each step held."""
 
 import math
+import re
 import socket
 
 import numpy as np
@@ -63,7 +64,7 @@ class Utterances(Dataset):
         return {
             "audio": torch.full((n,), float(i)),
             "audio_len": n,
-            "input_ids": torch.tensor([101, 1000 + i % 7, 102]),
+            "input_ids": torch.tensor([1, 3 + i % 7, 2]),
         }
 
 
@@ -394,3 +395,67 @@ def test_the_driver_counts_the_samplers_steps_and_refuses_a_corpus_too_small_for
     )
     (planned,) = epochs_to_steps([run(train_workers=2, epochs=3)])
     assert planned.config.max_steps == 3 * per_epoch
+
+
+def test_the_compile_warm_up_compiles_the_corpus_shapes_and_the_steps_compile_nothing():
+    """With torch_compile (regional, as h200_fastest's) the warm-up compiles every (rows, bin)
+    a micro-batch can have (the loader's compile_shapes, masked as the collate always masks);
+    an epoch of real batches, padded audio and text, then compiles nothing more."""
+    import os
+
+    import torch._dynamo
+    import torch.distributed as dist
+    from torch._dynamo.utils import counters
+
+    from trainables.data.loader import compile_shapes
+    from trainables.engine import build_engine
+
+    torch._dynamo.reset()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        cfg = duration_config(
+            model_size="tiny", proj_dim=16, use_gpu=False, torch_compile=True,
+            compile_backend="aot_eager", compile_scope="layers", batch_audio_s=4.0,
+            batch_max_pad=0.5, min_audio_s=1.4, max_audio_s=2.0,
+        )  # fmt: skip
+        lengths = crop_lengths(corpus_lengths(n=8, seed=2, high_s=3.0), crop_settings(cfg))
+        loader = loader_of(cfg, lengths, rank=0, world=1)
+        shapes = compile_shapes(cfg, loader)
+        assert len(shapes) >= 2 and shapes == [
+            (r, n, 8) for r, n in batch_shapes(lengths, duration_bins(cfg), 1)
+        ]
+        counters.clear()
+        engine = build_engine(cfg, torch.device("cpu"))
+        assert engine.warm_up(cfg, shapes).seconds > 0 and engine.effective["fallbacks"] == ""
+        graphs = counters["stats"]["unique_graphs"]
+        it = EpochIterator(loader, 1).start()
+        for _ in range(it.batches_per_epoch):
+            speech, text, scale = engine(next(it))
+            loss = contrastive_loss(speech, text, scale, rows=it.step.rows)
+            engine.backward(loss)
+            engine.step()
+        assert counters["stats"]["unique_graphs"] == graphs  # nothing compiled in the steps
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_checkpoint_of_duration_batches_resumes_only_into_the_same_plan(tmp_path):
+    """Its data position is a step of a plan the budget, the bins and the world size decide:
+    another budget or world size is refused (no resharding of the position); a count run's
+    checkpoint, without the keys, resumes as before."""
+    from trainables.checkpoint.files import check_shape
+
+    count = dict(world_size=2, micro_batch=8, grad_accum_steps=1, strategy="ddp", zero_stage=0)
+    count["seed"] = 0
+    duration = dict(count, batching="duration", batch_audio_s=60.0, batch_max_pad=0.1)
+    duration.update(max_audio_s=3.0, min_audio_s=1.0)
+    assert check_shape(count, dict(count), tmp_path) == ""
+    assert check_shape(duration, dict(duration), tmp_path) == ""
+    for now, said in (
+        (dict(duration, batch_audio_s=30.0), "batch_audio_s 60.0 (now 30.0)"),
+        (dict(duration, world_size=4), "world_size 2 (now 4)"),
+        (count, "batching duration (now None)"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(said)):
+            check_shape(duration, now, tmp_path)

@@ -5,6 +5,7 @@ known shape before the first timed step. A compile error falls back to eager (en
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import time
@@ -331,7 +332,12 @@ def warm_up(
     if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind != "deepspeed"):
         return CompileTime(0.0, "")
     device = next(engine.bare.parameters()).device
-    masked = cfg.batching == "duration"  # its batches always carry an audio mask
+    # batching duration: its batches always carry an audio mask, with padding (nearly always)
+    # or without (every row as long as its bin: crops of max_audio_s), each its own code in the
+    # encoder layers; every shape is warmed both ways.
+    variants = [{"masked": True, "padded": True}, {"masked": True}]
+    if cfg.batching != "duration":
+        variants = [{}]
     # cudagraph trees run a function eagerly once (warm-up), record it at its second call and
     # replay it from the third.
     passes = [0.0] * (CUDAGRAPH_PASSES if engine.cudagraphs else 1)
@@ -340,10 +346,10 @@ def warm_up(
     devices = [device] if device.type == "cuda" else []
     # The collector paused: tracing and loading graphs make many objects, little garbage.
     with torch.random.fork_rng(devices=devices), collector_paused():
-        for rows, audio_n, text_n in shapes:
+        for (rows, audio_n, text_n), variant in itertools.product(shapes, variants):
             for i in range(len(passes)):
                 t_pass = time.perf_counter()
-                batch = shape_batch(rows, audio_n, text_n, device, masked=masked)
+                batch = shape_batch(rows, audio_n, text_n, device, **variant)
                 _one_pass(engine, cfg, batch)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
