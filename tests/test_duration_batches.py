@@ -459,3 +459,12 @@ def test_a_checkpoint_of_duration_batches_resumes_only_into_the_same_plan(tmp_pa
     ):
         with pytest.raises(ValueError, match=re.escape(said)):
             check_shape(duration, now, tmp_path)
+
+
+def test_a_duration_run_that_recompiles_is_told_its_own_fix():
+    from platform.analysis.verdicts.cliffs import judge
+
+    figs = {"tail_recompiles": 3, "cliff_windows": 2}
+    duration = judge(figs, {"batching": "duration", "crop_buckets_s": ""})
+    assert "batch_max_pad" in duration["try"] and "crop_buckets_s" not in duration["try"]
+    assert "crop_buckets_s puts every batch" in judge(figs, {"crop_buckets_s": ""})["try"]
