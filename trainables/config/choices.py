@@ -16,6 +16,7 @@ __all__ = [
     "ModelSize",
     "Dataset",
     "CropPolicy",
+    "Batching",
     "AudioRead",
     "ContrastiveScope",
     "LoadDtype",
@@ -42,6 +43,7 @@ ModelSize = Literal["tiny", "base"]
 ModelDefault = Literal["model"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
+Batching = Literal["count", "duration"]
 AudioRead = Literal["seek", "full"]
 ContrastiveScope = Literal["global", "local"]
 LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -283,10 +284,23 @@ class _GatherWithGrad(torch.autograd.Function):
         return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
 
 
-def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def gather_with_grad(tensor: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
+    """Every rank's rows, in rank order, with gradients back to each rank's own. ``rows``: each
+    rank's row count when they may differ (batching duration): all_gather needs one size, so
+    each rank pads to the largest, and the padding rows are cut out of the result (the counts
+    come from the sampler's plan, known on every rank: no collective, no host sync)."""
+    if not _distributed():
         return tensor
-    return _GatherWithGrad.apply(tensor)
+    if rows is None or len(set(rows)) == 1:
+        return _GatherWithGrad.apply(tensor)
+    most = max(rows)
+    padded = F.pad(tensor, (0, 0, 0, most - tensor.shape[0]))
+    gathered = _GatherWithGrad.apply(padded)
+    return torch.cat([gathered[r * most : r * most + n] for r, n in enumerate(rows)])
 
 
 def contrastive_loss(
@@ -295,9 +309,20 @@ def contrastive_loss(
     logit_scale: torch.Tensor,
     *,
     scope: str = "global",
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Symmetric InfoNCE. With scope `global`, the local rows are scored against every rank's
-    embeddings, so a random model starts near ln(global batch)."""
+    embeddings, so a random model starts near ln(global batch).
+
+    ``rows``: every rank's row count in this step, when they may differ (batching duration:
+    trainables/data/loader.py's ``EpochIterator.step``). The negatives are then every row of
+    the step (their number changes from step to step), and the loss is this rank's share of
+    the mean over the step's rows, times the world size: DDP averages the ranks' gradients, so
+    that average is the gradient of the mean over every row, each row weighing the same
+    whichever rank holds it (a mean per rank would weigh the rows of a smaller batch more).
+    The value is rank r's mean x rows[r] x world / sum(rows)."""
+    if rows is not None:
+        return _uneven_loss(speech_emb, text_emb, logit_scale, scope=scope, rows=rows)
     rank = 0
     all_speech, all_text = speech_emb, text_emb
     if scope == "global" and dist.is_available() and dist.is_initialized():
@@ -308,3 +333,34 @@ def contrastive_loss(
     logits_speech = logit_scale * speech_emb @ all_text.T
     logits_text = logit_scale * text_emb @ all_speech.T
     return (F.cross_entropy(logits_speech, labels) + F.cross_entropy(logits_text, labels)) / 2
+
+
+def _uneven_loss(
+    speech_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    logit_scale: torch.Tensor,
+    *,
+    scope: str,
+    rows: Sequence[int],
+) -> torch.Tensor:
+    """contrastive_loss with every rank's row count given (see there)."""
+    rank = dist.get_rank() if _distributed() else 0
+    world = len(rows) if _distributed() else 1
+    mine = speech_emb.shape[0]
+    if mine != rows[rank]:
+        raise ValueError(f"rank {rank} holds {mine} rows, its step's plan says {rows[rank]}")
+    offset, total = 0, mine
+    all_speech, all_text = speech_emb, text_emb
+    if scope == "global" and world > 1:
+        offset, total = sum(rows[:rank]), sum(rows)
+        all_speech = gather_with_grad(speech_emb, rows)
+        all_text = gather_with_grad(text_emb, rows)
+    elif world > 1:
+        total = sum(rows)
+    labels = torch.arange(mine, device=speech_emb.device) + offset
+    logits_speech = logit_scale * speech_emb @ all_text.T
+    logits_text = logit_scale * text_emb @ all_speech.T
+    summed = F.cross_entropy(logits_speech, labels, reduction="sum") + F.cross_entropy(
+        logits_text, labels, reduction="sum"
+    )
+    return summed / 2 * (world / total)
