@@ -125,7 +125,7 @@ def test_the_backend_is_traced_into_a_compiled_layer():
     got, want = (x[0] if isinstance(x, tuple) else x for x in (got, want))
     assert torch.allclose(got, want, atol=1e-6)
     targets = [str(n.target) for g in graphs for n in g.graph.nodes]
-    assert sum("_sdpa_kernel" in t for t in targets) == 2  # enter and exit
+    assert any("sdpa_kernel" in t for t in targets)  # traced, not a graph break
 
 
 @pytest.fixture

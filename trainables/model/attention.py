@@ -45,11 +45,11 @@ SDPA_BACKENDS: dict[str, SDPBackend] = {
 _REGISTERED = {kind: kind.replace("flash", "fa2") for kind in SDPA_BACKENDS}
 _KIND_OF = {name: kind for kind, name in _REGISTERED.items()}
 # The backends PyTorch picks among, in its default priority order (flash, efficient, math,
-# cuDNN in torch 2.11-2.13); read once, before any sdpa_kernel of ours changes it.
+# cuDNN in torch 2.11-2.13); read once, before any sdpa_kernel of ours changes it. (A priority
+# order, and sdpa_kernel's set_priority, came with torch 2.6.)
 _BACKEND_BY_VALUE = {int(b): b for b in (*SDPA_BACKENDS.values(), SDPBackend.OVERRIDEABLE)}
-_DEFAULT_ORDER = [
-    _BACKEND_BY_VALUE[v] for v in torch._C._get_sdp_priority_order() if v in _BACKEND_BY_VALUE
-]
+_TORCH_ORDER = getattr(torch._C, "_get_sdp_priority_order", lambda: [1, 2, 0, 3, 4])()
+_DEFAULT_ORDER = [_BACKEND_BY_VALUE[v] for v in _TORCH_ORDER if v in _BACKEND_BY_VALUE]
 # Where each backend has kernels at all (torch's CPU SDPA has flash and math only).
 _CUDA_ONLY = (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
 
