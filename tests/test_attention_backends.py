@@ -10,12 +10,12 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-from torch.nn.attention import SDPBackend
 
 from trainables.config import ConfigError, TrialConfig
 from trainables.data.loader import SyntheticSpeechText
 from trainables.data.manifest import collate_padded
-from trainables.model.attention import SDPA_BACKENDS, preference
+from trainables.model import attention
+from trainables.model.attention import SDPA_BACKENDS
 from trainables.model.stage1 import build_model_with_attention, contrastive_loss
 
 CPU = torch.device("cpu")
@@ -80,31 +80,52 @@ def test_a_backend_that_cannot_take_attention_dropout_falls_back_with_torch_s_re
     assert model.speech.config._attn_implementation == "sdpa"
 
 
+def _spy_on_sdpa(monkeypatch) -> list[set[str]]:
+    """The SDPA backends enabled at each attention call from now on."""
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append({b.name for b in torch.nn.attention._cur_sdpa_kernel_backends()})
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return seen
+
+
 def test_each_encoder_runs_under_its_own_backend(monkeypatch):
-    """speech's attention calls see math first, text's flash first; outside them, torch's
-    own order is back."""
+    """speech's attention calls run on math alone, text's on flash alone; outside them every
+    backend is enabled again."""
     model, used = build("sdpa_math", "sdpa_flash")
     assert (used["speech_attention_effective"], used["text_attention_effective"]) == (
         "sdpa_math",
         "sdpa_flash",
     )
-    before = torch._C._get_sdp_priority_order()
-    seen = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        seen.append(torch._C._get_sdp_priority_order()[0])
-        return sdpa(*args, **kwargs)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    before = torch.nn.attention._cur_sdpa_kernel_backends()
+    seen = _spy_on_sdpa(monkeypatch)
     model.eval()
     with torch.no_grad():
         model(**padded_batch())
     # Two tiny layers each: the speech encoder runs first.
-    assert seen == [int(SDPBackend.MATH)] * 2 + [int(SDPBackend.FLASH_ATTENTION)] * 2
-    assert torch._C._get_sdp_priority_order() == before
-    assert preference("sdpa_cudnn")[0] == SDPBackend.CUDNN_ATTENTION
-    assert sorted(map(int, preference("sdpa_cudnn"))) == sorted(before)
+    assert seen == [{"MATH"}] * 2 + [{"FLASH_ATTENTION"}] * 2
+    assert torch.nn.attention._cur_sdpa_kernel_backends() == before
+
+
+def test_masked_calls_of_a_backend_without_masks_run_plain_sdpa(monkeypatch):
+    """Flash on a GPU takes no padding mask (torch's CPU flash does): the probe puts the kind
+    in _NO_MASK, and then a padded batch's calls run plain sdpa, an unpadded one's flash."""
+    model, _ = build("sdpa_flash", "sdpa_flash")
+    monkeypatch.setattr(attention, "_NO_MASK", {"sdpa_flash"})
+    seen = _spy_on_sdpa(monkeypatch)
+    model.eval()
+    batch = padded_batch()
+    with torch.no_grad():
+        model(**batch)
+        everything = seen[0]
+        assert len(everything) > 1 and seen == [everything] * 4
+        seen.clear()
+        model(batch["audio"][:, :1000], batch["input_ids"])  # no masks
+    assert seen == [{"FLASH_ATTENTION"}] * 4
 
 
 def test_the_backend_is_traced_into_a_compiled_layer():

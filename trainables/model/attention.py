@@ -3,18 +3,24 @@
 build-time probe that falls back to plain `sdpa` where the backend cannot run.
 
 Each kind is transformers' own SDPA attention (the same masks, scaling and dropout) called
-inside ``torch.nn.attention.sdpa_kernel`` with the kind's backend first in PyTorch's priority
-order and every other backend after it in PyTorch's own order. An encoder's config names its
-kind, so the speech encoder's attention calls run under one backend and the text encoder's under
-another, whoever calls the encoder (the step, validation, the FLOPs count), compiled or not:
-dynamo traces ``sdpa_kernel`` inside a compiled region and bakes the chosen kernel into the
-graph. No module is wrapped: parameter names, state dicts and checkpoints keep their keys.
+inside ``torch.nn.attention.sdpa_kernel(backend)``: that backend alone runs the call. An
+encoder's config names its kind, so the speech encoder's attention calls run under one backend
+and the text encoder's under another, whoever calls the encoder (the step, validation, the
+FLOPs count), compiled or not: dynamo traces ``sdpa_kernel`` inside a compiled region and bakes
+the kernel into the graph. No module is wrapped: parameter names, state dicts and checkpoints
+keep their keys.
 
-A call the first backend cannot take (a padding mask where the backend takes none, say) runs on
-the next backend in the order, as plain `sdpa` would. At build time one tiny forward and
-backward on the model's device, compute dtype, head size and attention dropout, with the first
-backend alone, says whether it can run here at all; if not, the encoder falls back to `sdpa`
-and the reason joins the run's fallbacks (``speech: sdpa_cudnn needs a CUDA GPU, used sdpa``).
+The backend alone, not first in a priority order: PyTorch's CPU SDPA ignores the priority order
+(flash, then math, always), and on Hopper and Blackwell the first SDPA call of a process
+installs cuDNN-first over whatever order is set (``check_prefer_cudnn_attention`` in
+``sdp_utils.cpp``, torch 2.9+ with cuDNN >= 9.9); only the enabled set is obeyed everywhere.
+
+So that no call meets a backend that cannot take it, one tiny forward and backward at build
+time, on the model's device in its compute dtype with the encoder's heads, head size and
+attention dropout, tells whether the backend runs here: if not, the encoder uses plain `sdpa`
+and the reason joins the run's fallbacks (``speech: sdpa_cudnn needs a CUDA GPU, used sdpa``);
+if it runs but takes no padding mask (flash on a GPU), calls with a mask run plain `sdpa`
+(PyTorch's own choice), noted too, and calls without one run the backend.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ __all__ = [
     "transformers_name",
 ]
 
-# Kind -> the SDPA backend it puts first.
+# Kind -> the SDPA backend that runs its calls.
 SDPA_BACKENDS: dict[str, SDPBackend] = {
     "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
     "sdpa_flash": SDPBackend.FLASH_ATTENTION,
@@ -44,20 +50,12 @@ SDPA_BACKENDS: dict[str, SDPBackend] = {
 # flash_attn package or a Hub kernel) and tries to import.
 _REGISTERED = {kind: kind.replace("flash", "fa2") for kind in SDPA_BACKENDS}
 _KIND_OF = {name: kind for kind, name in _REGISTERED.items()}
-# The backends PyTorch picks among, in its default priority order (flash, efficient, math,
-# cuDNN in torch 2.11-2.13); read once, before any sdpa_kernel of ours changes it. (A priority
-# order, and sdpa_kernel's set_priority, came with torch 2.6.)
-_BACKEND_BY_VALUE = {int(b): b for b in (*SDPA_BACKENDS.values(), SDPBackend.OVERRIDEABLE)}
-_TORCH_ORDER = getattr(torch._C, "_get_sdp_priority_order", lambda: [1, 2, 0, 3, 4])()
-_DEFAULT_ORDER = [_BACKEND_BY_VALUE[v] for v in _TORCH_ORDER if v in _BACKEND_BY_VALUE]
 # Where each backend has kernels at all (torch's CPU SDPA has flash and math only).
 _CUDA_ONLY = (SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION)
-
-
-def preference(kind: str) -> list[SDPBackend]:
-    """The priority order of ``kind``: its backend, then the others in PyTorch's order."""
-    first = SDPA_BACKENDS[kind]
-    return [first, *(b for b in _DEFAULT_ORDER if b != first)]
+# Kinds whose backend the probe found taking no padding mask in this process (one device type
+# per process): their masked calls run plain sdpa. Read by the attention functions at each call
+# (dynamo guards on it).
+_NO_MASK: set[str] = set()
 
 
 def transformers_name(kind: str) -> str:
@@ -70,11 +68,15 @@ def attention_kind(attn_implementation: str) -> str:
     return _KIND_OF.get(attn_implementation, attn_implementation)
 
 
-def _attention_under(order: list[SDPBackend], sdpa_forward):
-    """transformers' SDPA attention function, run with ``order`` as the backends' priority."""
+def _attention_of(kind: str, sdpa_forward):
+    """transformers' SDPA attention function, run on ``kind``'s backend alone (a masked call
+    of a kind in ``_NO_MASK``: as plain sdpa)."""
+    backend = SDPA_BACKENDS[kind]
 
     def attention(module, query, key, value, attention_mask, **kwargs):
-        with sdpa_kernel(order, set_priority=True):
+        if attention_mask is not None and kind in _NO_MASK:
+            return sdpa_forward(module, query, key, value, attention_mask, **kwargs)
+        with sdpa_kernel(backend):
             return sdpa_forward(module, query, key, value, attention_mask, **kwargs)
 
     return attention
@@ -82,9 +84,9 @@ def _attention_under(order: list[SDPBackend], sdpa_forward):
 
 def register_sdpa_backends() -> None:
     """Make every kind of :data:`SDPA_BACKENDS` a valid ``attn_implementation``: transformers'
-    SDPA attention under the kind's priority order, with SDPA's own masks (a kind registered
-    without a mask function would be handed no padding mask at all). Idempotent; every process
-    that builds a model calls it (Ray workers do, through ``build_model``)."""
+    SDPA attention on the kind's backend, with SDPA's own masks (a kind registered without a
+    mask function would be handed no padding mask at all). Idempotent; every process that
+    builds a model calls it (Ray workers do, through ``build_model``)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -93,7 +95,7 @@ def register_sdpa_backends() -> None:
     sdpa_mask = ALL_MASK_ATTENTION_FUNCTIONS["sdpa"]
     for kind, name in _REGISTERED.items():
         if name not in AttentionInterface._global_mapping:
-            AttentionInterface.register(name, _attention_under(preference(kind), sdpa_forward))
+            AttentionInterface.register(name, _attention_of(kind, sdpa_forward))
             AttentionMaskInterface.register(name, sdpa_mask)
 
 
@@ -146,7 +148,7 @@ def probe(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel([backend]):
+                with sdpa_kernel(backend):
                     out = torch.nn.functional.scaled_dot_product_attention(
                         q, k, v, attn_mask=mask, dropout_p=dropout
                     )
@@ -159,10 +161,10 @@ def probe(
 def apply_sdpa_backend(
     encoder, side: str, kind: str, *, device: torch.device, dtype: torch.dtype
 ) -> list[str]:
-    """Probe ``kind`` for ``encoder`` (built with it) on ``device`` in ``dtype``; where its
-    backend cannot run at all, switch the encoder to plain `sdpa`. Returns the notes for the
-    run's fallbacks: that switch, or that padded batches take the next backend in the order
-    (the backend runs, but not with a padding mask)."""
+    """Probe ``kind`` for ``encoder`` (built with it) on ``device`` in ``dtype``: where its
+    backend cannot run at all, switch the encoder to plain `sdpa`; where it runs but takes no
+    padding mask, send masked calls to plain `sdpa`. Returns the notes for the run's
+    fallbacks."""
     config = encoder.config
     heads = config.num_attention_heads
     shape = dict(
@@ -175,14 +177,13 @@ def apply_sdpa_backend(
     backend = SDPA_BACKENDS[kind]
     why = probe(backend, masked=False, **shape)
     if why:
-        if why == "a CUDA GPU":
-            note = f"{side}: {kind} needs a CUDA GPU, used sdpa"
-        else:
-            note = f"{side}: {kind} cannot run here ({why}), used sdpa"
         _set_attention(encoder, "sdpa")
-        return [note]
+        if why == "a CUDA GPU":
+            return [f"{side}: {kind} needs a CUDA GPU, used sdpa"]
+        return [f"{side}: {kind} cannot run here ({why}), used sdpa"]
     why = probe(backend, masked=True, **shape)
     if why:
+        _NO_MASK.add(kind)  # never removed: one encoder's masked calls must not fail
         return [f"{side}: {kind} takes no padding mask here ({why}); padded batches use sdpa"]
     return []
 
