@@ -36,7 +36,16 @@ __all__ = [
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
-Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
+Attention = Literal[
+    "auto",
+    "eager",
+    "sdpa",
+    "sdpa_cudnn",
+    "sdpa_flash",
+    "sdpa_efficient",
+    "sdpa_math",
+    "flash_attention_2",
+]
 CommHook = Literal["none", "bf16", "fp16"]
 MatmulPrecision = Literal["highest", "high", "medium"]
 ModelSize = Literal["tiny", "base"]

@@ -331,9 +331,15 @@ class TrialConfig:
         default="channels_first",
     )
     speech_attention: choices.Attention = _doc(
-        "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
-        ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "
-        "back to sdpa, recorded in the run manifest.",
+        "Attention kernel of the speech encoder: transformers' `eager`, `sdpa` (PyTorch picks "
+        "the SDPA backend per call; cuDNN on an H100/H200 with torch 2.11) or "
+        "`flash_attention_2` (the flash_attn package); `sdpa_cudnn`, `sdpa_flash`, "
+        "`sdpa_efficient`, `sdpa_math`: SDPA on that backend alone (cuDNN attention, "
+        "FlashAttention-2, memory-efficient, math; flash takes no padding mask on a GPU, so "
+        "padded batches run sdpa there); `auto`: flash_attention_2 on compute capability >= "
+        "8.0 with bf16/fp16 and flash_attn installed, else sdpa. A kind that cannot run here "
+        "(no GPU, dtype, head size, attention dropout) falls back to sdpa, with the reason in "
+        "the manifest's fallbacks.",
         default="auto",
     )
     text_attention: choices.Attention = _doc(

@@ -12,6 +12,13 @@ from torch import nn
 
 from trainables.config import MAX_TEXT_TOKENS
 from trainables.data.text import TINY_TEXT_VOCAB
+from trainables.model.attention import (
+    SDPA_BACKENDS,
+    apply_sdpa_backend,
+    attention_kind,
+    register_sdpa_backends,
+    transformers_name,
+)
 
 __all__ = [
     "Stage1Model",
@@ -63,8 +70,9 @@ def build_model(
     notes: list[str] | None = None,
     dropout: float | None = None,
 ) -> Stage1Model:
-    """The model with the given attention kernels (already resolved: eager, sdpa or
-    flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks).
+    """The model with the given attention kernels (already resolved: eager, sdpa, an SDPA
+    backend kind of :mod:`trainables.model.attention` or flash_attention_2; see
+    :func:`build_model_with_attention` for ``auto`` and fallbacks).
 
     An encoder with a checkpoint folder is loaded from it (offline); the other is built from
     ``model_size`` with random weights. Weights end up in ``dtype``. Checkpoint weights that
@@ -73,6 +81,10 @@ def build_model(
     """
     from transformers import BertConfig, BertModel, Wav2Vec2Config, Wav2Vec2Model
 
+    if SDPA_BACKENDS.keys() & {speech_attention, text_attention}:
+        register_sdpa_backends()
+    speech_attention = transformers_name(speech_attention)
+    text_attention = transformers_name(text_attention)
     speech_rates, text_rates = dropout_overrides(dropout)
 
     if speech_path:
@@ -179,7 +191,9 @@ def build_model_with_attention(
     dropout: float | None = None,
 ) -> tuple[Stage1Model, dict[str, str]]:
     """Resolve ``auto``, build (or load), and fall back to SDPA when a requested kernel cannot
-    run here; returns the model and what was used (with the reason for any fallback)."""
+    run here (flash_attention_2 off a GPU or without flash_attn; an SDPA backend kind whose
+    backend cannot run on ``device`` at ``precision``); returns the model and what was used
+    (with the reason for any fallback)."""
     wanted = {
         "speech": auto_attention(device, precision) if speech == "auto" else speech,
         "text": auto_attention(device, precision) if text == "auto" else text,
@@ -214,9 +228,17 @@ def build_model_with_attention(
                 wanted[side] = "sdpa"
         load_notes = []
         model = build(load_notes)
+    # An SDPA backend kind is probed on the built encoder (its heads, head size and attention
+    # dropout, from a checkpoint's config too) in the dtype its attention computes in.
+    compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    for side, encoder in (("speech", model.speech), ("text", model.text)):
+        if wanted[side] in SDPA_BACKENDS:
+            notes += apply_sdpa_backend(
+                encoder, side, wanted[side], device=device, dtype=compute_dtype
+            )
     effective = {
-        "speech_attention_effective": model.speech.config._attn_implementation,
-        "text_attention_effective": model.text.config._attn_implementation,
+        "speech_attention_effective": attention_kind(model.speech.config._attn_implementation),
+        "text_attention_effective": attention_kind(model.text.config._attn_implementation),
         "fallbacks": "; ".join(notes + load_notes),
     }
     return model, effective
