@@ -5,7 +5,8 @@
 #    then together; the mainline as the baseline), stopped with SIGINT after SWEEP_LIMIT s
 #    (default 420: the ranking is kept); its console, manifest, ranking and summary under $OUT.
 # 2. The MFU budget (benchmarks/mfu_budget.py, eager, parts and pieces) of today's best point
-#    and of it with the convolution levers, one on each GPU at once.
+#    and of it with the convolution levers, one on each GPU at once (each stopped after
+#    BUDGET_LIMIT s, default 150).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -18,9 +19,9 @@ for f in run_manifest.tsv ranked_groups.csv summary.md summary.json; do
   cp /tmp/levers/$f "$OUT/" 2>/dev/null
 done
 P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks --dropout 0 --detail"
-CUDA_VISIBLE_DEVICES=0 timeout 150 python -m benchmarks.mfu_budget $P --json "$OUT/budget_old.json" \
+CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P --json "$OUT/budget_old.json" \
   > "$OUT/budget_old.md" 2> "$OUT/budget_old.log" &
-CUDA_VISIBLE_DEVICES=1 timeout 150 python -m benchmarks.mfu_budget $P --pos-conv matmul \
+CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P --pos-conv matmul \
   --extractor-layout channels_last --json "$OUT/budget_new.json" > "$OUT/budget_new.md" \
   2> "$OUT/budget_new.log" &
 wait
