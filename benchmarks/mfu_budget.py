@@ -26,7 +26,9 @@ with ``--profile TRACE.json`` (benchmarks.step_profile's columns ``comm_exposed`
 ``gpu_idle`` are added as rows).
 
     python -m benchmarks.mfu_budget --micro-batch 256 --audio-s 2.0 --text-tokens 64 \\
-        [--compile none|default|reduce-overhead] [--json OUT.json] [--profile TRACE.json]
+        [--compile none|default|reduce-overhead] [--pos-conv conv|matmul] \\
+        [--extractor-layout channels_first|channels_last] [--json OUT.json] \\
+        [--profile TRACE.json]
 
 The analytic FLOP formula the counts are checked against is in docs (``flops_formula``).
 """
@@ -45,6 +47,8 @@ import torch.nn.functional as F
 
 from trainables.engine.mfu import counter, peak_tflops
 from trainables.engine.precision import resolve_precision
+from trainables.model.extractor import use_extractor_layout
+from trainables.model.pos_conv import use_pos_conv
 from trainables.model.stage1 import build_model_with_attention, contrastive_loss
 
 PARTS = ("extractor", "speech_encoder", "text_encoder", "head", "optimizer")
@@ -67,6 +71,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("auto", "flash", "cudnn", "efficient", "math"),
         help="the SDPA backend every attention runs on (auto: torch's choice)",
     )
+    p.add_argument(
+        "--pos-conv",
+        default="conv",
+        choices=("conv", "matmul"),
+        help="wav2vec2's positional convolution (the pos_conv key; FLOPs counted as the conv)",
+    )
+    p.add_argument(
+        "--extractor-layout",
+        default="channels_first",
+        choices=("channels_first", "channels_last"),
+        help="wav2vec2's feature encoder layout (the extractor_layout key)",
+    )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(
         "--no-masks",
@@ -80,6 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--detail", action="store_true", help="also time the parts' pieces (rows 'part.piece')"
+    )
+    p.add_argument(
+        "--step-only", action="store_true", help="time the whole step only (no parts: one compile)"
     )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
@@ -112,6 +131,10 @@ class Point:
             dropout=args.dropout,  # built in, as the platform's dropout key does
         )
         self.model = model.to(device).train()
+        # transformers' modules, on which FLOPs are counted whatever computes them
+        self.plain = (model.speech.encoder.pos_conv_embed, model.speech.feature_extractor)
+        use_pos_conv(model.speech, args.pos_conv)
+        use_extractor_layout(model.speech, args.extractor_layout)
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -323,8 +346,20 @@ def timed_ms(fn: Callable[[], None], device: torch.device, warmup: int, iters: i
     return statistics.median(samples)
 
 
-def counted_flops(fn: Callable[[], None]) -> float:
-    """The platform's count (torch's counter with its grouped-convolution correction)."""
+def counted_flops(fn: Callable[[], None], pt: Point) -> float:
+    """The platform's count (torch's counter with its grouped-convolution correction), of the
+    convolutions as transformers computes them whatever computes them here (the documented
+    formula)."""
+    speech = pt.model.speech
+    used = (speech.encoder.pos_conv_embed, speech.feature_extractor)
+    speech.encoder.pos_conv_embed, speech.feature_extractor = pt.plain
+    try:
+        return _counted(fn)
+    finally:
+        speech.encoder.pos_conv_embed, speech.feature_extractor = used
+
+
+def _counted(fn: Callable[[], None]) -> float:
     mode = counter()
     with mode:
         fn()
@@ -399,25 +434,26 @@ def _budget(args: argparse.Namespace) -> list[dict]:
     peak = peak_tflops(device, pt.precision)
     whole = whole_step(pt)
     whole()  # gradients for the optimizer's part, and the compiled whole's first call
-    steps = part_steps(pt)
+    steps = {} if args.step_only else part_steps(pt)
     rows = []
-    for name in PARTS:
+    for name in steps:
         fn = steps[name]
         ms = timed_ms(fn, device, args.warmup, args.iters)
         pt.model.zero_grad(set_to_none=False)
-        flops = 0.0 if name == "optimizer" else counted_flops(fn)
+        flops = 0.0 if name == "optimizer" else counted_flops(fn, pt)
         pt.model.zero_grad(set_to_none=False)
         rows.append(_row(name, ms, flops, peak))
         print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     whole_ms = timed_ms(whole, device, args.warmup, args.iters)
-    whole_flops = counted_flops(whole)
-    parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
-    rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
+    whole_flops = counted_flops(whole, pt)
+    if rows:
+        parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
+        rows.append(_row("rest", whole_ms - parts_ms, 0.0, peak))
     rows.append(_row("step", whole_ms, whole_flops, peak))
     if args.detail:
         for name, fn in piece_steps(pt).items():
             ms = timed_ms(fn, device, args.warmup, args.iters)
-            rows.append(_row(name, ms, counted_flops(fn), peak))
+            rows.append(_row(name, ms, counted_flops(fn, pt), peak))
             pt.model.zero_grad(set_to_none=False)
             print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     for r in rows:
@@ -459,7 +495,8 @@ def table(rows: list[dict], args: argparse.Namespace, peak: float) -> str:
     head = (
         f"MFU budget: {args.model_size}, micro-batch {args.micro_batch}, {args.audio_s} s audio, "
         f"{args.text_tokens} tokens, compile {args.compile}, sdpa {args.sdpa}, cudnn benchmark "
-        f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}; "
+        f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}, pos_conv "
+        f"{args.pos_conv}, extractor {args.extractor_layout}; "
         f"peak {peak:.0f} TFLOP/s"
     )
     cols = (

@@ -3,7 +3,8 @@
 #   source .gpu/setup.sh && bash benchmarks/time_to_answer_gpu.sh [--set KEY=VALUE ...]
 # The space (default h200_fastest, TTA_SPACE=...) as the 6-run 150-step eager sweep (repeats=1,
 # torch_compile=false: h200_fastest's two compiled cases with default mode become the same case
-# as their eager twin and are merged, 7 cases -> 6 runs), once with fresh worker processes per run
+# as their eager twin and are merged, 7 cases -> 6 runs; the duration-batches case, added since,
+# runs eagerly too), once with fresh worker processes per run
 # and once with one resident worker group (benchmarks/time_to_answer.py), on every GPU of the
 # machine (train_workers = GPUs), with the generated 2-8 s corpus. Optional phases:
 #   TTA_RACE=1     the same sweep also as a race (--schedulers fifo,race): race / grid wall
@@ -24,7 +25,8 @@ make_corpus
 COMMON=(--set manifest_path=$M --set train_workers=$GPUS --set max_steps=150 --label "$LABEL")
 # h200_fastest's compiled mb256 crop-bucket case alone: every key its cases vary, fixed.
 ONE_CASE=(--set micro_batch=256 --set crop_buckets_s=1.0,1.5,2.0,2.5,3.0 --set compile_mode=default
-  --set optimizer=adamw_torch --set bucket_mb=25 --set ddp_gradient_as_bucket_view=false)
+  --set optimizer=adamw_torch --set bucket_mb=25 --set ddp_gradient_as_bucket_view=false
+  --set batching=count --set batch_audio_s=0 --set batch_max_pad=0.1)
 rc=0
 
 # phase NAME ARGS...: one benchmark into $R/NAME, results as time_to_answer[_NAME].* in $OUT.

@@ -30,6 +30,7 @@ from platform.record.loggers import add_logger_argument, check_loggers
 from platform.spaces.expand import RunSpec, expand_runs
 from platform.spaces.keys import format_grouped
 from platform.spaces.load import load_space
+from platform.spaces.preflight import train_crop_lengths
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from platform.storage.mirror import exported_model_line
@@ -202,17 +203,26 @@ def epochs_to_steps(runs: list[RunSpec]) -> list[RunSpec]:
 
             table = read_manifest_table(Path(cfg.manifest_path))
             rows = table.num_rows
-            if cfg.val_speakers and not cfg.val_manifest_path:
+            held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
+            if held_out:
                 rows -= int(speaker_split(table, cfg.val_speakers).sum())
-            per_epoch = rows // global_batch(
-                micro_batch=cfg.micro_batch,
-                world_size=cfg.train_workers,
-                grad_accum_steps=cfg.grad_accum_steps,
-            )
+            if cfg.batching == "duration":  # the sampler's own count (data/durations.py)
+                from trainables.data.durations import duration_bins, steps_per_epoch
+
+                lengths = train_crop_lengths(cfg, held_out)
+                micro_steps = steps_per_epoch(lengths, duration_bins(cfg), cfg.train_workers)
+                per_epoch = micro_steps // cfg.grad_accum_steps
+            else:
+                per_epoch = rows // global_batch(
+                    micro_batch=cfg.micro_batch,
+                    world_size=cfg.train_workers,
+                    grad_accum_steps=cfg.grad_accum_steps,
+                )
             if per_epoch < 1:
+                lower = "grad_accum_steps" if cfg.batching == "duration" else "micro_batch"
                 raise UsageError(
                     f"epochs: the manifest's {rows} training rows fill no global batch; "
-                    "lower micro_batch or use a larger manifest"
+                    f"lower {lower} or use a larger manifest"
                 )
             given = cfg.max_steps
             cfg = dataclasses.replace(cfg, max_steps=cfg.epochs * per_epoch)

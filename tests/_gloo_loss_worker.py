@@ -24,6 +24,30 @@ def run(
         dist.destroy_process_group()
 
 
+def run_uneven(
+    rank: int,
+    world: int,
+    port: int,
+    speech: torch.Tensor,
+    text: torch.Tensor,
+    rows: tuple[int, ...],
+    scope: str,
+    out: dict,
+) -> None:
+    """Rank r holds rows[r] of the rows (batching duration's uneven ranks)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        first = sum(rows[:rank])
+        s = speech[first : first + rows[rank]].clone().requires_grad_(True)
+        t = text[first : first + rows[rank]].clone().requires_grad_(True)
+        loss = contrastive_loss(s, t, torch.tensor([10.0]), scope=scope, rows=rows)
+        loss.backward()
+        out[rank] = (loss.item(), s.grad.clone(), t.grad.clone())
+    finally:
+        dist.destroy_process_group()
+
+
 def gather_windows(rank: int, world: int, port: int, out: dict) -> None:
     """Each rank reports a window whose iter_ms_p50 is 10 x (rank + 1); rank 0 gathers them."""
     from trainables.distributed import gather_to_rank0

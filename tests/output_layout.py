@@ -26,7 +26,9 @@ schedule.json's ``readmitted``, and the config key ``intra_op_threads`` with the
 ``intra_op_threads_effective``. Issue 54 item 6 added summary.json's ``partial``. Issue 56 added
 the config key ``dropout``; issue 57 summary.json's ``confidence`` and ranked_groups.csv's
 ``p_fastest``, ``vs_best_low`` and ``vs_best_high``, and summary.json's ``budget``; issue 58
-the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue).
+the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue). Issue 56's
+duration batches added the config keys ``batching``, ``batch_audio_s`` and ``batch_max_pad`` and
+per_run_metrics.csv's ``tail_audio_s_per_s``.
 """
 
 from __future__ import annotations

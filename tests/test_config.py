@@ -53,6 +53,17 @@ def test_int_accepted_for_float_and_converted():
             "set precision=bf16, or model_load_dtype auto or fp32",
         ),
         ({"model_load_dtype": "fp16", "use_gpu": False}, "model_load_dtype", "fp16 needs a GPU"),
+        ({"pos_conv": "fft"}, "pos_conv", "one of 'conv', 'matmul'"),
+        (
+            {"pos_conv": "matmul", "strategy": "deepspeed", "zero_stage": 3},
+            "pos_conv",
+            "under zero_stage 3 set pos_conv=conv",
+        ),
+        (
+            {"extractor_layout": "channels_last", "strategy": "deepspeed", "zero_stage": 3},
+            "extractor_layout",
+            "under zero_stage 3 set extractor_layout=channels_first",
+        ),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):

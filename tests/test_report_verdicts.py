@@ -117,6 +117,7 @@ def timing_rows(run: str, group: str, repeat: int, iter_p50: float) -> list[dict
             "step_ms_p50": iter_p50,
             "step_ms_p90": iter_p50,
             "samples_per_s": 16_000.0 / iter_p50,
+            "audio_s_per_s": 32_000.0 / iter_p50,  # 2 s per sample
             "mfu": 0.25,
             "peak_mem_gib": 3.5,
             "loss": 2.8 - 0.1 * i,
@@ -289,6 +290,12 @@ def test_the_ranking_has_the_swept_values_mfu_and_peak_memory_and_a_panel_per_ke
         "steady": "16",
     }
     assert {r["MFU %"] for r in by_group.values()} == {"25.00"}
+    # Audio seconds per second beside samples/s (batching duration trades one for the other).
+    samples = table[0].index("tail samples/s (robust)")
+    assert table[0][samples + 1] == "tail audio s/s"
+    # The mean over the group's ok runs (samples/s beside it is the robust mean): 2 s a sample.
+    assert by_group["steady"]["tail audio s/s"] == "320.00"
+    assert by_group["twice"]["tail audio s/s"] == "640.00"
     assert {r["peak GiB"] for r in by_group.values()} == {"3.50"}
     sweep_panel = sections["sweep"]
     assert sweep_panel["heading"] == "Tail samples/s against each swept key (micro_batch)"

@@ -51,6 +51,29 @@ def gloo_world_of_one():
     dist.destroy_process_group()
 
 
+def test_the_convolution_keys_reach_the_engine_model_with_the_same_parameters_and_output(
+    gloo_world_of_one,
+):
+    from trainables.model.extractor import ChannelsLastFeatureEncoder
+    from trainables.model.pos_conv import MatmulPositionalConv
+
+    ds = SyntheticSpeechText(
+        num_items=2, audio_samples=8000, text_tokens=8, vocab_size=1000, seed=0
+    )
+    batch = collate_padded([ds[i] for i in range(2)])
+    outputs, names = {}, {}
+    for keys in ({}, {"pos_conv": "matmul", "extractor_layout": "channels_last"}):
+        cfg = TrialConfig(model_size="tiny", proj_dim=16, use_gpu=False, **keys)
+        engine = build_engine(cfg, torch.device("cpu"))  # the same seed: the same weights
+        speech = engine.model.module.speech
+        assert isinstance(speech.encoder.pos_conv_embed, MatmulPositionalConv) == bool(keys)
+        assert isinstance(speech.feature_extractor, ChannelsLastFeatureEncoder) == bool(keys)
+        names[bool(keys)] = [name for name, _ in engine.model.module.named_parameters()]
+        outputs[bool(keys)] = engine(batch)[0].detach()
+    assert names[True] == names[False]  # checkpoints load either way
+    torch.testing.assert_close(outputs[True], outputs[False], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
     cfg = TrialConfig(model_size="tiny", proj_dim=16, precision=precision, use_gpu=False, lr=1e-2)

@@ -19,7 +19,7 @@ from stage1_common.output_root import RunFolder
 from trainables.checkpoint.files import read_meta
 from trainables.checkpoint.state import CheckpointWriter, registered_fields
 from trainables.config import TrialConfig
-from trainables.data.loader import build_loader, collate_for, epochs
+from trainables.data.loader import build_loader, collate_for, compile_shapes, epochs
 from trainables.distributed import gather_placement, placement_fields
 from trainables.engine import build_engine
 from trainables.engine.compile import cache_counts, use_compile_cache
@@ -134,7 +134,7 @@ def run_training(cfg: TrialConfig, worker: WorkerContext) -> None:
     watch = CompileWatch(enabled=cfg.torch_compile, cudagraphs=engine.cudagraphs).start()
     try:
         # Compiling every known shape ahead: the watchdog covers it (it can take minutes).
-        compiled = engine.warm_up(cfg)
+        compiled = engine.warm_up(cfg, compile_shapes(cfg, loader))
         watch.forget(skips=False)  # its skips hold for the steps
         notes["compile_s"], notes["compile_parts"] = compiled.seconds, compiled.parts
         clock.lap("compile")
@@ -281,9 +281,12 @@ def _step(run: _Run, window: Window) -> float:
         last = micro == accum - 1
         td = time.perf_counter()
         cpu_batch = next(run.batches)
+        # batching duration: every rank's rows of this step, from the sampler's plan; else None
+        step = run.batches.step
         batch = {k: v.to(device, non_blocking=True) for k, v in cpu_batch.items()}
         data_s += time.perf_counter() - td
         window.add_audio(batch)
+        window.add_step(step)
         phase = run.profiler.phase  # the profiler's marks (profile_steps), else no-ops
         with engine.accumulating(last):
             with phase("forward"):
@@ -294,6 +297,7 @@ def _step(run: _Run, window: Window) -> float:
                     text_emb.float(),
                     logit_scale.float(),
                     scope=cfg.contrastive_scope,
+                    rows=None if step is None else step.rows,
                 )
             with phase("backward"):
                 engine.backward(loss)

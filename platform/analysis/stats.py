@@ -63,6 +63,7 @@ PER_RUN_COLUMNS = [
     "windows",
     "tail_windows",
     "tail_samples_per_sec_mean",
+    "tail_audio_s_per_s",
     "tail_mean_iter_p50_ms",
     "iter_p90_over_p50",
     "data_p90_over_p50",
@@ -153,6 +154,9 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
             "tail_windows": len(tail),
             "startup_s": float(df["startup_s"].iloc[0]),
             "tail_samples_per_sec_mean": float(tail["samples_per_s"].mean()),
+            # Seconds of audio trained on per second: the other throughput, which batching
+            # duration trades against samples/s (more short utterances per step, or fewer long).
+            "tail_audio_s_per_s": _tail_mean(tail, "audio_s_per_s"),
             "tail_mean_iter_p50_ms": float(tail["iter_ms_p50"].mean()),
             "iter_p90_over_p50": tail_ratio(tail["iter_ms_p90"], tail["iter_ms_p50"]),
             "data_p90_over_p50": tail_ratio(tail["data_ms_p90"], tail["data_ms_p50"]),
@@ -164,6 +168,13 @@ def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, 
             **cliffs.figures(last, int(tail_points.get(run, 1))),
         }
     return out
+
+
+def _tail_mean(tail: pd.DataFrame, column: str) -> float:
+    """The tail's mean of ``column``; NaN where the rows lack it (an older version's)."""
+    if column not in tail:
+        return math.nan
+    return float(pd.to_numeric(tail[column], errors="coerce").mean())
 
 
 def per_run_metrics(

@@ -63,7 +63,8 @@ class Costs:
         """One window of ``run``: its seconds per step once past the warm-up, and with its
         first window the run's start (startup_s)."""
         key = cost_key(cfg)
-        self.batch[key] = _global_batch(cfg)
+        # What the window's steps held (batching duration: their mean), else the config's.
+        self.batch[key] = int(window.get("global_batch") or _global_batch(cfg))
         index = int(window.get("window") or 0)  # numbered from 0
         if index >= warmup and window.get("iter_ms_mean"):
             self.step_s.setdefault(key, []).append(float(window["iter_ms_mean"]) / 1000.0)

@@ -37,6 +37,9 @@ _TOKENS = {
     "ddp_gradient_as_bucket_view": "gbv",
     "fsdp_reshard_after_forward": "reshard",
     "dropout": "do",
+    "batching": "",
+    "batch_audio_s": "ba",
+    "batch_max_pad": "pad",
 }
 
 

@@ -14,8 +14,9 @@ from platform.spaces.expand import RunSpec, needs_corpus
 from platform.spaces.plans import DataPlan
 from platform.spaces.space import SearchSpace
 from trainables.data.crops import crop_settings, full_batches, largest_micro_batch
+from trainables.data.durations import duration_bins, steps_per_epoch
 
-__all__ = ["PATH_KEYS", "check_full_batches", "check_inputs"]
+__all__ = ["PATH_KEYS", "check_full_batches", "check_inputs", "train_crop_lengths"]
 
 
 def check_inputs(space: SearchSpace, runs: list[RunSpec]) -> None:
@@ -124,7 +125,8 @@ PATH_KEYS = {
 
 def check_full_batches(runs: list[RunSpec]) -> None:
     """Every run's training split must give at least one full global batch an epoch, as its
-    sampler forms them (trainables/data/loader.py: per crop length with crop_buckets_s): the same
+    sampler forms them (trainables/data/loader.py: per crop length with crop_buckets_s; with
+    batching duration, a micro-batch for every rank): the same
     rule from the manifest's lengths, without reading audio (rows whose audio file is missing are
     the workers' to skip). The launch calls it again once a ``data:`` section's corpus exists."""
     lengths: dict[tuple, object] = {}
@@ -135,7 +137,10 @@ def check_full_batches(runs: list[RunSpec]) -> None:
         held_out = 0 if cfg.val_manifest_path else cfg.val_speakers
         key = (cfg.manifest_path, held_out, crop_settings(cfg))
         if key not in lengths:
-            lengths[key] = _train_crop_lengths(cfg, held_out)
+            lengths[key] = train_crop_lengths(cfg, held_out)
+        if cfg.batching == "duration":
+            _check_duration_steps(run, lengths[key], held_out)
+            continue
         by_shape = bool(cfg.crop_buckets)
         count = full_batches(
             lengths[key],
@@ -160,6 +165,20 @@ def check_full_batches(runs: list[RunSpec]) -> None:
         )
 
 
+def _check_duration_steps(run: RunSpec, lengths, held_out: int) -> None:
+    """batching duration: an epoch needs a micro-batch for every rank, so at least one
+    utterance per train worker (trainables/data/durations.py: ``steps_per_epoch``)."""
+    cfg = run.config
+    if steps_per_epoch(lengths, duration_bins(cfg), cfg.train_workers):
+        return
+    where = f" after holding out val_speakers={held_out}" if held_out else ""
+    raise UsageError(
+        f"batching duration: {cfg.manifest_path} gives {len(lengths)} training utterances"
+        f"{where}, too few for one step of {cfg.train_workers} workers in {run.name} (each "
+        "rank needs one); use a larger corpus or fewer train_workers"
+    )
+
+
 def _check_planned_batches(plan: DataPlan, runs: list[RunSpec]) -> None:
     """Before a ``data:`` section's corpus exists (the dry run; the real run before making it):
     its utterance count bounds every batch, so a micro-batch the whole training split cannot
@@ -173,6 +192,14 @@ def _check_planned_batches(plan: DataPlan, runs: list[RunSpec]) -> None:
         if cfg.dataset != "manifest" or held_out >= plan.speakers:
             continue  # too many held out: the real run's speaker split names it
         items = np.zeros((plan.speakers - held_out) * plan.utterances_per_speaker)
+        if cfg.batching == "duration":  # a rank-batch per worker (durations.steps_per_epoch)
+            if len(items) < cfg.train_workers:
+                raise UsageError(
+                    f"batching duration: the data: section's corpus has {len(items)} training "
+                    f"utterances, fewer than the {cfg.train_workers} train workers of "
+                    f"{run.name}; make data: synth larger or use fewer train_workers"
+                )
+            continue
         sizes = dict(world_size=cfg.train_workers, by_shape=False)
         if full_batches(items, micro_batch=cfg.micro_batch, **sizes):
             continue
@@ -190,7 +217,7 @@ def _check_planned_batches(plan: DataPlan, runs: list[RunSpec]) -> None:
         )
 
 
-def _train_crop_lengths(cfg, held_out: int):
+def train_crop_lengths(cfg, held_out: int):
     """Every training item's crop length (samples), as the run's dataset will crop it."""
     from trainables.data.crops import crop_lengths
     from trainables.data.manifest_table import read_manifest_table, speaker_split

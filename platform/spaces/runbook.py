@@ -17,11 +17,12 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from platform.errors import UsageError
 from platform.spaces.space import override
 from stage1_common.output_root import OutputRoot
+from trainables.config.choices import Attention
 
 __all__ = ["VARIABLES", "RunbookPlan", "from_env"]
 
@@ -81,10 +82,7 @@ def _choice(*allowed: str, mapping: Mapping[str, str] | None = None):
 
 
 _ATTN = _choice(
-    "auto",
-    "eager",
-    "sdpa",
-    "flash_attention_2",
+    *get_args(Attention),
     mapping={"flash": "flash_attention_2", "fa2": "flash_attention_2"},
 )
 _DTYPE = _choice(

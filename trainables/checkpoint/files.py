@@ -45,6 +45,7 @@ from stage1_common.output_root import CheckpointFolder, RunFolder
 from trainables.distributed import broadcast_from_rank0
 
 __all__ = [
+    "DURATION_KEYS",
     "best_checkpoint",
     "complete_by",
     "dcp_dir",
@@ -63,6 +64,9 @@ __all__ = [
 
 # What must match for a checkpoint's data position and shards to mean the same thing.
 SHAPE_KEYS = ("world_size", "micro_batch", "grad_accum_steps", "strategy", "zero_stage", "seed")
+# And with batching duration, whose epochs' steps these decide (in a checkpoint's meta only
+# when it has them: one of count batching, or of a version before them, resumes as before).
+DURATION_KEYS = ("batching", "batch_audio_s", "batch_max_pad", "max_audio_s", "min_audio_s")
 
 
 def _rng_state(device: torch.device) -> dict[str, Any]:
@@ -233,10 +237,14 @@ def check_shape(meta: dict[str, Any], shape: dict[str, Any], folder: Path) -> st
     resharded = (
         meta.get("world_size") != shape["world_size"]
         and shape["strategy"] in ("ddp", "fsdp2")
+        # duration batches: another world size cuts every epoch anew, no position carries over
+        and "batching" not in meta
+        and "batching" not in shape
         and dcp_dir(folder) is not None
     )
     keys = [k for k in SHAPE_KEYS if not (resharded and k == "world_size")]
-    diff = {k: (meta.get(k), shape[k]) for k in keys if meta.get(k) != shape[k]}
+    keys += [k for k in DURATION_KEYS if k in meta or k in shape]
+    diff = {k: (meta.get(k), shape.get(k)) for k in keys if meta.get(k) != shape.get(k)}
     if diff:
         said = ", ".join(f"{k} {a} (now {b})" for k, (a, b) in diff.items())
         raise ValueError(

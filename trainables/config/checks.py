@@ -72,6 +72,7 @@ def check_config(cfg) -> None:
     _check_placement(cfg)
     _check_shapes(cfg)
     _check_buckets(cfg)
+    _check_batching(cfg)
     _check_load_dtype(cfg)
     _check_training(cfg)
     _check_observing(cfg)
@@ -129,6 +130,16 @@ def _check_strategy(cfg) -> None:
             "compile_scope: fsdp2 compiles layer by layer (its hooks sit between the layers); "
             "set compile_scope=layers"
         )
+    if cfg.strategy == "deepspeed" and cfg.zero_stage == 3:
+        # Both read a convolution's weight outside that convolution's forward, where ZeRO-3
+        # has not gathered it.
+        for key, plain in (("pos_conv", "conv"), ("extractor_layout", "channels_first")):
+            if getattr(cfg, key) != plain:
+                raise ConfigError(
+                    f"{key}: {getattr(cfg, key)} reads convolution weights outside their "
+                    f"module's forward, where ZeRO-3 has not gathered them; under zero_stage 3 "
+                    f"set {key}={plain}"
+                )
     if cfg.ddp_comm_hook != "none" and (cfg.strategy != "ddp" or cfg.use_gpu is False):
         raise ConfigError(
             f"ddp_comm_hook: {cfg.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"
@@ -244,6 +255,39 @@ def _check_buckets(cfg) -> None:
         raise ConfigError(
             f"crop_buckets_s: buckets must be distinct and within min_audio_s-max_audio_s "
             f"({cfg.min_audio_s:g}-{cfg.max_audio_s:g} s), got {cfg.crop_buckets_s}"
+        )
+
+
+def _check_batching(cfg) -> None:
+    """batching duration: whole utterances of a manifest, a budget one longest utterance fits,
+    a padding bound that gives a few bins."""
+    if cfg.batching != "duration":
+        return
+    if cfg.dataset != "manifest" or cfg.crop_policy != "limit_longest":
+        raise ConfigError(
+            "batching: duration batches whole utterances of a manifest (up to max_audio_s); set "
+            "dataset=manifest and crop_policy=limit_longest, or batching=count"
+        )
+    if cfg.crop_buckets_s or cfg.length_bucketing:
+        key = "crop_buckets_s=''" if cfg.crop_buckets_s else "length_bucketing=false"
+        raise ConfigError(
+            f"batching: duration makes its own length bins (batch_max_pad) and takes no crop "
+            f"buckets or length bucketing; set {key}"
+        )
+    if not 0.01 <= cfg.batch_max_pad <= 1:
+        raise ConfigError(
+            f"batch_max_pad: must be within 0.01-1 (padded audio at most 1 + batch_max_pad "
+            f"times the real), got {cfg.batch_max_pad}"
+        )
+    # The longest bin: max_audio_s in whole 20 ms frames (trainables/data/durations.py).
+    longest = -(-round(cfg.max_audio_s * 16_000) // 320) * 320 / 16_000
+    if cfg.batch_audio_s < longest:
+        got = "is not set" if cfg.batch_audio_s == 0 else f"{cfg.batch_audio_s:g} s is too small"
+        raise ConfigError(
+            f"batch_audio_s: {got}; batching duration fills each rank's micro-batch with up to "
+            f"batch_audio_s seconds of padded audio, at least one utterance of max_audio_s "
+            f"({longest:g} s): set batch_audio_s to e.g. micro_batch x the mean utterance "
+            f"(256 x 2 s: 512)"
         )
 
 

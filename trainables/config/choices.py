@@ -16,6 +16,7 @@ __all__ = [
     "ModelSize",
     "Dataset",
     "CropPolicy",
+    "Batching",
     "AudioRead",
     "ContrastiveScope",
     "LoadDtype",
@@ -28,18 +29,30 @@ __all__ = [
     "ExportModel",
     "PlacementStrategy",
     "Executor",
+    "PosConv",
+    "ExtractorLayout",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Optimizer = Literal["adamw_torch", "adamw_torch_foreach", "deepspeed_fused_adam"]
-Attention = Literal["auto", "eager", "sdpa", "flash_attention_2"]
+Attention = Literal[
+    "auto",
+    "eager",
+    "sdpa",
+    "sdpa_cudnn",
+    "sdpa_flash",
+    "sdpa_efficient",
+    "sdpa_math",
+    "flash_attention_2",
+]
 CommHook = Literal["none", "bf16", "fp16"]
 MatmulPrecision = Literal["highest", "high", "medium"]
 ModelSize = Literal["tiny", "base"]
 ModelDefault = Literal["model"]
 Dataset = Literal["synthetic", "manifest"]
 CropPolicy = Literal["limit_longest", "fixed_slice"]
+Batching = Literal["count", "duration"]
 AudioRead = Literal["seek", "full"]
 ContrastiveScope = Literal["global", "local"]
 LoadDtype = Literal["auto", "fp32", "bf16", "fp16"]
@@ -54,3 +67,5 @@ BestMetric = Literal[
 ExportModel = Literal["none", "final", "best"]
 PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 Executor = Literal["auto", "resident", "fresh"]
+PosConv = Literal["conv", "matmul"]
+ExtractorLayout = Literal["channels_first", "channels_last"]

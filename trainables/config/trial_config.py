@@ -137,7 +137,10 @@ class TrialConfig:
         default="auto",
     )
     # --- batch and loader ---
-    micro_batch: int = _doc("Samples per worker per step.", default=8)
+    micro_batch: int = _doc(
+        "Samples per worker per step; with batching duration, validation's batches only.",
+        default=8,
+    )
     num_workers: int = _doc("DataLoader worker processes per train worker.", default=0)
     prefetch_factor: int = _doc(
         "Batches prefetched per DataLoader worker (used when num_workers > 0).", default=2
@@ -164,11 +167,21 @@ class TrialConfig:
     )
     crop_policy: choices.CropPolicy = _doc(
         "`limit_longest`: a random window of min_audio_s-max_audio_s seconds (shorter "
-        "utterances whole); `fixed_slice`: exactly fixed_slice_s (shorter ones zero-padded).",
+        "utterances whole); `fixed_slice`: exactly fixed_slice_s (shorter ones zero-padded). "
+        "batching duration crops nothing below max_audio_s (it needs limit_longest).",
         default="limit_longest",
     )
-    min_audio_s: float = _doc("Shortest crop window of limit_longest, seconds.", default=1.0)
-    max_audio_s: float = _doc("Longest crop window of limit_longest, seconds.", default=3.0)
+    min_audio_s: float = _doc(
+        "Shortest crop window of limit_longest, seconds; with batching duration, the shortest "
+        "duration bin (shorter utterances are padded to it).",
+        default=1.0,
+    )
+    max_audio_s: float = _doc(
+        "Longest crop window of limit_longest, seconds; with batching duration, the longest "
+        "utterance kept whole (a longer one gives a random window this long, the same for a "
+        "seed and item).",
+        default=3.0,
+    )
     fixed_slice_s: float = _doc("Crop length of fixed_slice, seconds.", default=2.0)
     audio_read: choices.AudioRead = _doc(
         "`seek`: read only the crop; `full`: decode the whole file, then crop (for comparison).",
@@ -193,6 +206,34 @@ class TrialConfig:
         "text_tokens: one static shape per bucket, compiled before the timed windows. Needs "
         "dataset manifest with limit_longest; replaces length_bucketing. Empty: off.",
         default="",
+    )
+    batching: choices.Batching = _doc(
+        "How a micro-batch is filled. `count`: micro_batch utterances per rank, cropped as "
+        "crop_policy says. `duration`: whole utterances (up to max_audio_s), each rank's "
+        "micro-batch filled with up to batch_audio_s seconds of padded audio from one duration "
+        "bin (batch_max_pad), as Lhotse's and NeMo's dynamic bucketing and fairseq's max_tokens "
+        "do: the number of utterances per step varies (short ones: more per step, so more "
+        "negatives for the contrastive loss), every utterance is trained on once per epoch, "
+        "ranks may hold different counts in a step (the loss gathers them as they are) and "
+        "samples/s counts what each step held. Transcripts are padded to text_tokens. Needs "
+        "dataset manifest with limit_longest; replaces crop_buckets_s and length_bucketing.",
+        default="count",
+    )
+    batch_audio_s: float = _doc(
+        "batching duration: the budget of one rank's micro-batch, seconds of padded audio "
+        "(its rows x its bin's length, never more; fairseq's max_tokens, NeMo's batch_duration "
+        "counted padded); at least max_audio_s. Match a count run by micro_batch x its mean "
+        "crop (256 x 2 s: 512).",
+        default=0.0,
+    )
+    batch_max_pad: float = _doc(
+        "batching duration: the padding bound, which also sets how many shapes a compiled run "
+        "sees. Duration bins are max_audio_s / (1 + batch_max_pad)^k seconds (k = 0, 1, ... "
+        "until min_audio_s, in 20 ms frames); an utterance goes to the shortest bin that holds "
+        "it and a batch is padded to its bin, so its padded audio is at most (1 + "
+        "batch_max_pad) x its real audio (utterances shorter than min_audio_s, padded to the "
+        "shortest bin, excepted). Larger: fewer bins, fewer shapes, more padding.",
+        default=0.1,
     )
     audio_s: float = _doc("Length of each synthetic utterance, seconds at 16 kHz.", default=1.0)
     text_tokens: int = _doc(
@@ -239,15 +280,17 @@ class TrialConfig:
         default="model",
     )
     compile_warmup: bool = _doc(
-        "With torch_compile and known shapes (crop_buckets_s, or a synthetic dataset), compile "
-        "every shape in a forward and backward pass before the first timed step (no optimizer "
-        "step, gradients cleared), under DDP; its time is the run's compile_s, never part of a "
-        "window. Other runs (and DeepSpeed) compile at the first step of each new shape.",
+        "With torch_compile and known shapes (crop_buckets_s, batching duration, or a synthetic "
+        "dataset), compile every shape in a forward and backward pass before the first timed "
+        "step (no optimizer step, gradients cleared), under DDP; its time is the run's "
+        "compile_s, never part of a window. Other runs (and DeepSpeed) compile at the first "
+        "step of each new shape.",
         default=True,
     )
     compile_dynamic: bool | Literal["auto"] = _doc(
         "torch.compile dynamic: `auto` recompiles with dynamic shapes once a shape changes "
-        "(crop lengths vary with limit_longest); true/false force it.",
+        "(crop lengths vary with limit_longest), and compiles each shape statically where they "
+        "are known (crop_buckets_s, batching duration); true/false force it.",
         default="auto",
     )
     compile_backend: choices.CompileBackend = _doc(
@@ -272,10 +315,31 @@ class TrialConfig:
         "learnable corpus).",
         default="model",
     )
+    pos_conv: choices.PosConv = _doc(
+        "wav2vec2's positional convolution (768 channels in 16 groups, kernel 128 at base): "
+        "`conv` (torch's grouped convolution, cuDNN on a GPU: about 3 % of an H200's peak) or "
+        "`matmul` (the same convolution as block-Toeplitz batched products, equal to float "
+        "rounding, same parameters; FLOPs and MFU still counted as the convolution). Not under "
+        "DeepSpeed ZeRO-3.",
+        default="conv",
+    )
+    extractor_layout: choices.ExtractorLayout = _doc(
+        "Memory layout of wav2vec2's convolutional feature encoder: `channels_first` "
+        "(transformers' Conv1d on batch x channels x time) or `channels_last` (the same "
+        "convolutions as conv2d on channels-last activations, the layout cuDNN's tensor-core "
+        "kernels work in; same parameters, equal to float rounding). Not under DeepSpeed ZeRO-3.",
+        default="channels_first",
+    )
     speech_attention: choices.Attention = _doc(
-        "Attention kernel of the speech encoder; `auto`: flash_attention_2 on compute capability "
-        ">= 8.0 with bf16/fp16 and flash_attn installed, else sdpa. An unavailable kind falls "
-        "back to sdpa, recorded in the run manifest.",
+        "Attention kernel of the speech encoder: transformers' `eager`, `sdpa` (PyTorch picks "
+        "the SDPA backend per call; cuDNN on an H100/H200 with torch 2.11) or "
+        "`flash_attention_2` (the flash_attn package); `sdpa_cudnn`, `sdpa_flash`, "
+        "`sdpa_efficient`, `sdpa_math`: SDPA on that backend alone (cuDNN attention, "
+        "FlashAttention-2, memory-efficient, math; flash takes no padding mask on a GPU, so "
+        "padded batches run sdpa there); `auto`: flash_attention_2 on compute capability >= "
+        "8.0 with bf16/fp16 and flash_attn installed, else sdpa. A kind that cannot run here "
+        "(no GPU, dtype, head size, attention dropout) falls back to sdpa, with the reason in "
+        "the manifest's fallbacks.",
         default="auto",
     )
     text_attention: choices.Attention = _doc(

@@ -7,9 +7,11 @@
 - ``manifest_table``: a manifest as a pyarrow table, its missing files, its held-out speakers;
 - ``crops``: a run's crop settings and every item's crop, and the full global batches of an
   epoch;
+- ``durations``: batching duration's bins, each epoch's rank-batches within the budget, its
+  steps and shapes;
 - ``text``: the tokenizer of the transcripts.
 
-``manifest_table``, ``crops`` and ``text`` import no torch: the driver reads manifests and checks
+``manifest_table``, ``crops``, ``durations`` and ``text`` import no torch: the driver reads manifests and checks
 batches with them. So nothing is re-exported here: import the module that owns a name.
 """
 

@@ -102,11 +102,13 @@ DEFAULT_CROP = CropSettings()  # a TrialConfig's defaults
 
 def crop_settings(cfg: TrialConfig) -> CropSettings:
     """A run's crop settings from its config keys: the one place they are mapped (the driver's
-    batch check, the training and validation datasets all crop by it)."""
+    batch check, the training and validation datasets all crop by it). batching duration:
+    whole utterances up to max_audio_s, a random max_audio_s window of a longer one."""
+    whole = cfg.batching == "duration"
     return CropSettings(
         seed=cfg.seed,
         policy=cfg.crop_policy,
-        min_s=cfg.min_audio_s,
+        min_s=cfg.max_audio_s if whole else cfg.min_audio_s,
         max_s=cfg.max_audio_s,
         fixed_s=cfg.fixed_slice_s,
         buckets=cfg.crop_buckets,

@@ -13,10 +13,20 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 from trainables.config import TrialConfig, global_batch
 from trainables.data.crops import crop_settings
+from trainables.data.durations import (
+    DurationBins,
+    StepFacts,
+    batch_shapes,
+    duration_bins,
+    epoch_steps,
+    step_facts,
+    steps_per_epoch,
+)
 from trainables.data.manifest import collate_padded
 from trainables.data.text import text_vocab_size
 
 __all__ = [
+    "DurationBatchSampler",
     "EpochIterator",
     "EpochsBatchSampler",
     "LengthBucketBatchSampler",
@@ -26,6 +36,7 @@ __all__ = [
     "build_dataset",
     "build_loader",
     "collate_for",
+    "compile_shapes",
     "epochs",
     "manifest_options",
 ]
@@ -171,6 +182,52 @@ class ShapeBucketBatchSampler(_GlobalBatchSampler):
         return batches
 
 
+class DurationBatchSampler(Sampler[list[int]]):
+    """batching duration: this rank's micro-batch of each step of an epoch, as
+    trainables/data/durations.py cuts them (one duration bin per batch, at most the budget of
+    padded audio, every utterance once). Every rank draws the same plan from (seed, epoch) and
+    takes its own part, so the ranks agree on each step's counts without a collective
+    (``step``). ``skip``: steps of this epoch already trained on (a resumed run)."""
+
+    def __init__(
+        self, lengths: np.ndarray, *, bins: DurationBins, world_size: int, rank: int, seed: int
+    ):
+        self.lengths = np.asarray(lengths)
+        self.bins, self.world_size, self.rank, self.seed = bins, world_size, rank, seed
+        self.epoch = 0
+        self.skip = 0
+        self._plans: dict[int, list[list[np.ndarray]]] = {}
+        self._len = steps_per_epoch(self.lengths, bins, world_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def plan(self, epoch: int) -> list[list[np.ndarray]]:
+        """Epoch ``epoch``'s steps, every rank's part of each (the last two epochs kept: the
+        loader's workers prefetch across an epoch's end while the loop finishes it)."""
+        if epoch not in self._plans:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._plans[epoch] = epoch_steps(self.lengths, self.bins, self.world_size, rng)
+            for old in [e for e in self._plans if e < epoch - 1]:
+                del self._plans[old]
+        return self._plans[epoch]
+
+    def step(self, epoch: int, index: int) -> StepFacts:
+        """Step ``index`` of epoch ``epoch`` on every rank: its rows and audio."""
+        return step_facts(self.plan(epoch)[index], self.lengths)
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every (rows, padded samples) a micro-batch of the run can have."""
+        return batch_shapes(self.lengths, self.bins, self.world_size)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self):
+        for step in self.plan(self.epoch)[self.skip :]:
+            yield [int(i) for i in step[self.rank]]
+
+
 class EpochsBatchSampler(Sampler[list[int]]):
     """One pass over every epoch: the per-epoch batch sampler ``inner``, epoch after epoch,
     without end. The DataLoader's iterator therefore never ends, and its workers keep
@@ -208,7 +265,9 @@ class EpochIterator:
     and ``start(epoch, offset)`` continues from one. The loader's batch sampler is an
     :class:`EpochsBatchSampler`, so one iterator runs across epochs and the position is counted
     here from the batches taken. ``micro_batch``: the run's, named when the dataset gives no
-    full batch."""
+    full batch. ``step``: with batching duration, what the batch just taken and the other
+    ranks' of its step hold (:class:`StepFacts`: the loss's gather and the throughput count
+    them); None otherwise (every rank holds micro_batch)."""
 
     def __init__(self, loader: DataLoader, micro_batch: int):
         self.loader, self.micro_batch = loader, micro_batch
@@ -216,6 +275,7 @@ class EpochIterator:
         self._start = (0, 0)
         self._taken = 0
         self._it = None
+        self.step: StepFacts | None = None
 
     @property
     def batches_per_epoch(self) -> int:
@@ -248,6 +308,9 @@ class EpochIterator:
         per_epoch = self.batches_per_epoch
         done = self._start[0] * per_epoch + self._start[1] + self._taken
         self.epoch, self.offset = (done - 1) // per_epoch, (done - 1) % per_epoch + 1
+        inner = self.loader.batch_sampler.inner
+        if isinstance(inner, DurationBatchSampler):
+            self.step = inner.step(self.epoch, self.offset - 1)
         return batch
 
     @property
@@ -270,9 +333,12 @@ def manifest_options(cfg: TrialConfig) -> dict:
 
 def collate_for(cfg: TrialConfig, pad_id: int) -> Callable:
     """The collate of a run's manifest batches (training and validation): padded, and with
-    crop_buckets_s transcripts padded to text_tokens (one text shape for every batch)."""
-    text_to = cfg.text_tokens if cfg.crop_buckets else None
-    return functools.partial(collate_padded, pad_id=pad_id, text_to=text_to)
+    crop_buckets_s or batching duration transcripts padded to text_tokens (one text shape for
+    every batch); batching duration pads audio to the batch's duration bin."""
+    duration = cfg.batching == "duration"
+    text_to = cfg.text_tokens if cfg.crop_buckets or duration else None
+    audio_to = duration_bins(cfg) if duration else None
+    return functools.partial(collate_padded, pad_id=pad_id, text_to=text_to, audio_to=audio_to)
 
 
 def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callable]:
@@ -300,6 +366,16 @@ def build_dataset(cfg: TrialConfig, *, world_size: int) -> tuple[Dataset, Callab
     return ds, collate_padded
 
 
+def compile_shapes(cfg: TrialConfig, loader: DataLoader) -> list[tuple[int, int, int]] | None:
+    """(rows, audio samples, text tokens) of every batch shape a compile warm-up compiles when
+    the corpus decides them (batching duration: each bin's one or two row counts); None: the
+    config's own (``TrialConfig.static_shapes``)."""
+    inner = loader.batch_sampler.inner
+    if isinstance(inner, DurationBatchSampler):
+        return [(rows, audio_n, cfg.text_tokens) for rows, audio_n in inner.shapes()]
+    return None
+
+
 def epochs(loader: DataLoader, micro_batch: int) -> EpochIterator:
     """Batches forever (see :class:`EpochIterator`) of the loader ``build_loader`` made with
     ``micro_batch``."""
@@ -308,8 +384,8 @@ def epochs(loader: DataLoader, micro_batch: int) -> EpochIterator:
 
 def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bool) -> DataLoader:
     """DataLoader over every epoch (:class:`EpochsBatchSampler`) of a DistributedSampler, the
-    length-bucketing sampler or the shape-bucket sampler (crop_buckets_s); persistent workers
-    that keep prefetching across epoch boundaries."""
+    length-bucketing sampler, the shape-bucket sampler (crop_buckets_s) or the duration sampler
+    (batching duration); persistent workers that keep prefetching across epoch boundaries."""
     dataset, collate = build_dataset(cfg, world_size=world_size)
     workers = dict(
         # Its own generator: making an iterator draws the workers' base seed from it, not from
@@ -321,8 +397,17 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
         pin_memory=pin_memory,
         collate_fn=collate,
     )
-    if cfg.crop_buckets:
-        inner: Sampler = ShapeBucketBatchSampler(
+    if cfg.batching == "duration":
+        inner: Sampler = DurationBatchSampler(
+            dataset.crop_lengths(),
+            bins=duration_bins(cfg),
+            world_size=world_size,
+            rank=rank,
+            seed=cfg.seed,
+        )
+        batches = EpochsBatchSampler(inner)
+    elif cfg.crop_buckets:
+        inner = ShapeBucketBatchSampler(
             dataset.crop_lengths(),
             micro_batch=cfg.micro_batch,
             world_size=world_size,

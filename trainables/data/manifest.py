@@ -8,6 +8,7 @@ otherwise copy every page they touch (reference counts) and grow with the corpus
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -132,10 +133,14 @@ class ManifestDataset(Dataset):
 
 
 def collate_padded(
-    items: list[dict], pad_id: int = 0, text_to: int | None = None
+    items: list[dict],
+    pad_id: int = 0,
+    text_to: int | None = None,
+    audio_to: Callable[[int], int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Pad audio (zeros) and token ids (``pad_id``) to the longest in the batch (token ids to
-    ``text_to`` when given: one text shape for every batch); masks come from each item's valid
+    ``text_to`` when given: one text shape for every batch; audio to ``audio_to(longest)`` when
+    given: batching duration's bin length, a few shapes for a run); masks come from each item's valid
     length (items carry a length, not a mask as long as their audio). The audio mask is bool:
     as long as the audio, an int64 one was twice the audio's bytes (61 MB of a 91 MB batch at
     mb 160 and 3 s), all of it pinned and copied to the GPU by the loader, and the model reads
@@ -144,10 +149,13 @@ def collate_padded(
     No row padded (crop buckets, equal crops): no audio mask at all. An all-true mask changes
     nothing the model computes but costs wav2vec2 a masked fill (a boolean index: a host sync)
     and the frames' mask: 7 % of an eager step at mb 256 and 2 s on an H200
-    (benchmarks/results/mfu_budget_2xh200/)."""
+    (benchmarks/results/mfu_budget_2xh200/). With ``audio_to`` (batching duration, whose
+    batches nearly all hold padding) always a mask: one compiled graph per shape, not two."""
     from torch.nn.utils.rnn import pad_sequence
 
     audio = pad_sequence([it["audio"] for it in items], batch_first=True)
+    if audio_to is not None and audio_to(audio.shape[1]) > audio.shape[1]:
+        audio = torch.nn.functional.pad(audio, (0, audio_to(audio.shape[1]) - audio.shape[1]))
     ids = pad_sequence([it["input_ids"] for it in items], batch_first=True, padding_value=pad_id)
     if text_to is not None and ids.shape[1] < text_to:
         ids = torch.nn.functional.pad(ids, (0, text_to - ids.shape[1]), value=pad_id)
@@ -158,6 +166,6 @@ def collate_padded(
         "input_ids": ids,
         "text_mask": (torch.arange(ids.shape[1]) < text_len[:, None]).long(),
     }
-    if min(lengths) < audio.shape[1]:
+    if min(lengths) < audio.shape[1] or audio_to is not None:
         batch["audio_mask"] = torch.arange(audio.shape[1]) < torch.tensor(lengths)[:, None]
     return batch

@@ -14,9 +14,11 @@ from trainables.engine.core import Engine, EngineParts
 from trainables.engine.ddp import wrap_ddp
 from trainables.engine.deepspeed_engine import wrap_deepspeed
 from trainables.engine.fsdp2 import wrap_fsdp2
-from trainables.engine.mfu import cached_flops_per_sample, peak_tflops
+from trainables.engine.mfu import cached_flops_per_sample, flops_terms, peak_tflops
 from trainables.engine.optim import build_optimizer
 from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
+from trainables.model.extractor import use_extractor_layout
+from trainables.model.pos_conv import use_pos_conv
 from trainables.model.stage1 import build_model_with_attention
 
 __all__ = ["build_engine"]
@@ -73,7 +75,14 @@ def build_engine(
     model.logit_scale_max = cfg.logit_scale_max
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
     flops = cached_flops_per_sample(cfg, model, device, load_dtype, attention, flops_cache)
+    terms = None
+    if cfg.batching == "duration":  # steps of varying count and lengths
+        terms = flops_terms(cfg, model, device, load_dtype, attention, flops_cache)
     lap("flops")
+    # After the count: FLOPs are the convolutions' whatever computes them (the documented
+    # formula), and the parameters the same either way.
+    use_pos_conv(model.speech, cfg.pos_conv)
+    use_extractor_layout(model.speech, cfg.extractor_layout)
     peak = peak_tflops(device, precision)
     optimizer = build_optimizer(cfg, model.parameters(), on_gpu)
     effective = {
@@ -92,6 +101,7 @@ def build_engine(
         load_dtype=load_dtype,
         effective=effective,
         flops_per_sample=flops,
+        flops_terms=terms,
         peak_tflops=peak,
         compile_kwargs=compile_kwargs,
         compiled=compiled,

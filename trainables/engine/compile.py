@@ -5,6 +5,7 @@ known shape before the first timed step. A compile error falls back to eager (en
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import os
 import time
@@ -15,6 +16,7 @@ from typing import Any, NamedTuple
 import torch
 
 from trainables.config import TrialConfig
+from trainables.data.durations import duration_bins
 from trainables.engine.shapes import shape_batch
 from trainables.model.stage1 import contrastive_loss
 from trainables.observe.gc_control import collector_paused
@@ -115,7 +117,7 @@ def cache_counts() -> str:
 
 def _compile_kwargs(cfg: TrialConfig) -> dict[str, Any]:
     dynamic = None if cfg.compile_dynamic == "auto" else cfg.compile_dynamic
-    if cfg.compile_dynamic == "auto" and cfg.crop_buckets:
+    if cfg.compile_dynamic == "auto" and (cfg.crop_buckets or cfg.batching == "duration"):
         dynamic = False  # a few known shapes: each compiled once, statically
     return {
         "backend": cfg.compile_backend,
@@ -130,6 +132,8 @@ def _allow_recompiles(cfg: TrialConfig) -> None:
     import torch._dynamo.config as dynamo_config
 
     shapes = len(cfg.static_shapes or ())
+    if cfg.batching == "duration":  # one or two row counts per duration bin
+        shapes = 2 * len(duration_bins(cfg).edges)
     for name in ("recompile_limit", "cache_size_limit"):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 2 * shapes + 8))
@@ -310,17 +314,30 @@ def _one_pass(engine, cfg: TrialConfig, batch: dict[str, torch.Tensor]) -> None:
     engine.bare.zero_grad(set_to_none=True)
 
 
-def warm_up(engine, cfg: TrialConfig) -> CompileTime:
+def warm_up(
+    engine, cfg: TrialConfig, shapes: list[tuple[int, int, int]] | None = None
+) -> CompileTime:
     """compile_warmup: compile (and with reduce-overhead, record the CUDA graphs of) every
     static shape of the run before its first timed step, in a forward and backward pass of a
     made-up batch of each shape; no optimizer step, gradients cleared, RNG states put back
-    (dropout masks of the real steps are unchanged). Returns the seconds it took (compile_s; 0
-    when nothing was compiled ahead) and where they went (compile_parts). DDP and FSDP2:
-    DeepSpeed counts its micro-steps and would take the pass as one."""
-    shapes = cfg.static_shapes
+    (dropout masks of the real steps are unchanged). ``shapes``: (rows, audio samples, text
+    tokens) of each, when the loader knows them (batching duration: every bin's one or two row
+    counts, trainables/data/durations.py); else the config's static shapes at micro_batch rows.
+    Every rank warms the same shapes in the same order (their backward passes all-reduce).
+    Returns the seconds it took (compile_s; 0 when nothing was compiled ahead) and where they
+    went (compile_parts). DDP and FSDP2: DeepSpeed counts its micro-steps and would take the
+    pass as one."""
+    if shapes is None and cfg.static_shapes:
+        shapes = [(cfg.micro_batch, audio_n, text_n) for audio_n, text_n in cfg.static_shapes]
     if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind != "deepspeed"):
         return CompileTime(0.0, "")
     device = next(engine.bare.parameters()).device
+    # batching duration: its batches always carry an audio mask, with padding (nearly always)
+    # or without (every row as long as its bin: crops of max_audio_s), each its own code in the
+    # encoder layers; every shape is warmed both ways.
+    variants = [{"masked": True, "padded": True}, {"masked": True}]
+    if cfg.batching != "duration":
+        variants = [{}]
     # cudagraph trees run a function eagerly once (warm-up), record it at its second call and
     # replay it from the third.
     passes = [0.0] * (CUDAGRAPH_PASSES if engine.cudagraphs else 1)
@@ -329,10 +346,11 @@ def warm_up(engine, cfg: TrialConfig) -> CompileTime:
     devices = [device] if device.type == "cuda" else []
     # The collector paused: tracing and loading graphs make many objects, little garbage.
     with torch.random.fork_rng(devices=devices), collector_paused():
-        for audio_n, text_n in shapes:
+        for (rows, audio_n, text_n), variant in itertools.product(shapes, variants):
             for i in range(len(passes)):
                 t_pass = time.perf_counter()
-                _one_pass(engine, cfg, shape_batch(cfg.micro_batch, audio_n, text_n, device))
+                batch = shape_batch(rows, audio_n, text_n, device, **variant)
+                _one_pass(engine, cfg, batch)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 passes[i] += time.perf_counter() - t_pass

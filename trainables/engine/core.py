@@ -34,6 +34,9 @@ class Engine:
     scaler: Any = None
     _no_sync: Any = None  # DDP's no_sync: accumulation micro-batches skip the all-reduce
     flops_per_sample: float = math.nan
+    # batching duration: FLOPs per sample, per audio second and per squared audio second
+    # (engine.mfu.flops_terms), for steps of varying count and lengths; None otherwise.
+    flops_terms: tuple[float, float, float] | None = None
     peak_tflops: float = math.nan
     _backward: Any = None
     _step: Any = None
@@ -92,11 +95,13 @@ class Engine:
         self.effective["compile_effective"] = "eager (fallback)"
         self.effective["fallbacks"] = "; ".join(filter(None, [self.effective["fallbacks"], note]))
 
-    def warm_up(self, cfg: TrialConfig) -> CompileTime:
+    def warm_up(
+        self, cfg: TrialConfig, shapes: list[tuple[int, int, int]] | None = None
+    ) -> CompileTime:
         """compile_warmup: every static shape compiled before the first timed step (see
-        engine.compile.warm_up); returns the seconds it took (compile_s) and where they went
-        (compile_parts)."""
-        return warm_up(self, cfg)
+        engine.compile.warm_up; ``shapes``: the loader's, when the config alone does not know
+        them); returns the seconds it took (compile_s) and where they went (compile_parts)."""
+        return warm_up(self, cfg, shapes)
 
     def accumulating(self, last: bool):
         """Around the forward and backward of one micro-batch: all but the last micro-batch of
@@ -134,6 +139,7 @@ class EngineParts:
     peak_tflops: float
     compile_kwargs: dict[str, Any]  # torch.compile's arguments (empty without torch_compile)
     compiled: dict[str, Any]  # the Engine fields of torch_compile (engine.compile.setup_compile)
+    flops_terms: tuple[float, float, float] | None = None  # batching duration (Engine's)
 
 
 def assemble_engine(
@@ -167,6 +173,7 @@ def assemble_engine(
         scaler=scaler,
         _no_sync=no_sync,
         flops_per_sample=parts.flops_per_sample,
+        flops_terms=parts.flops_terms,
         peak_tflops=parts.peak_tflops,
         _backward=backward,
         _step=step,

@@ -5,7 +5,9 @@ folder, stage1_common/machine_cache.py).
 FLOPs are counted once, at start-up, with ``torch.utils.flop_counter.FlopCounterMode`` over a
 forward and backward pass of the bare model (matmuls, convolutions and attention, the usual MFU
 convention) on a batch of the run's mean crop length. MFU = samples/s x FLOPs per sample /
-(peak x GPUs).
+(peak x GPUs). With batching duration a step's count and lengths vary: FLOPs per sample, per
+audio second and per squared audio second (``flops_terms``), summed over what each window's
+steps held.
 
 One correction to torch's counter (``counter``): it counts a grouped convolution's weight
 gradient as if the convolution were not grouped (``groups`` times too many; torch 2.11 and
@@ -20,14 +22,22 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from stage1_common.fileio import write_json
 from trainables.config import TrialConfig
 from trainables.engine.precision import DTYPES
-from trainables.engine.shapes import probe_batch, probe_shape
+from trainables.engine.shapes import probe_shape, shape_batch
 
-__all__ = ["PEAK_TFLOPS", "cached_flops_per_sample", "counter", "flops_per_sample", "peak_tflops"]
+__all__ = [
+    "PEAK_TFLOPS",
+    "cached_flops_per_sample",
+    "counter",
+    "flops_per_sample",
+    "flops_terms",
+    "peak_tflops",
+]
 
 # Dense peak TFLOP/s per GPU from the vendors' data sheets (no sparsity). Low precision is the
 # tensor-core rate with fp32 accumulation; fp32 is the non-tensor-core rate (TF32 is not used
@@ -94,13 +104,13 @@ def flops_per_sample(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     return counter_mode.get_total_flops() / batch["audio"].shape[0]
 
 
-def _cache_key(cfg: TrialConfig, load_dtype: str, attention: dict) -> str:
+def _cache_key(cfg: TrialConfig, load_dtype: str, attention: dict, audio_n: int) -> str:
     """What the count depends on: the model's shape and dtype, its attention kernels, the probe
     batch's shape, the torch and transformers versions, and the counting rules (``COUNTING``:
     a count made before a correction is not reused)."""
     import transformers
 
-    audio_n, text_n = probe_shape(cfg)
+    text_n = probe_shape(cfg)[1]
     return json.dumps(
         [
             cfg.model_size,
@@ -137,11 +147,20 @@ def _write_cached(path: Path | None, key: str, value: float) -> None:
 
 
 def cached_flops_per_sample(
-    cfg: TrialConfig, model, device, load_dtype: str, attention: dict, cache: Path | None
+    cfg: TrialConfig,
+    model,
+    device,
+    load_dtype: str,
+    attention: dict,
+    cache: Path | None,
+    audio_n: int | None = None,
 ) -> float:
-    """FLOPs per sample of the run's model shape: from ``cache`` when a run of the same shape
-    counted them, else counted; rank 0 only, sent to the others (no rank counts twice)."""
-    key = _cache_key(cfg, load_dtype, attention)
+    """FLOPs per sample of the run's model shape (``audio_n`` samples of audio; default the
+    probe's, the run's mean crop): from ``cache`` when a run of the same shape counted them,
+    else counted; rank 0 only, sent to the others (no rank counts twice)."""
+    probe_audio, text_n = probe_shape(cfg)
+    audio_n = probe_audio if audio_n is None else audio_n
+    key = _cache_key(cfg, load_dtype, attention, audio_n)
     path = None
     if cache is not None:
         path = Path(cache) / f"flops-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
@@ -154,10 +173,41 @@ def cached_flops_per_sample(
             # Its forward draws dropout masks: the RNG goes on as if it had not run.
             devices = [device] if device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                value[0] = flops_per_sample(
-                    model, probe_batch(cfg, device, dtype=DTYPES[load_dtype])
-                )
+                batch = shape_batch(2, audio_n, text_n, device, DTYPES[load_dtype])
+                value[0] = flops_per_sample(model, batch)
             _write_cached(path, key, value[0])
     if distributed and torch.distributed.get_world_size() > 1:
         torch.distributed.broadcast_object_list(value, src=0)
     return float(value[0])
+
+
+def term_lengths(cfg: TrialConfig) -> tuple[float, float, float]:
+    """The three audio lengths, seconds, that ``flops_terms`` counts at: the shortest and
+    longest duration bin and their middle (the probe's length)."""
+    low, high = cfg.min_audio_s, cfg.max_audio_s
+    if high - low < 0.2:  # too close for a fit: halves of the longest
+        low = high / 2
+    return low, (low + high) / 2, high
+
+
+def flops_terms(
+    cfg: TrialConfig, model, device, load_dtype: str, attention: dict, cache: Path | None
+) -> tuple[float, float, float]:
+    """batching duration: FLOPs per sample as ``a + b s + c s^2`` of an utterance of ``s``
+    seconds (a: the text encoder at text_tokens, the heads; b: the convolutions, projections
+    and feed-forward layers per second of frames; c: attention's scores over the frames),
+    fitted through counts at ``term_lengths``, each cached like ``cached_flops_per_sample``.
+    A step's FLOPs are then ``a N + b S + c Q`` over its N utterances, S their seconds and Q
+    their squared seconds (trainables/observe/window_metrics.py), real lengths (padding is not
+    useful work). Exact at the three lengths; between them the frames' rounding (20 ms) moves
+    it by well under 1 %."""
+    seconds = term_lengths(cfg)
+    counts = [
+        cached_flops_per_sample(
+            cfg, model, device, load_dtype, attention, cache, audio_n=int(round(s * 16_000))
+        )
+        for s in seconds
+    ]
+    vander = [[1.0, s, s * s] for s in seconds]
+    a, b, c = np.linalg.solve(np.asarray(vander), np.asarray(counts))
+    return float(a), float(b), float(c)

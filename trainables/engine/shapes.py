@@ -11,16 +11,32 @@ __all__ = ["probe_batch", "probe_shape", "shape_batch"]
 
 
 def shape_batch(
-    rows: int, audio_n: int, text_n: int, device, dtype: torch.dtype = torch.float32
+    rows: int,
+    audio_n: int,
+    text_n: int,
+    device,
+    dtype: torch.dtype = torch.float32,
+    *,
+    masked: bool = False,
+    padded: bool = False,
 ) -> dict[str, torch.Tensor]:
     """A made-up batch of one shape, as the loader gives it (silent audio, unpadded: so no audio
-    mask, as trainables.data.manifest.collate_padded leaves it out): for counting FLOPs and for the
-    compile warm-up, where only shapes and dtypes matter."""
-    return {
+    mask, as trainables.data.manifest.collate_padded leaves it out; ``masked``: with one, as the
+    collate of batching duration always gives; ``padded``: the last row's audio and transcript
+    padded): for counting FLOPs and for the compile warm-up, where only shapes and dtypes matter,
+    and whether a mask holds padding: transformers drops an all-true mask before the encoder
+    layers, so their compiled code differs with and without padding."""
+    batch = {
         "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
         "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
         "text_mask": torch.ones(rows, text_n, dtype=torch.long, device=device),
     }
+    if masked:
+        batch["audio_mask"] = torch.ones(rows, audio_n, dtype=torch.bool, device=device)
+    if masked and padded:
+        batch["audio_mask"][-1, audio_n // 2 :] = False
+        batch["text_mask"][-1, text_n // 2 :] = 0
+    return batch
 
 
 def probe_shape(cfg: TrialConfig) -> tuple[int, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -11,6 +12,13 @@ from torch import nn
 
 from trainables.config import MAX_TEXT_TOKENS
 from trainables.data.text import TINY_TEXT_VOCAB
+from trainables.model.attention import (
+    SDPA_BACKENDS,
+    apply_sdpa_backend,
+    attention_kind,
+    register_sdpa_backends,
+    transformers_name,
+)
 
 __all__ = [
     "Stage1Model",
@@ -62,8 +70,9 @@ def build_model(
     notes: list[str] | None = None,
     dropout: float | None = None,
 ) -> Stage1Model:
-    """The model with the given attention kernels (already resolved: eager, sdpa or
-    flash_attention_2; see :func:`build_model_with_attention` for ``auto`` and fallbacks).
+    """The model with the given attention kernels (already resolved: eager, sdpa, an SDPA
+    backend kind of :mod:`trainables.model.attention` or flash_attention_2; see
+    :func:`build_model_with_attention` for ``auto`` and fallbacks).
 
     An encoder with a checkpoint folder is loaded from it (offline); the other is built from
     ``model_size`` with random weights. Weights end up in ``dtype``. Checkpoint weights that
@@ -72,6 +81,10 @@ def build_model(
     """
     from transformers import BertConfig, BertModel, Wav2Vec2Config, Wav2Vec2Model
 
+    if SDPA_BACKENDS.keys() & {speech_attention, text_attention}:
+        register_sdpa_backends()
+    speech_attention = transformers_name(speech_attention)
+    text_attention = transformers_name(text_attention)
     speech_rates, text_rates = dropout_overrides(dropout)
 
     if speech_path:
@@ -178,7 +191,9 @@ def build_model_with_attention(
     dropout: float | None = None,
 ) -> tuple[Stage1Model, dict[str, str]]:
     """Resolve ``auto``, build (or load), and fall back to SDPA when a requested kernel cannot
-    run here; returns the model and what was used (with the reason for any fallback)."""
+    run here (flash_attention_2 off a GPU or without flash_attn; an SDPA backend kind whose
+    backend cannot run on ``device`` at ``precision``); returns the model and what was used
+    (with the reason for any fallback)."""
     wanted = {
         "speech": auto_attention(device, precision) if speech == "auto" else speech,
         "text": auto_attention(device, precision) if text == "auto" else text,
@@ -213,9 +228,17 @@ def build_model_with_attention(
                 wanted[side] = "sdpa"
         load_notes = []
         model = build(load_notes)
+    # An SDPA backend kind is probed on the built encoder (its heads, head size and attention
+    # dropout, from a checkpoint's config too) in the dtype its attention computes in.
+    compute_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    for side, encoder in (("speech", model.speech), ("text", model.text)):
+        if wanted[side] in SDPA_BACKENDS:
+            notes += apply_sdpa_backend(
+                encoder, side, wanted[side], device=device, dtype=compute_dtype
+            )
     effective = {
-        "speech_attention_effective": model.speech.config._attn_implementation,
-        "text_attention_effective": model.text.config._attn_implementation,
+        "speech_attention_effective": attention_kind(model.speech.config._attn_implementation),
+        "text_attention_effective": attention_kind(model.text.config._attn_implementation),
         "fallbacks": "; ".join(notes + load_notes),
     }
     return model, effective
@@ -283,10 +306,23 @@ class _GatherWithGrad(torch.autograd.Function):
         return grad[ctx.rank * ctx.rows : (ctx.rank + 1) * ctx.rows]
 
 
-def gather_with_grad(tensor: torch.Tensor) -> torch.Tensor:
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def gather_with_grad(tensor: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
+    """Every rank's rows, in rank order, with gradients back to each rank's own. ``rows``: each
+    rank's row count when they may differ (batching duration): all_gather needs one size, so
+    each rank pads to the largest, and the padding rows are cut out of the result (the counts
+    come from the sampler's plan, known on every rank: no collective, no host sync)."""
+    if not _distributed():
         return tensor
-    return _GatherWithGrad.apply(tensor)
+    if rows is None or len(set(rows)) == 1:
+        return _GatherWithGrad.apply(tensor)
+    most = max(rows)
+    padded = F.pad(tensor, (0, 0, 0, most - tensor.shape[0]))
+    gathered = _GatherWithGrad.apply(padded)
+    return torch.cat([gathered[r * most : r * most + n] for r, n in enumerate(rows)])
 
 
 def contrastive_loss(
@@ -295,9 +331,20 @@ def contrastive_loss(
     logit_scale: torch.Tensor,
     *,
     scope: str = "global",
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Symmetric InfoNCE. With scope `global`, the local rows are scored against every rank's
-    embeddings, so a random model starts near ln(global batch)."""
+    embeddings, so a random model starts near ln(global batch).
+
+    ``rows``: every rank's row count in this step, when they may differ (batching duration:
+    trainables/data/loader.py's ``EpochIterator.step``). The negatives are then every row of
+    the step (their number changes from step to step), and the loss is this rank's share of
+    the mean over the step's rows, times the world size: DDP averages the ranks' gradients, so
+    that average is the gradient of the mean over every row, each row weighing the same
+    whichever rank holds it (a mean per rank would weigh the rows of a smaller batch more).
+    The value is rank r's mean x rows[r] x world / sum(rows)."""
+    if rows is not None:
+        return _uneven_loss(speech_emb, text_emb, logit_scale, scope=scope, rows=rows)
     rank = 0
     all_speech, all_text = speech_emb, text_emb
     if scope == "global" and dist.is_available() and dist.is_initialized():
@@ -308,3 +355,34 @@ def contrastive_loss(
     logits_speech = logit_scale * speech_emb @ all_text.T
     logits_text = logit_scale * text_emb @ all_speech.T
     return (F.cross_entropy(logits_speech, labels) + F.cross_entropy(logits_text, labels)) / 2
+
+
+def _uneven_loss(
+    speech_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    logit_scale: torch.Tensor,
+    *,
+    scope: str,
+    rows: Sequence[int],
+) -> torch.Tensor:
+    """contrastive_loss with every rank's row count given (see there)."""
+    rank = dist.get_rank() if _distributed() else 0
+    world = len(rows) if _distributed() else 1
+    mine = speech_emb.shape[0]
+    if mine != rows[rank]:
+        raise ValueError(f"rank {rank} holds {mine} rows, its step's plan says {rows[rank]}")
+    offset, total = 0, mine
+    all_speech, all_text = speech_emb, text_emb
+    if scope == "global" and world > 1:
+        offset, total = sum(rows[:rank]), sum(rows)
+        all_speech = gather_with_grad(speech_emb, rows)
+        all_text = gather_with_grad(text_emb, rows)
+    elif world > 1:
+        total = sum(rows)
+    labels = torch.arange(mine, device=speech_emb.device) + offset
+    logits_speech = logit_scale * speech_emb @ all_text.T
+    logits_text = logit_scale * text_emb @ all_speech.T
+    summed = F.cross_entropy(logits_speech, labels, reduction="sum") + F.cross_entropy(
+        logits_text, labels, reduction="sum"
+    )
+    return summed / 2 * (world / total)

@@ -38,8 +38,9 @@ class WindowTimer:
     def __len__(self) -> int:
         return len(self._values["iter_ms"])
 
-    def summary(self, global_batch: int) -> dict[str, float]:
-        """Window statistics and throughput: samples_per_s = global batch / mean iter time."""
+    def summary(self, global_batch: float) -> dict[str, float]:
+        """Window statistics and throughput: samples_per_s = global batch (samples of every
+        rank per step; batching duration: the window's mean) / mean iter time."""
         if not len(self):
             raise ValueError("empty timing window")
         out: dict[str, float] = {}

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from trainables.config import TrialConfig, global_batch
+from trainables.data.durations import StepFacts
 from trainables.distributed import gather_to_rank0
 from trainables.engine.compile_watch import CompileWatch
 from trainables.observe.timing import WindowTimer
@@ -30,6 +31,12 @@ class Window:
     timer: WindowTimer = field(default_factory=WindowTimer)
     index: int = 0
     audio_total: int = 0
+    # batching duration: what the window's micro-steps held on every rank, from the sampler's
+    # plan (no collective): utterances, their audio samples and squared seconds (0: count
+    # batching, where every step holds the config's global batch).
+    samples: int = 0
+    audio_samples: int = 0
+    audio_sq_s: float = 0.0
     report_ms: float = 0.0  # how long the previous window's report took
     cpu_s: float = 0.0  # the training thread's CPU time in the steps (time.thread_time)
 
@@ -57,12 +64,22 @@ class Window:
         self.audio_valid += audio_mask.sum()
         self.audio_total += audio_mask.numel()
 
+    def add_step(self, step: StepFacts | None) -> None:
+        """What one micro-step held on every rank (batching duration; None: nothing to add)."""
+        if step is None:
+            return
+        self.samples += step.samples
+        self.audio_samples += step.audio_samples
+        self.audio_sq_s += step.audio_sq_s
+
     def next(self) -> None:
         """Start the next window."""
         self.timer.reset()
         self.loss_sum.zero_()
         self.audio_valid.zero_()
         self.audio_total = 0
+        self.samples = self.audio_samples = 0
+        self.audio_sq_s = 0.0
         self.cpu_s = 0.0
         self.index += 1
 
@@ -91,21 +108,37 @@ class WindowMetrics:
             grad_accum_steps=cfg.grad_accum_steps,
         )
 
+    def step_batch(self, window: Window) -> float:
+        """Samples per optimizer step of every rank: the config's global batch, or (batching
+        duration) the mean of what the window's steps held."""
+        if window.samples:
+            return window.samples / len(window.timer)
+        return float(self.global_batch)
+
     def _throughput(self, metrics: dict[str, Any], window: Window) -> dict[str, Any]:
         worker, engine = self.worker, self.engine
         window_s = metrics["iter_ms_mean"] * len(window.timer) / 1000.0
-        tflops = engine.flops_per_sample * metrics["samples_per_s"] / 1e12
-        on_gpu = worker.device.type == "cuda"
         valid = int(window.audio_valid)  # note: a CPU-GPU sync point; once per window
+        # Rank 0's audio x world size: every rank reads the same crop distribution.
+        audio_s = valid * worker.world_size / 16_000
+        flops_per_sample = engine.flops_per_sample
+        if window.samples:  # batching duration: every rank's audio and FLOPs, from the plan
+            audio_s = window.audio_samples / 16_000
+            if engine.flops_terms is not None:
+                per_sample, per_s, per_sq_s = engine.flops_terms
+                flops = per_sample * window.samples + per_s * audio_s + per_sq_s * window.audio_sq_s
+                flops_per_sample = flops / window.samples
+        tflops = flops_per_sample * metrics["samples_per_s"] / 1e12
+        on_gpu = worker.device.type == "cuda"
         return {
             "model_tflops_per_s": tflops,
             "mfu": tflops / (engine.peak_tflops * worker.world_size),  # NaN: peak unknown
             "peak_mem_gib": torch.cuda.max_memory_allocated(worker.device) / 2**30
             if on_gpu
             else math.nan,
-            "flops_per_sample": engine.flops_per_sample,
-            # Rank 0's audio x world size: every rank reads the same crop distribution.
-            "audio_s_per_s": valid * worker.world_size / 16_000 / window_s,
+            "flops_per_sample": flops_per_sample,
+            "audio_s_per_s": audio_s / window_s,
+            # Rank 0's padding (batching duration: at most batch_max_pad, bins apart).
             "padding_ratio": 1.0 - valid / max(window.audio_total, 1),
         }
 
@@ -121,7 +154,8 @@ class WindowMetrics:
         """The window ending at ``state.step``; validation, checkpoint and gathered fields are
         added by the loop."""
         cfg, worker, step = self.cfg, self.worker, state.step
-        metrics: dict[str, Any] = window.timer.summary(self.global_batch)
+        step_batch = self.step_batch(window)
+        metrics: dict[str, Any] = window.timer.summary(step_batch)
         metrics.update(self._throughput(metrics, window))
         metrics.update(
             step=step,
@@ -135,7 +169,8 @@ class WindowMetrics:
             node=worker.node,
             node_id=worker.node_id,
             world_size=worker.world_size,
-            global_batch=self.global_batch,
+            # batching duration: the window's mean, rounded (the steps' counts vary)
+            global_batch=int(round(step_batch)),
             startup_s=first_step_ts - worker.start_ts,
             elapsed_s=time.perf_counter() - loop_start,
             window_end_ts=time.time(),

@@ -11,6 +11,7 @@ from typing import Any
 
 from stage1_common.output_root import RunFolder
 from trainables.checkpoint.files import (
+    DURATION_KEYS,
     check_shape,
     load_schedule,
     load_state,
@@ -37,7 +38,7 @@ class RunState:
 
 
 def _shape(cfg: TrialConfig, world_size: int) -> dict[str, Any]:
-    return {
+    shape = {
         "world_size": world_size,
         "micro_batch": cfg.micro_batch,
         "grad_accum_steps": cfg.grad_accum_steps,
@@ -45,6 +46,9 @@ def _shape(cfg: TrialConfig, world_size: int) -> dict[str, Any]:
         "zero_stage": cfg.zero_stage,
         "seed": cfg.seed,
     }
+    if cfg.batching == "duration":  # its epochs' steps (the data position) depend on these
+        shape.update({k: getattr(cfg, k) for k in DURATION_KEYS})
+    return shape
 
 
 def resume_position(

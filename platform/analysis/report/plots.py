@@ -90,8 +90,9 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
     """Per run: how many candidates each sample's contrastive loss scores against (a random
     model's loss starts near ln of it), and how that number is made; None where the run does
     not record its micro_batch (or, for global scope, its world size). Global scope: micro_batch x world (every rank's embeddings
-    are gathered); local: micro_batch. Not the global batch: gradient accumulation adds
-    samples to a step, not candidates to a sample's loss (trainables/model/stage1.py)."""
+    are gathered); local: micro_batch; batching duration: the windows' mean count per step.
+    Not the global batch: gradient accumulation adds samples to a step, not candidates to a
+    sample's loss (trainables/model/stage1.py)."""
     manifest = data["manifest"]
     rows = {r["run"]: r for r in manifest.to_dict("records")} if "run" in manifest else {}
     out: dict[str, tuple[int, str] | None] = {}
@@ -103,6 +104,9 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
             out[run] = None
             continue
         micro, accum = int(micro), int(_known(known, "grad_accum_steps", 1))
+        if _known(known, "batching", "count") == "duration":
+            out[run] = _duration_candidates(windows, accum, known)
+            continue
         world = _column_max(windows, "world_size")
         if not world or math.isnan(world):  # rows of a version that did not record it
             per_rank = global_batch(micro_batch=micro, world_size=1, grad_accum_steps=accum)
@@ -115,6 +119,22 @@ def candidates(data: dict, timing: pd.DataFrame) -> dict[str, tuple[int, str] | 
         else:
             out[run] = None
     return out
+
+
+def _duration_candidates(windows: pd.DataFrame, accum: int, known: dict):
+    """batching duration: a step's count varies (short utterances: more of them, so more
+    negatives per sample), so the candidates are the windows' mean count per micro-step."""
+    if "global_batch" not in windows:
+        return None
+    mean = pd.to_numeric(windows["global_batch"], errors="coerce").mean() / accum
+    world = _column_max(windows, "world_size")
+    if not math.isfinite(mean) or not math.isfinite(world):
+        return None
+    if _known(known, "contrastive_scope", "global") == "local":
+        n = max(1, round(mean / world))
+        return (n, f"about {n}: a rank's utterances per step, batching duration, local scope")
+    n = max(1, round(mean))
+    return (n, f"about {n}: every rank's utterances per step (mean), batching duration")
 
 
 def _column_max(df: pd.DataFrame, column: str) -> float:

@@ -35,9 +35,15 @@ __all__ = [
     "throughput",
 ]
 
-# Per-run figures shown per group in the ranking, where the runs measured them: MFU as a
-# percentage (mean over the group's ok runs) and peak GPU memory (the largest of them).
-MEASURED = {"mfu": ("MFU %", "mean", 100.0), "peak_mem_gib": ("peak GiB", "max", 1.0)}
+# Per-run figures shown per group in the ranking, where the runs measured them: audio seconds
+# per second (mean over the group's ok runs' tails, beside samples/s: batching duration trades
+# one against the other), MFU as a percentage (the mean) and peak GPU memory (the largest).
+AUDIO_RATE = "tail audio s/s"
+MEASURED = {
+    "tail_audio_s_per_s": (AUDIO_RATE, "mean", 1.0),
+    "mfu": ("MFU %", "mean", 100.0),
+    "peak_mem_gib": ("peak GiB", "max", 1.0),
+}
 # ranked_groups.csv's columns under shorter headings, so that the table fits the page.
 RANKING_HEADERS = {
     "runs_ok": "ok runs",
@@ -99,10 +105,11 @@ def ranking(data: dict) -> str:
         *keys,
         "runs_ok",
         "tail_samples_per_sec_robust",
+        AUDIO_RATE,
         "ci95_low",
         "ci95_high",
         "tail_mean_iter_p50_ms",
-        *[c for c in measured.columns if c != "group"],
+        *[c for c in measured.columns if c not in ("group", AUDIO_RATE)],
         PHASE_B,
         "unstable_group",
         *[c for c in ("vs_baseline", "left_race", "cliff") if _filled(table.get(c))],
@@ -111,6 +118,12 @@ def ranking(data: dict) -> str:
     shown = table[[c for c in cols if c in table]]  # an older ranked_groups.csv lacks some
     out = html_table(shown.rename(columns=RANKING_HEADERS), digits=2)
     out += _flags_note(data)
+    if AUDIO_RATE in shown:
+        out += note(
+            f"{AUDIO_RATE}: seconds of audio trained on per second (every rank's), beside "
+            "samples/s: a run with batching duration holds more short utterances or fewer long "
+            "ones per step, so one can rise while the other falls; compare both."
+        )
     if keys:
         out += note(f"swept: {', '.join(keys)} (each group's values, from runs/<run>/config.json)")
     else:
@@ -119,6 +132,7 @@ def ranking(data: dict) -> str:
             "analysis files only; best_config.json names the winner's)"
         )
     missing = [label for c, (label, _, _) in MEASURED.items() if label not in measured]
+    missing = [label for label in missing if label != AUDIO_RATE]  # synthetic runs have audio
     if missing:
         out += note(
             f"{' and '.join(missing)}: not measured by these runs (MFU needs the GPU's peak "

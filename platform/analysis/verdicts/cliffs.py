@@ -189,6 +189,13 @@ def judge(figs: Mapping[str, Any], config: Any = None) -> dict[str, str] | None:
 
 
 def _recompile_fix(config: Any) -> str:
+    if config is not None and _get(config, "batching") == "duration":
+        return (
+            "a batch the warm-up did not compile (batching duration compiles every bin's row "
+            "counts ahead, padded and not; under compile_scope model a batch padded on one "
+            "side only compiles once more): compile_scope=layers, a larger batch_max_pad (fewer "
+            "bins), or compile_dynamic=true"
+        )
     if config is not None and not _get(config, "crop_buckets_s"):
         return (
             "batch shapes the warm-up did not compile: crop_buckets_s puts every batch in a "

@@ -1,0 +1,74 @@
+"""The `pos_conv` and `extractor_layout` keys compute transformers' convolutions: values and
+every gradient, at every frame count (the engine's use of them: tests/test_strategies.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+from trainables.model.extractor import ChannelsLastFeatureEncoder
+from trainables.model.pos_conv import MatmulPositionalConv, block_for
+
+
+def _pos_conv(**config) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return Wav2Vec2Model(Wav2Vec2Config(**config)).encoder.pos_conv_embed.double()
+
+
+SMALL = dict(
+    hidden_size=32,
+    num_attention_heads=2,
+    num_hidden_layers=1,
+    intermediate_size=64,
+    conv_dim=(32,) * 7,
+)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(SMALL, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4),
+        dict(SMALL, num_conv_pos_embeddings=15, num_conv_pos_embedding_groups=2),  # odd kernel
+        # base's kernel (128) and group width (48), on fewer channels: a long reach
+        dict(SMALL, hidden_size=96, num_conv_pos_embeddings=128, num_conv_pos_embedding_groups=2),
+    ],
+    ids=["k16", "k15-odd", "k128"],
+)
+@pytest.mark.parametrize("frames", [1, 7, 50, 100, 257])
+def test_matmul_equals_the_convolution_and_its_gradients(config, frames):
+    conv = _pos_conv(**config)
+    matmul = MatmulPositionalConv(conv)
+    x = torch.randn(2, frames, conv.conv.in_channels, dtype=torch.float64, requires_grad=True)
+    params = [x, *conv.parameters()]
+    y_conv = conv(x)
+    grads_conv = torch.autograd.grad(y_conv.pow(2).sum(), params)
+    y_matmul = matmul(x)
+    grads_matmul = torch.autograd.grad(y_matmul.pow(2).sum(), params)
+    torch.testing.assert_close(y_matmul, y_conv, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(grads_matmul, grads_conv, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
+
+
+def test_blocks_are_short_for_short_inputs_and_grow_with_the_batch():
+    # base: kernel 128, 768 channels in 16 groups
+    assert block_for(256, 100, 128, 768, 16) == 16  # the best point: fewest modelled seconds
+    assert block_for(4, 100, 128, 768, 16) == 8  # the matrix dominates: the smallest one
+    assert block_for(256, 400, 128, 768, 16) == 32  # the windows dominate: fewer copies
+
+
+@pytest.mark.parametrize("norm", ["group", "layer"])
+def test_channels_last_extractor_equals_transformers_and_its_gradients(norm):
+    torch.manual_seed(0)
+    config = Wav2Vec2Config(**SMALL, feat_extract_norm=norm, conv_bias=norm == "layer")
+    plain = Wav2Vec2Model(config).feature_extractor.double()
+    channels_last = ChannelsLastFeatureEncoder(plain)
+    audio = torch.randn(2, 8000, dtype=torch.float64)
+    out_plain = plain(audio)
+    grads_plain = torch.autograd.grad(out_plain.pow(2).sum(), list(plain.parameters()))
+    out = channels_last(audio)
+    grads = torch.autograd.grad(out.pow(2).sum(), list(plain.parameters()))
+    torch.testing.assert_close(out, out_plain, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(grads, grads_plain, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
+    assert out.transpose(1, 2).is_contiguous()  # the projection's transpose is free
