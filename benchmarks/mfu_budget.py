@@ -95,7 +95,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="every dropout of both encoders at this rate (default: transformers' 0.1)",
     )
     p.add_argument(
-        "--detail", action="store_true", help="also time the parts' pieces (rows 'part.piece')"
+        "--detail",
+        action="store_true",
+        help="also time the parts' pieces (rows 'part.piece'; transformers' layers: the "
+        "extractor's pieces are channels-first whatever --extractor-layout says)",
     )
     p.add_argument(
         "--step-only", action="store_true", help="time the whole step only (no parts: one compile)"

@@ -29,6 +29,7 @@ from platform.spaces.expand import expand_runs
 from platform.spaces.keys import format_keys, matching_keys
 from platform.spaces.load import list_spaces, load_space
 from platform.storage.open_root import output_root_arg
+from stage1_common.machine_cache import configured_cache
 from stage1_common.output_root import OutputRoot
 from trainables.config import ConfigError
 
@@ -133,7 +134,7 @@ def _warm_start(runs):
     from platform.analysis.history import warm_start
     from platform.storage.catalogue import fingerprint, host_now, read, store
 
-    configured = next((r.config.compile_cache_dir for r in runs if r.config.compile_cache_dir), "")
+    configured = configured_cache(r.config for r in runs)
     rows = read(store(configured)).to_pandas()
     if rows.empty:
         return runs, {}, []

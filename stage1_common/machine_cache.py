@@ -16,10 +16,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["BYTECODE_PACKAGES", "CACHE_ENV", "bytecode_env", "keep_bytecode", "machine_cache"]
+__all__ = [
+    "BYTECODE_PACKAGES",
+    "CACHE_ENV",
+    "bytecode_env",
+    "configured_cache",
+    "keep_bytecode",
+    "machine_cache",
+]
 
 CACHE_ENV = "STAGE1_CACHE_DIR"
 # What every train worker imports (and Ray's other processes: ray): the packages whose
@@ -34,6 +41,12 @@ def machine_cache(configured: str = "") -> Path:
         return Path(chosen).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stage1"
+
+
+def configured_cache(configs: Iterable) -> str:
+    """The first ``compile_cache_dir`` set by one of ``configs`` (objects with that field, as a
+    sweep's run configs), else '': the machine cache a sweep's runs use, for the driver."""
+    return next((c.compile_cache_dir for c in configs if c.compile_cache_dir), "")
 
 
 def bytecode_env(

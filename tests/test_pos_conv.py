@@ -72,3 +72,12 @@ def test_channels_last_extractor_equals_transformers_and_its_gradients(norm):
     for mine, theirs in zip(grads, grads_plain, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
     assert out.transpose(1, 2).is_contiguous()  # the projection's transpose is free
+
+
+def test_matmul_traces_in_one_graph_with_dynamic_frames():
+    # limit_longest batches under compile_dynamic: the frame count is symbolic; no graph break
+    matmul = MatmulPositionalConv(_pos_conv(**SMALL, num_conv_pos_embeddings=16))
+    compiled = torch.compile(matmul, backend="eager", dynamic=True, fullgraph=True)
+    for frames in (30, 41):
+        x = torch.randn(2, frames, 32, dtype=torch.float64)
+        torch.testing.assert_close(compiled(x), matmul(x))

@@ -303,8 +303,19 @@ def _step(run: _Run, window: Window) -> float:
                 engine.backward(loss)
         with phase("optimizer"):
             engine.step(last)
-        window.loss_sum += loss.detach() / accum
+        window.loss_sum += _rank_mean(loss.detach(), step, run.worker.rank) / accum
     return data_s
+
+
+def _rank_mean(loss, step, rank: int):
+    """The loss as this rank's mean over its rows, the figure a count run reports: under
+    batching duration the loss is that mean scaled to this rank's share of the step's rows
+    (trainables/model/stage1.py: contrastive_loss), which would make the reported figure move
+    with how the step's rows fell on the ranks."""
+    if step is None:
+        return loss
+    rows = step.rows
+    return loss * sum(rows) / (max(rows[rank], 1) * len(rows))
 
 
 def _report(run: _Run, window: Window, metrics: dict[str, Any]) -> bool:

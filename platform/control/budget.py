@@ -39,6 +39,7 @@ from typing import Any
 from platform.control.costs import Costs, cost_key, read_memory
 from platform.spaces.expand import RunSpec
 from stage1_common.durations import shown
+from stage1_common.machine_cache import configured_cache
 from trainables.resident.shape import starts_group
 
 __all__ = ["MIN_TAIL", "Budget", "Plan", "dry_plan", "plan"]
@@ -501,7 +502,7 @@ def dry_plan(space, runs: list[RunSpec], seconds: float) -> str:
     """``--dry-run --budget``: the plan the sweep would start with on this machine (its
     remembered costs, else the priors, which it names), after the launch's own seconds.
     ``runs``: with their executors resolved (a resident run reuses its group's start)."""
-    configured = next((r.config.compile_cache_dir for r in runs if r.config.compile_cache_dir), "")
+    configured = configured_cache(r.config for r in runs)
     costs = Costs(memory=read_memory(configured))
     now = time.time()
     budget = Budget(seconds, now - costs.prior.launch_s, runs, warmup=space.scheduler.warmup_windows,

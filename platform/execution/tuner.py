@@ -30,6 +30,7 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from platform.storage.mirror import run_storage
+from stage1_common.machine_cache import configured_cache
 from stage1_common.output_root import OutputRoot
 from trainables.resident.shape import GroupKey, GroupShape, group_cpus
 from trainables.ticket import RunStorage, RunTicket
@@ -105,9 +106,7 @@ class Sweep:
         (never at the sweep's expense: a store that cannot be written is one line)."""
         from platform.storage import catalogue
 
-        configured = next(
-            (c.compile_cache_dir for c in configs.values() if c.compile_cache_dir), ""
-        )
+        configured = configured_cache(configs.values())
         try:
             rows = catalogue.rows_of(self.root, manifest, configs, kind=self.kind,
                                      space=self.space_ref)  # fmt: skip
@@ -315,9 +314,7 @@ def _search_and_stop(
 def _budget(space: SearchSpace, sweep: Sweep, seconds: float, started_at: float) -> Budget:
     """The sweep's budget: its runs to plan, the costs remembered on the machine, and the
     sweep's records kept to each run's spec as the budget plans it."""
-    configured = next(
-        (r.config.compile_cache_dir for r in sweep.todo if r.config.compile_cache_dir), ""
-    )
+    configured = configured_cache(r.config for r in sweep.todo)
 
     def on_spec(spec: RunSpec) -> None:
         sweep.recorder.runs[spec.name] = spec

@@ -274,10 +274,14 @@ def _check_batching(cfg) -> None:
             f"batching: duration makes its own length bins (batch_max_pad) and takes no crop "
             f"buckets or length bucketing; set {key}"
         )
-    if not 0.01 <= cfg.batch_max_pad <= 1:
+    # Bins are whole 20 ms frames: one frame is the least padding, at most batch_max_pad of
+    # the shortest utterance (trainables/data/durations.py).
+    least = 0.02 / max(cfg.min_audio_s - 0.02, 0.02)
+    if not least <= cfg.batch_max_pad <= 1:
         raise ConfigError(
-            f"batch_max_pad: must be within 0.01-1 (padded audio at most 1 + batch_max_pad "
-            f"times the real), got {cfg.batch_max_pad}"
+            f"batch_max_pad: must be within {least:.3g}-1 (padded audio at most 1 + "
+            f"batch_max_pad times the real, in bins of whole 20 ms frames down to min_audio_s "
+            f"{cfg.min_audio_s:g} s), got {cfg.batch_max_pad}"
         )
     # The longest bin: max_audio_s in whole 20 ms frames (trainables/data/durations.py).
     longest = -(-round(cfg.max_audio_s * 16_000) // 320) * 320 / 16_000

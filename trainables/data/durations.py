@@ -81,9 +81,7 @@ def duration_bins(cfg: TrialConfig) -> DurationBins:
     edges = [top]
     while edges[-1] > floor:
         shorter = math.ceil(edges[-1] / (1.0 + cfg.batch_max_pad) / FRAME) * FRAME
-        if shorter >= edges[-1]:
-            break
-        edges.append(shorter)
+        edges.append(min(shorter, edges[-1] - FRAME))  # at least a frame shorter
     return DurationBins(
         edges=tuple(sorted(edges)), budget=int(round(cfg.batch_audio_s * SAMPLE_RATE))
     )

@@ -27,7 +27,7 @@ import torch
 
 from stage1_common.fileio import write_json
 from trainables.config import TrialConfig
-from trainables.engine.precision import DTYPES
+from trainables.engine.precision import DTYPES, autocast_for, resolve_precision
 from trainables.engine.shapes import probe_shape, shape_batch
 
 __all__ = [
@@ -172,7 +172,10 @@ def cached_flops_per_sample(
         if value[0] is None:
             # Its forward draws dropout masks: the RNG goes on as if it had not run.
             devices = [device] if device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices):
+            # Under the run's autocast, as its steps run: the count does not depend on the
+            # dtype, but a kernel may (cuDNN and flash attention take no fp32 weights).
+            autocast = autocast_for(resolve_precision(cfg.precision, device), device)
+            with torch.random.fork_rng(devices=devices), autocast():
                 batch = shape_batch(2, audio_n, text_n, device, DTYPES[load_dtype])
                 value[0] = flops_per_sample(model, batch)
             _write_cached(path, key, value[0])

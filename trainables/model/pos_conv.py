@@ -46,7 +46,12 @@ def block_for(batch: int, frames: int, kernel: int, channels: int, groups: int) 
         flops = 2 * windows * block * per_group
         return flops * _SECONDS_PER_FLOP + (windows + matrix) * _SECONDS_PER_COPIED_ELEMENT
 
-    return min(_BLOCKS, key=seconds)
+    # A loop, not min(key=...): dynamo traces it where the frames are symbolic (dynamic shapes).
+    best = _BLOCKS[0]
+    for block in _BLOCKS[1:]:
+        if seconds(block) < seconds(best):
+            best = block
+    return best
 
 
 def _reach(kernel: int, block: int) -> tuple[int, int]:

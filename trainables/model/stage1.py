@@ -340,8 +340,9 @@ def contrastive_loss(
     trainables/data/loader.py's ``EpochIterator.step``). The negatives are then every row of
     the step (their number changes from step to step), and the loss is this rank's share of
     the mean over the step's rows, times the world size: DDP averages the ranks' gradients, so
-    that average is the gradient of the mean over every row, each row weighing the same
-    whichever rank holds it (a mean per rank would weigh the rows of a smaller batch more).
+    that average is the gradient of the mean over every row of the micro-step, each row
+    weighing the same whichever rank holds it (a mean per rank would weigh the rows of a
+    smaller batch more; across accumulated micro-steps each micro-step weighs the same).
     The value is rank r's mean x rows[r] x world / sum(rows)."""
     if rows is not None:
         return _uneven_loss(speech_emb, text_emb, logit_scale, scope=scope, rows=rows)
