@@ -10,9 +10,10 @@
 # WARM_RACES=1 in the first, WARM_RACES=2 in the second; the roots, walls and GPU UUIDs stay in
 # WARM_ROOT (default /tmp) on the machine, and the second call prints the ratio and the compare.
 # $OUT holds more than the device tool's 8 files: tar it into the tool's $OUT from the command.
-# The default corpus (1,600 utterances) makes an epoch of 5-6 steps, so every 50-step window of
-# 4090_mainline crosses epoch boundaries and the race judges no window: nothing stops early
-# (results/warm_race_2xh200/).
+# The default corpus (1,600 utterances) makes an epoch of 4-5 steps, so every 50-step window of
+# 4090_mainline crosses epoch boundaries: the race counts them as the steady state (it judged no
+# window before that rule, results/warm_race_2xh200/). python -m benchmarks.race_replay replays
+# the two races' windows through the race as it is now.
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus

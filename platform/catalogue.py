@@ -67,11 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         if table.empty:
             print(f"{args.args[0]} and {args.args[1]} share no measured configuration")
             return 0
-        print(f"b/a of mean tail samples/s, 95 % band (b = {args.args[1]}, a = {args.args[0]}):")
+        print(f"b/a of mean tail samples/s, 95 % band: the widest of Welch on the tail windows, "
+              "the run-to-run spread pooled over the shared configurations and +-2 % "
+              f"(b = {args.args[1]}, a = {args.args[0]}):")  # fmt: skip
         for r in table.itertuples():
             print(f"  {r.group:<40} {r.a_samples_per_s:9.1f} -> {r.b_samples_per_s:9.1f}  "
                   f"{r.ratio:.3f}x [{r.low:.3f}, {r.high:.3f}]"
-                  f"{'  within noise' if r.within_noise else ''}  (runs {r.a_runs}/{r.b_runs})")  # fmt: skip
+                  f"{'  within noise' if r.within_noise else ''}  (runs {r.a_runs}/{r.b_runs}, "
+                  f"windows {r.a_windows}/{r.b_windows})")  # fmt: skip
         return 0
     except UsageError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-history",
         action="store_true",
         help="a race or a budget without the machine's catalogue: the space's order, no point "
-        "skipped for a failure known on this host",
+        "skipped for a failure known on this host, no race prior from what it measured",
     )
     p.add_argument(
         "--budget",
@@ -128,23 +128,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _warm_start(runs):
-    """The runs ordered by what this host measured before, and those known to fail here
-    (platform/analysis/history.py: warm_start), from the machine's catalogue."""
-    from platform.analysis.history import warm_start
+def _warm_start(runs, space):
+    """The runs ordered by what this host measured before, those known to fail here
+    (platform/analysis/history.py: warm_start), and for a race each group's figures there as
+    its prior (race_priors; None otherwise), from the machine's catalogue."""
+    from platform.analysis.history import prior_line, race_priors, warm_start
     from platform.storage.catalogue import fingerprint, host_now, read, store
 
     configured = configured_cache(r.config for r in runs)
     rows = read(store(configured)).to_pandas()
     if rows.empty:
-        return runs, {}, []
+        return runs, {}, [], None
     from platform.execution.resources import resolve_executors
 
     # Compared as the catalogue holds them: with their executor resolved.
     resolved = resolve_executors(runs, training=False)
-    ordered, skips, lines = warm_start(resolved, rows, fingerprint(host_now()))
+    host = fingerprint(host_now())
+    ordered, skips, lines = warm_start(resolved, rows, host)
+    priors = None
+    if space.scheduler.name == "race":
+        priors = race_priors(resolved, rows, host, space.scheduler)
+        lines += prior_line(priors, [r.group for r in resolved], space.scheduler)
     by_name = {r.name: r for r in runs}
-    return [by_name[r.name] for r in ordered], skips, lines
+    return [by_name[r.name] for r in ordered], skips, lines, priors
 
 
 def _check_budget(seconds: float) -> None:
@@ -243,10 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"--budget with search: {space.search.name} is not supported yet (it picks its "
                 "groups as it goes); use search: grid or random, with scheduler: race or asha"
             )
-        skips, history_lines = {}, []
+        skips, history_lines, priors = {}, [], None
         warm = space.scheduler.name == "race" or args.budget is not None
         if warm and not args.no_history and not args.resume:  # a resume keeps its first order
-            runs, skips, history_lines = _warm_start(runs)
+            runs, skips, history_lines, priors = _warm_start(runs, space)
         if args.budget is not None:
             _check_budget(args.budget)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
@@ -284,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         loggers=loggers,
         budget_s=args.budget,
         skips=skips,
+        priors=priors,
     )
     try:
         return launch(request)

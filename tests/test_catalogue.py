@@ -12,7 +12,15 @@ import time
 import pandas as pd
 import pytest
 
-from platform.analysis.history import compare, known_failures, warm_start
+from platform.analysis.history import (
+    compare,
+    known_failures,
+    prior_line,
+    race_priors,
+    ratio_band,
+    sweeps,
+    warm_start,
+)
 from platform.execution.resources import resolve_executors
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space
@@ -23,12 +31,19 @@ H200 = {"gpu": "NVIDIA H200", "gpus": 2, "driver": "580.159.04", "cuda": "13.0",
 
 
 def row(sweep, run, group, key, sps, status="ok", reason="", host=H200, ts=None, repeat=1,
-        jitter=1.05):  # fmt: skip
+        jitter=1.05, windows=None, rank=None):  # fmt: skip
     return {"sweep": sweep, "kind": "sweep", "output_root": f"/o/{sweep}", "space": "s",
             "host": fingerprint(host), **host, "run": run, "group": group, "repeat": repeat,
             "status": status, "failure_reason": reason, "cost_key": key, "config": "{}",
             "tail_samples_per_sec_mean": sps, "iter_p90_over_p50": jitter,
-            "ts": ts or time.time()}  # fmt: skip
+            "ts": ts or time.time(), "window_samples_per_s": windows,
+            "tail_windows": None if windows is None else len(windows),
+            "group_rank": rank}  # fmt: skip
+
+
+def steady(mean, n=8):
+    """A run's windows about ``mean``, +-0.5 %."""
+    return [mean * (1 + d) for d in ([-0.005, 0.005] * n)[:n]]
 
 
 def _writer(folder, n, tag):
@@ -134,7 +149,7 @@ def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
     keys = {r.group: cost_key(r.config) for r in runs}
     here = host_now()
     append([
-        row("old", "a", groups[3], keys[groups[3]], 90.0, host=here),
+        row("old", "a", groups[3], keys[groups[3]], 90.0, host=here, windows=steady(90)),
         row("old", "b", groups[1], keys[groups[1]], 0.0, "failed", "out of memory", host=here),
     ], tmp_path / "catalogue")  # fmt: skip
     env = {**os.environ, "STAGE1_CACHE_DIR": str(tmp_path)}
@@ -147,6 +162,7 @@ def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
     assert (
         f"history: skipping {groups[1]}: known to fail on this host: out of memory" in warm.stdout
     )
+    assert "history: race priors for 1 of 4 group(s)" in warm.stdout
     assert "history:" not in cold.stdout
 
     def first_listed(text):  # the plan's first run, in the order the runs go
@@ -181,3 +197,96 @@ def test_this_machine_is_the_same_host_to_a_sweep_and_to_its_runs_records(tmp_pa
            "gpus": [now["gpu"]] * now["gpus"] if now["gpus"] else [],
            "driver": now["driver"] or None}  # fmt: skip
     assert fingerprint(host_of_env(env)) == fingerprint(now)
+
+
+def test_compares_band_tells_a_clearly_different_pair_from_an_equal_one():
+    """Two runs a side, steady windows. Welch on the two runs' means (t at 1-2 degrees of
+    freedom) held 1 for a 9.8 % difference; the windows' band does not, and still calls a
+    pair 1 % apart within noise."""
+    a = pd.DataFrame([row("a", f"r{i}", "g", "k", v, windows=steady(v))
+                      for i, v in enumerate([100, 104])])  # fmt: skip
+    faster = pd.DataFrame([row("b", f"r{i}", "g", "k", v, windows=steady(v))
+                           for i, v in enumerate([110, 114])])  # fmt: skip
+    equal = pd.DataFrame([row("b", f"r{i}", "g", "k", v, windows=steady(v))
+                          for i, v in enumerate([101, 103])])  # fmt: skip
+    fast = compare(a, faster).iloc[0]
+    assert fast["ratio"] == pytest.approx(1.098, abs=1e-3) and not fast["within_noise"]
+    assert (fast["a_windows"], fast["b_windows"]) == (16, 16)
+    welch_half = 12.706 * 1.098 * (8 / 102**2 + 8 / 112**2) ** 0.5  # the old band, 1 dof
+    assert fast["ratio"] - welch_half < 1.0  # it held 1
+    assert compare(a, equal).iloc[0]["within_noise"]
+    failed = pd.DataFrame([row("b", "r0", "g", "k", 0.0, status="failed", reason="boom")])
+    assert compare(a, failed).empty  # no ok run on one side: nothing to compare
+
+
+def test_the_run_to_run_term_counts_when_pooled_over_enough_configurations():
+    """3 % apart on one run a side each, windows tight: outside the windows' band, inside once
+    the run-to-run spread (2 %) is pooled over 8 degrees of freedom; 2 are not enough."""
+    ratio, low, high = ratio_band([100.0], [103.0], steady(100), steady(103), (0.02, 8))
+    assert low <= 1.0 <= high and high - ratio == pytest.approx(ratio * 2.306 * 0.02 * 2**0.5,
+                                                                 rel=1e-3)  # fmt: skip
+    _, low, _ = ratio_band([100.0], [103.0], steady(100), steady(103), (0.02, 2))
+    assert low > 1.0
+
+
+def test_a_sweeps_best_is_its_rankings_first():
+    """Race 2 of benchmarks/results/warm_race_2xh200: mb192 nw6 had the higher mean but left
+    the race unstable; the sweep ranked mb192 nw8 first. Rows without the rank: the fastest
+    steady group."""
+    rows = pd.DataFrame([
+        row("s", "a", "nw6", "k6", 1709.4, rank=2), row("s", "b", "nw8", "k8", 1704.1, rank=1),
+    ])  # fmt: skip
+    assert sweeps(rows).iloc[0]["best"] == "nw8"
+    assert sweeps(rows).iloc[0]["samples_per_s"] == 1704.1
+    old = pd.DataFrame([
+        row("s", "a", "jit", "kj", 1800.0, jitter=3.0), row("s", "b", "nw8", "k8", 1704.1),
+    ])  # fmt: skip
+    assert sweeps(old).iloc[0]["best"] == "nw8"
+
+
+def test_race_priors_are_this_hosts_runs_of_the_same_config_after_the_warm_up():
+    runs = race_runs()
+    plan = load_space("cpu_race").with_overrides(["scheduler=race"]).scheduler
+    keys = {r.group: cost_key(r.config) for r in runs}
+    g = list(keys)
+    host = fingerprint(H200)
+    warmup = [1.0] * plan.warmup_windows  # the cold start's windows: left out
+    rows = pd.DataFrame([
+        row("old", "a1", g[0], keys[g[0]], 100.0, windows=warmup + steady(100)),
+        row("old", "a2", g[0], keys[g[0]], 100.0, windows=warmup + steady(101)),
+        row("old", "b1", g[1], keys[g[1]], 80.0, windows=warmup + steady(80)),
+        row("old", "b2", g[1], keys[g[1]], 80.0, windows=warmup + steady(81)),
+        row("old", "c1", g[2], keys[g[2]], 99.5, windows=warmup + steady(99.5)),
+        row("new", "x1", g[3], keys[g[3]], 500.0, windows=steady(500),
+            host={**H200, "torch": "2.12"}),  # another host: no prior
+        row("old", "d1", g[3], keys[g[3]], 0.0, status="failed", reason="boom"),
+    ])  # fmt: skip
+    priors = race_priors(runs, rows, host, plan)
+    assert set(priors.groups) == {g[0], g[1], g[2]}
+    assert priors.groups[g[0]].windows == steady(100) + steady(101)
+    assert priors.noise[1] == 2  # two groups with two runs
+    assert priors.clearly_slower(g[1], g[0]) and not priors.clearly_slower(g[2], g[0])
+    (line,) = prior_line(priors, [r.group for r in runs], plan)
+    assert f"leader there: {g[0]}" in line and f"{g[1]} (0.80x)" in line and g[2] + " (" not in line
+
+
+def test_a_sweeps_rows_keep_each_runs_windows_and_its_groups_rank(tmp_path):
+    from platform.storage import results
+    from platform.storage.catalogue import rows_of
+    from stage1_common.output_root import OutputRoot
+    from trainables.config import TrialConfig
+
+    root = OutputRoot(tmp_path / "root")
+    root.timing.mkdir(parents=True)
+    timing = [{"run": "r1", "group": "g", "rank": rank, "window": w, "attempt": 0,
+               "samples_per_s": 100.0 + w + 1000 * rank} for w in (1, 0, 2) for rank in (0, 1)]  # fmt: skip
+    results.write_part(root.timing, "r1-0", timing, results.TIMING_SCHEMA)
+    manifest = [{"run": "r1", "group": "g", "repeat": 1, "status": "ok"},
+                {"run": "r2", "group": "g", "repeat": 2, "status": "skipped"}]  # fmt: skip
+    configs = {"r1": TrialConfig(), "r2": TrialConfig()}
+    rows = rows_of(root, manifest, configs, kind="sweep", space="s", ranks={"g": 1})
+    assert rows[0]["window_samples_per_s"] == [100.0, 101.0, 102.0]  # rank 0, in order
+    assert rows[1]["window_samples_per_s"] is None and rows[0]["group_rank"] == 1
+    append(rows, tmp_path / "cat")
+    back = read(tmp_path / "cat").to_pandas().set_index("run")
+    assert list(back.loc["r1", "window_samples_per_s"]) == [100.0, 101.0, 102.0]

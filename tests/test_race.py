@@ -537,3 +537,188 @@ def test_a_finished_runs_tail_is_the_analysis_tail_even_with_a_gap_window():
     )
     analysis = stats.run_figures(timing, {"r": 3})["r"]["iter_p90_over_p50"]
     assert race_tail["iter_ratio"] == pytest.approx(analysis) == (4.0 + 13 / 12) / 2
+
+
+# --- epoch boundaries, groups never judged, and priors from the catalogue (issue 58) ---
+def test_boundaries_in_every_window_are_the_steady_state_and_count(race):
+    """An epoch shorter than a window (a small corpus): every window holds boundaries, so they
+    count, and the race judges; an epoch longer than a window: the one window holding the
+    boundary is left out, as before."""
+    a1, b1, *_ = race.names
+    for i in range(10):  # 10 epochs a window
+        race.observe(a1, window(3 * (i + 1), 100, epoch=10 * (i + 1) - 1))
+    race.complete(a1, "ok")
+    assert [w["clean"] for w in race.windows[a1]] == [False] * 2 + [True] * 8
+    assert {w["boundaries"] for w in race.windows[a1][1:]} == {10}
+    decisions = [race.observe(b1, window(3 * (i + 1), 80, epoch=10 * (i + 1) - 1))
+                 for i in range(5)]  # fmt: skip
+    assert decisions == [False] * 4 + [True]  # judged on its 3 clean windows
+    # An epoch of 4 windows: the first window holds none, so a boundary is the exception.
+    c1 = race.names[2]
+    for i, epoch in enumerate([0, 0, 0, 1, 1, 1, 1, 2]):
+        race.observe(c1, window(3 * (i + 1), 100, epoch=epoch))
+    assert [w["unclean"] for w in race.windows[c1]] == (
+        ["warm-up"] * 2 + [None, "epoch boundary", None, None, None, "epoch boundary"]
+    )
+    # Tune's last result handed again (done) holds no boundary and leaves the rule alone.
+    race.observe(c1, window(24, 100, epoch=2))
+    assert race.windows[c1][-1]["again"] and race.windows[c1][-1]["boundaries"] == 0
+
+
+def test_a_group_that_can_never_be_judged_is_said_once(race):
+    """Epochs just longer than a window: every window after the first holds a boundary and is
+    left out. Once the group's windows left cannot make min_windows, one line says so (console
+    and schedule), never again; the summary lists it."""
+    from platform.analysis.analyze import _early_stopping, _notes
+
+    a1, _, _, a2, *_ = race.names
+    group = race.runs[a1].group
+    for run in (a1, a2):
+        for i in range(10):
+            race.observe(run, window(3 * (i + 1), 100, epoch=i))
+        race.complete(run, "ok")
+    said = [line for line in race.lines if "cannot be judged" in line]
+    assert len(said) == 1 and said[0].startswith(f"race: group {group} cannot be judged: 0 ")
+    assert "epoch boundary" in said[0] and group in race.schedule.state["unjudged"]
+    assert race.bounds(group) is None and group not in race.eliminated
+    import pandas as pd
+
+    manifest = pd.DataFrame({"status": ["ok", "ok"]})
+    per_run = pd.DataFrame({"last_step": [30, 30]})
+    early = _early_stopping(manifest, per_run, race.schedule.state)
+    assert "1 group(s) never judged by the race" in early["line"]
+    notes = _notes({"early_stopping": early, "not_ok_runs": []})
+    assert any(line.startswith(f"- group {group} cannot be judged") for line in notes)
+
+
+def test_a_run_too_short_to_judge_is_said_before_it_starts(tmp_path):
+    space = space_from(tmp_path).with_overrides(["scheduler.min_windows=17"])  # 2 x (10 - 2) = 16
+    runs = expand_runs(space)
+    lines = []
+    Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), echo=lines.append)
+    assert len(lines) == 3 and all("at most 16 to come, under min_windows 17" in x for x in lines)
+
+
+def priors_of(**means):
+    """Priors for the race fixture's groups A, B, C: two earlier runs each, windows +-1."""
+    from platform.analysis.history import Prior, Priors, run_noise
+
+    groups = {}
+    for group, mean in means.items():
+        runs = tuple(tuple(mean + d for d in (-1, 1, 0, -1, 1, 0)) for _ in range(2))
+        groups[group] = Prior(group, runs, ("old",))
+    return Priors(groups, run_noise([p.run_means for p in groups.values()]))
+
+
+def warm_race(tmp_path, **means):
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    names = list(dict.fromkeys(r.group for r in runs))
+    priors = priors_of(**{names["ABC".index(k)]: v for k, v in means.items()})
+    lines = []
+    race = Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), lines.append, priors)
+    race.lines, race.names = lines, [r.name for r in runs]
+    return race
+
+
+def test_a_group_measured_clearly_slower_stops_once_its_first_windows_agree(tmp_path):
+    """Prior leader A (100), B measured at 80 (clearly slower), C at 99.5 (within noise). A's
+    first run is still going: the cold rule has no reference yet, the prior stops B after its
+    2 confirming windows. C runs on; ranking and bounds never see the priors."""
+    race = warm_race(tmp_path, A=100, B=80, C=99.5)
+    a1, b1, c1, *_ = race.names
+    a, b, c = (race.runs[n].group for n in (a1, b1, c1))
+    feed(race, a1, [10, 10, 100, 101])  # the leader's 2 judged windows here
+    assert feed(race, b1, [10, 10, 81]) == [False] * 3  # one judged window: not yet
+    assert race.observe(b1, window(12, 79))  # the second agrees: stopped at step 12
+    verdict = race.eliminated[b]
+    assert verdict["by"] == a and verdict["prior"] and verdict["kind"] == "slower"
+    assert verdict["reason"].startswith("stopped at step 12: 0.80x the leader here and 0.80x in")
+    assert race.schedule.stops[b1]["step"] == 12
+    assert race.prior_state[b]["state"] == "agreed"
+    assert not any(feed(race, c1, [10, 10, 99, 99, 100, 99]))  # within noise: runs on
+    assert "within noise of the leader" in race.prior_state[c]["line"]
+    assert race.prior_state[a]["line"] == "the prior leader: runs its repeats"
+    # The priors' 12 windows a group count nowhere: A's own 2 are under min_windows.
+    assert race.bounds(a) is None and len(race._clean(a)) == 2
+
+
+def test_a_group_closer_to_the_leader_than_the_catalogue_allows_drops_its_prior(tmp_path):
+    """B was 0.80x of A in the catalogue; here its first windows are 0.97x: the prior is
+    dropped (one line), B races cold and is not stopped on it."""
+    race = warm_race(tmp_path, A=100, B=80)
+    a1, b1, *_ = race.names
+    b = race.runs[b1].group
+    feed(race, a1, [10, 10, 100, 100])
+    assert not any(feed(race, b1, [10, 10, 97, 97, 97]))
+    assert race.prior_state[b]["state"] == "dropped" and b not in race.eliminated
+    (said,) = [x for x in race.lines if "catalogue prior dropped" in x]
+    assert "0.97x the leader" in said and "it races cold" in said
+    # Cold from here: against A's finished run, 3 % slower is within its noise floor: no stop.
+    feed(race, a1, [100] * 6)
+    race.complete(a1, "ok")
+    assert not race.observe(b1, window(18, 97)) and b not in race.eliminated
+
+
+def test_slower_still_agrees_and_the_prior_leader_falling_lets_it_back(tmp_path):
+    """B even slower here than in the catalogue (0.70x against 0.80x) agrees. A's second run
+    then makes A unstable: B comes back, its prior held again for the next leader."""
+    race = warm_race(tmp_path, A=100, B=80)
+    a1, b1, _, a2, b2, _ = race.names
+    a, b = race.runs[a1].group, race.runs[b1].group
+    finish(race, a1, [10, 10] + [100] * 8)
+    assert feed(race, b1, [10, 10, 70, 70]) == [False] * 3 + [True]
+    race.complete(b1, "ok")
+    race.skip(b2)
+    feed(race, a2, [100] * 10, p50=20.0, p90=21.0)  # iter p50 doubled: CV 0.47 > 0.05
+    race.complete(a2, "ok")
+    assert race.eliminated[a]["kind"] == "unstable" and b not in race.eliminated
+    record = race.prior_state[b]
+    assert record["state"] == "held" and "back in the race" in record["line"]
+    assert record["line"].endswith("then the prior leader: runs its repeats")  # B leads now
+
+
+def test_a_group_stopped_on_its_prior_never_ranks_first():
+    """The ranking is the sweep's own figures; a group that left as slower (a prior's stop
+    after its first run finished, say) ranks after the steady groups still in the race even
+    when its own run was faster."""
+    import pandas as pd
+
+    from platform.analysis.analyze import ranked_groups
+
+    per_run = pd.DataFrame([
+        {"run": "a_r1", "group": "a", "status": "ok", "tail_samples_per_sec_mean": 100.0,
+         "tail_mean_iter_p50_ms": 10.0, "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+        {"run": "b_r1", "group": "b", "status": "ok", "tail_samples_per_sec_mean": 101.0,
+         "tail_mean_iter_p50_ms": 10.0, "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+    ])  # fmt: skip
+    schedule = {"eliminated": {"b": {"kind": "slower", "by": "a", "prior": True}}}
+    assert list(ranked_groups(per_run, schedule)["group"]) == ["a", "b"]
+    assert list(ranked_groups(per_run, {})["group"]) == ["b", "a"]
+
+
+def test_the_2xh200_races_replayed_cold_and_warm():
+    """benchmarks/race_replay.py on the committed consoles (benchmarks/results/warm_race_2xh200/):
+    cold, every window judged (epochs of 4-5 steps in windows of 50), 1,800 of 2,400 steps;
+    warm, both mb160 groups stopped at step 200 on their priors, 1,600; the same winner."""
+    from benchmarks.race_replay import RESULTS, SETS, catalogue_rows, read_epochs, read_log
+    from benchmarks.race_replay import replay as replay_race
+    from platform.analysis.history import race_priors, warm_start
+
+    space = load_space("4090_mainline").with_overrides(SETS)
+    runs = expand_runs(space)
+    first, second = (read_log(RESULTS / f"race{n}.log") for n in (1, 2))
+    first.epochs = read_epochs(RESULTS / "race_replay.txt", "race1")
+    second.epochs = read_epochs(RESULTS / "race_replay.txt", "race2")
+    assert first.epochs[runs[0].name] == [9, 19, 29, 39, 49, 59]
+    cold = replay_race("cold", runs, space, first)
+    rows = catalogue_rows(runs, first)
+    ordered, _, _ = warm_start(runs, rows, "replay")
+    warm = replay_race("warm", ordered, space, second, race_priors(ordered, rows, "replay",
+                                                                   space.scheduler))  # fmt: skip
+    assert (cold.steps, warm.steps) == (1800, 1600)
+    assert cold.winner == warm.winner == "sweep_z0_mb192_nw8_pf4"
+    prior_stops = {g for g, e in warm.state["eliminated"].items() if e.get("prior")}
+    assert prior_stops == {"sweep_z0_mb160_nw6_pf4", "sweep_z0_mb160_nw8_pf4"}
+    assert set(warm.stopped.values()) == {200} and not warm.state.get("unjudged")
+    assert 0.85 < warm.wall_s / cold.wall_s < 0.95

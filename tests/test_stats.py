@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from platform.analysis import stats
-from platform.analysis.analyze import analyze
+from platform.analysis.analyze import analyze, group_ranks
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
 from tests.cli import run_module
@@ -193,6 +193,7 @@ def test_analyze_writes_every_file_and_agrees_with_the_rows(tmp_path):
         assert (root / name).is_file(), name
     ranked = pd.read_csv(root / "ranked_groups.csv")
     assert list(ranked["group"]) == ["fast", "slow"]
+    assert group_ranks(root) == {"fast": 1, "slow": 2}  # what the catalogue keeps
     assert ranked.loc[0, "tail_samples_per_sec_mean"] == pytest.approx(210.0)
     best = json.loads((root / "best_config.json").read_text())
     assert best["group"] == "fast" and best["config"]["micro_batch"] == 16

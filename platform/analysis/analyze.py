@@ -21,7 +21,7 @@ from platform.storage import results
 from stage1_common.output_root import OutputRoot
 from stage1_common.version import version_line
 
-__all__ = ["FILES", "analyze", "format_ranked"]
+__all__ = ["FILES", "analyze", "format_ranked", "group_ranks", "ranked_groups"]
 
 FILES = (
     OutputRoot.PER_RUN_METRICS,
@@ -70,6 +70,23 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     return summary | {"text": text}
 
 
+def group_ranks(root: OutputRoot) -> dict[str, int]:
+    """Group -> its place in the sweep's ranking, as ``analyze`` ranks the groups (the
+    catalogue keeps it: platform/storage/catalogue.py)."""
+    manifest = results.read_manifest(root)
+    timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    ranked = ranked_groups(
+        stats.per_run_metrics(manifest, timing), results.read_json(root.schedule)
+    )
+    return {str(g): int(r) for g, r in zip(ranked["group"], ranked["rank"], strict=True)}
+
+
+def ranked_groups(per_run: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
+    """The groups over their runs (``per_run``), the race's verdicts (``schedule``: the content
+    of schedule.json) applied, in ranking order: from the sweep's own measurements alone."""
+    return stats.rank(_race_verdicts(stats.group_summary(per_run), schedule))
+
+
 def _race_verdicts(groups: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
     """``left_race``: why the race stopped a group (slower, unstable, failed; empty when it
     did not). A group the race found unstable by the Phase B limits is unstable here too, so
@@ -105,6 +122,13 @@ def _early_stopping(
         f"; {counts.get('stopped_early', 0)} run(s) stopped early, "
         f"{counts.get('skipped', 0)} skipped"
     )
+    unjudged = schedule.get("unjudged") or {}
+    if unjudged:  # the race judged no window of these: say it where the steps are said
+        line += f"; {len(unjudged)} group(s) never judged by the race (summary.md says why)"
+    priors = schedule.get("priors") or {}
+    if priors:
+        stopped = sum(1 for e in (schedule.get("eliminated") or {}).values() if e.get("prior"))
+        line += f"; catalogue priors for {len(priors)} group(s), {stopped} stopped on them"
     return {
         "scheduler": sched,
         "search": search,
@@ -116,6 +140,8 @@ def _early_stopping(
         "readmitted": schedule.get("readmitted") or [],
         "skipped": schedule.get("skipped") or {},
         "picked": schedule.get("picked") or [],
+        "priors": priors,
+        "unjudged": unjudged,
         "line": line,
     }
 
@@ -359,6 +385,13 @@ def _notes(summary: dict[str, Any]) -> list[str]:
             lines.append(
                 f"- {run}: stopped at step {st['step']} (window {st['window']}) by {st['by']}: "
                 f"{st['reason']}"
+            )
+        for group, line in (early.get("unjudged") or {}).items():
+            lines.append(f"- group {group} {line}")
+        for group, prior in (early.get("priors") or {}).items():
+            lines.append(
+                f"- group {group}: catalogue prior ({prior['catalogue']}; not a measurement of "
+                f"this sweep): {prior['line']}"
             )
         if early["picked"]:
             lines.append(f"- optuna picked, in order: {', '.join(early['picked'])}")

@@ -1,33 +1,73 @@
 """What the catalogue says (platform/storage/catalogue.py): its sweeps, two of them compared on
 the configurations they share, one configuration's history; and what a warm start takes from it
-(the groups' measured order, the points known to fail on the host).
+(the groups' measured order, the points known to fail on the host, and each group's figures as a
+race's prior).
 
-A comparison is per configuration (its cost key): the ratio of the two sides' mean tail samples/s
-over their ok runs, with a noise band: Welch's 95 % interval of the ratio when both sides have
-two or more runs, else +- ``NOISE_FLOOR`` (the run-to-run noise one run cannot show, as the race
-assumes). Within noise: the band holds 1.
+A comparison is per configuration (its cost key): the ratio b/a of the two sides' mean tail
+samples/s over their ok runs, with a 95 % noise band (``ratio_band``) that is the widest of
+three half-widths, each relative to the ratio:
+
+- windows: Welch's interval on the two sides' tail windows (every ok run's, pooled per side);
+- runs: the run-to-run spread pooled over every configuration the comparison holds (each run's
+  mean relative to its configuration's mean on its side), with Student's t at the pooled
+  degrees of freedom, when they are ``RUN_NOISE_MIN_DOF`` or more: two runs of one
+  configuration alone give t at 1 degree of freedom (12.7), a band that holds almost anything
+  (0.41-1.56x in benchmarks/results/warm_race_2xh200/);
+- the noise floor, ``NOISE_FLOOR`` (the repeat-to-repeat noise one run cannot show, as the race
+  assumes).
+
+Within noise: the band holds 1.
+
+A race's prior (``race_priors``, used by platform/control/race.py): for each group of the race,
+its runs on this host fingerprint with the same configuration (ok or stopped early) and their
+windows after the race's warm-up. It never counts as the sweep's measurement: the race only uses
+it to stop early a group the catalogue measured clearly slower than the leader (``Priors.versus``,
+the comparison's band, under 1), once the group's first judged windows here agree with it.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from platform.analysis.stats import UNSTABLE_RATIO, t_quantile
 
-__all__ = ["NOISE_FLOOR", "compare", "history", "known_failures", "measured_order", "sweeps"]
+__all__ = [
+    "NOISE_FLOOR",
+    "Prior",
+    "Priors",
+    "RUN_NOISE_MIN_DOF",
+    "compare",
+    "history",
+    "known_failures",
+    "measured_order",
+    "prior_line",
+    "race_priors",
+    "ratio_band",
+    "run_noise",
+    "sweeps",
+]
 
 NOISE_FLOOR = 0.02
+# Fewer pooled degrees of freedom than this and the run-to-run term is left out of a band
+# (Student's t at 1-2 degrees of freedom is 12.7-4.3: a band that tells nothing apart).
+RUN_NOISE_MIN_DOF = 3
 # A failure that holds for a configuration on a host whatever the run: out of memory.
 _LASTING = ("out of memory", "outofmemory", "cuda oom")
+WINDOWS = "window_samples_per_s"  # the catalogue's column: a run's windows, in order (rank 0)
 
 
 def sweeps(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per sweep, newest last: when, kind, space, host, versions, runs ok of all, the
-    best group and its samples/s, the output root."""
+    best group and its samples/s, the output root. The best group is the sweep's own ranking's
+    first (``group_rank`` 1: steady groups first, groups out of the race after those in it);
+    for rows written before the catalogue kept the rank, the highest mean of the steady groups
+    (jittery ones only when no group is steady)."""
     if rows.empty:
         return pd.DataFrame(columns=["sweep", "when", "kind", "space", "host", "gpu", "torch",
                                      "runs", "ok", "best", "samples_per_s", "output_root"])  # fmt: skip
@@ -35,7 +75,7 @@ def sweeps(rows: pd.DataFrame) -> pd.DataFrame:
     for sweep, df in rows.groupby("sweep", sort=False):
         ok = df[df["status"] == "ok"]
         by_group = ok.groupby("group")["tail_samples_per_sec_mean"].mean()
-        best = by_group.idxmax() if len(by_group) else ""
+        best = _best_group(df, ok, by_group)
         head = df.iloc[0]
         out.append({
             "sweep": sweep, "when": pd.to_datetime(df["ts"].min(), unit="s").strftime("%Y-%m-%d %H:%M"),
@@ -43,30 +83,191 @@ def sweeps(rows: pd.DataFrame) -> pd.DataFrame:
             "gpu": f"{int(head['gpus'])}x {head['gpu']}" if pd.notna(head["gpus"]) and head["gpus"]
             else head["gpu"],
             "torch": head["torch"], "runs": len(df), "ok": len(ok), "best": best,
-            "samples_per_s": round(float(by_group.max()), 1) if len(by_group) else math.nan,
+            "samples_per_s": round(float(by_group[best]), 1) if best in by_group else math.nan,
             "output_root": head["output_root"], "_ts": df["ts"].min(),
         })  # fmt: skip
     return pd.DataFrame(out).sort_values("_ts").drop(columns="_ts").reset_index(drop=True)
 
 
+def _best_group(df: pd.DataFrame, ok: pd.DataFrame, by_group: pd.Series) -> str:
+    """The sweep's best group: its ranking's first, else the fastest steady group."""
+    if not len(by_group):
+        return ""
+    ranks = df.dropna(subset=["group_rank"]) if "group_rank" in df else df.iloc[:0]
+    if len(ranks):
+        return str(ranks.sort_values("group_rank", kind="stable").iloc[0]["group"])
+    ratios = ok.groupby("group")["iter_p90_over_p50"].apply(
+        lambda r: bool(len(r.dropna())) and float((r.dropna() > UNSTABLE_RATIO).mean()) > 0.5
+    )
+    steady = [g for g in by_group.index if not ratios.get(g, False)]
+    return str(by_group[steady].idxmax() if steady else by_group.idxmax())
+
+
 def compare(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     """The configurations two sets of rows share (``a``, ``b``: two sweeps, two hosts, two
-    versions), each with both sides' mean samples/s and runs, the ratio b/a and its band."""
-    out = []
+    versions), each with both sides' mean samples/s, runs and tail windows, the ratio b/a and
+    its band (``ratio_band``; the run-to-run term pooled over the shared configurations)."""
     shared = [k for k in dict.fromkeys(a["cost_key"]) if k in set(b["cost_key"])]
+    sides = {}
     for key in shared:
-        xa = _samples(a[a["cost_key"] == key])
-        xb = _samples(b[b["cost_key"] == key])
-        if not xa or not xb:
-            continue
-        ratio, low, high = _ratio(xa, xb)
+        xa, xb = _runs(a[a["cost_key"] == key]), _runs(b[b["cost_key"] == key])
+        if xa[0] and xb[0]:  # an ok run a side
+            sides[key] = (xa, xb)
+    noise = run_noise([means for pair in sides.values() for means, _ in pair])
+    out = []
+    for key, ((ma, wa), (mb, wb)) in sides.items():
+        ratio, low, high = ratio_band(ma, mb, wa, wb, noise)
         out.append({
             "group": a[a["cost_key"] == key]["group"].iloc[0], "cost_key": key,
-            "a_samples_per_s": statistics.fmean(xa), "a_runs": len(xa),
-            "b_samples_per_s": statistics.fmean(xb), "b_runs": len(xb),
+            "a_samples_per_s": statistics.fmean(ma), "a_runs": len(ma), "a_windows": len(wa),
+            "b_samples_per_s": statistics.fmean(mb), "b_runs": len(mb), "b_windows": len(wb),
             "ratio": ratio, "low": low, "high": high, "within_noise": low <= 1.0 <= high,
         })  # fmt: skip
     return pd.DataFrame(out)
+
+
+def ratio_band(
+    a_means: Sequence[float],
+    b_means: Sequence[float],
+    a_windows: Sequence[float] = (),
+    b_windows: Sequence[float] = (),
+    noise: tuple[float, int] | None = None,
+    *,
+    floor: float = NOISE_FLOOR,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """b/a of the two sides' means (over their runs) and its band at ``confidence``: the
+    widest of Welch's interval on the windows (two or more a side, by the delta method),
+    the pooled run-to-run term (``noise``: relative sd and its degrees of freedom, from
+    ``run_noise``; left out under ``RUN_NOISE_MIN_DOF``) and ``floor``, each relative to the
+    ratio."""
+    ma, mb = statistics.fmean(a_means), statistics.fmean(b_means)
+    ratio = mb / ma
+    q = (1 + confidence) / 2
+    half = floor
+    if len(a_windows) > 1 and len(b_windows) > 1:
+        wa, wb = statistics.fmean(a_windows), statistics.fmean(b_windows)
+        va = statistics.variance(a_windows) / len(a_windows) / wa**2
+        vb = statistics.variance(b_windows) / len(b_windows) / wb**2
+        denom = va**2 / (len(a_windows) - 1) + vb**2 / (len(b_windows) - 1)
+        dof = (va + vb) ** 2 / denom if denom > 0 else len(a_windows) + len(b_windows) - 2
+        half = max(half, t_quantile(q, max(1, int(dof))) * math.sqrt(va + vb))
+    if noise is not None and noise[1] >= RUN_NOISE_MIN_DOF:
+        spread = noise[0] * math.sqrt(1 / len(a_means) + 1 / len(b_means))
+        half = max(half, t_quantile(q, noise[1]) * spread)
+    return ratio, ratio * (1 - half), ratio * (1 + half)
+
+
+def run_noise(configs: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """The run-to-run spread pooled over ``configs`` (each: the run means of one configuration
+    on one side): the relative sd of a run about its configuration's mean, and its degrees of
+    freedom (runs less one, summed)."""
+    squares, dof = 0.0, 0
+    for means in configs:
+        if len(means) > 1:
+            m = statistics.fmean(means)
+            squares += sum((x / m - 1) ** 2 for x in means)
+            dof += len(means) - 1
+    return (math.sqrt(squares / dof) if dof else 0.0), dof
+
+
+def _runs(df: pd.DataFrame) -> tuple[list[float], list[float]]:
+    """A side's ok runs of one configuration: their tail means, and their tail windows (each
+    run's last ``tail_windows`` windows, where the catalogue kept its windows)."""
+    ok = df[(df["status"] == "ok") & (df["tail_samples_per_sec_mean"] > 0)]
+    means = [float(x) for x in ok["tail_samples_per_sec_mean"]]
+    windows: list[float] = []
+    for row in ok.to_dict("records"):
+        values = _values(row.get(WINDOWS))
+        n = row.get("tail_windows")
+        tail = values[-int(n) :] if n and n == n and int(n) > 0 else values
+        windows += tail
+    return means, windows
+
+
+def _values(cell: Any) -> list[float]:
+    """A catalogue row's windows (None for rows written before it kept them)."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    return [float(x) for x in cell if x is not None and math.isfinite(float(x))]
+
+
+@dataclass(frozen=True)
+class Prior:
+    """One group's figures in the catalogue on this host: its earlier runs' windows after the
+    race's warm-up (``runs``, one tuple per run), from ``sweeps``. A race's prior: never this
+    sweep's measurement."""
+
+    group: str
+    runs: tuple[tuple[float, ...], ...]
+    sweeps: tuple[str, ...] = ()
+    jittery: bool = False
+
+    @property
+    def run_means(self) -> list[float]:
+        return [statistics.fmean(r) for r in self.runs]
+
+    @property
+    def windows(self) -> list[float]:
+        return [x for r in self.runs for x in r]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.run_means)
+
+    def describe(self) -> str:
+        return (f"{self.mean:.1f} samples/s over {len(self.runs)} run(s), {len(self.windows)} "
+                f"windows, sweep(s) {', '.join(self.sweeps)}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Priors:
+    """A race's priors, per group, and the run-to-run noise pooled over them (``run_noise``)."""
+
+    groups: dict[str, Prior] = field(default_factory=dict)
+    noise: tuple[float, int] = (0.0, 0)
+    floor: float = NOISE_FLOOR
+    confidence: float = 0.95
+
+    def versus(self, group: str, leader: str) -> tuple[float, float, float]:
+        """``group``'s catalogue mean over ``leader``'s, and its band (``ratio_band``)."""
+        g, lead = self.groups[group], self.groups[leader]
+        return ratio_band(lead.run_means, g.run_means, lead.windows, g.windows, self.noise,
+                          floor=self.floor, confidence=self.confidence)  # fmt: skip
+
+    def clearly_slower(self, group: str, leader: str) -> bool:
+        """Whether the catalogue measured ``group`` slower than ``leader`` beyond the noise:
+        the band of their ratio lies under 1."""
+        return self.versus(group, leader)[2] < 1.0
+
+
+def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
+    """Each group of ``runs`` (RunSpecs) that the catalogue measured on ``host`` with the same
+    configuration (cost key), ok or stopped early, with windows: its runs' windows after
+    ``plan.warmup_windows`` (the race's SchedulerPlan), as the race's prior."""
+    from platform.storage.catalogue import cost_key
+
+    if WINDOWS not in rows:
+        return Priors(floor=plan.noise_floor, confidence=plan.confidence)
+    here = rows[(rows["host"] == host) & rows["status"].isin(["ok", "stopped_early"])]
+    jittery = {k: j for k, (j, _) in measured_order(rows, host).items()}
+    groups: dict[str, Prior] = {}
+    for run in runs:
+        key = cost_key(run.config)
+        if run.group in groups:
+            continue
+        measured = []
+        sweeps = []
+        for row in here[here["cost_key"] == key].sort_values("ts").to_dict("records"):
+            windows = _values(row.get(WINDOWS))[plan.warmup_windows :]
+            if windows:
+                measured.append(tuple(windows))
+                sweeps.append(str(row["sweep"]))
+        if measured:
+            groups[run.group] = Prior(run.group, tuple(measured), tuple(dict.fromkeys(sweeps)),
+                                      jittery.get(key, False))  # fmt: skip
+    noise = run_noise([p.run_means for p in groups.values()])
+    return Priors(groups, noise, floor=plan.noise_floor, confidence=plan.confidence)
 
 
 def history(rows: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -108,23 +309,32 @@ def known_failures(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _samples(df: pd.DataFrame) -> list[float]:
-    ok = df[df["status"] == "ok"]["tail_samples_per_sec_mean"].dropna()
-    return [float(x) for x in ok if x > 0]
-
-
-def _ratio(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    """b/a and its 95 % band (Welch on the two means, by the delta method; the noise floor
-    when either side has one run, and never narrower than it)."""
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    ratio = mb / ma
-    half = NOISE_FLOOR * ratio
-    if len(a) > 1 and len(b) > 1:
-        va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
-        se = ratio * math.sqrt(va / ma**2 + vb / mb**2)
-        dof = (va + vb) ** 2 / ((va**2 / (len(a) - 1)) + (vb**2 / (len(b) - 1)) or 1e-12)
-        half = max(half, t_quantile(0.975, max(1, int(dof))) * se)
-    return ratio, ratio - half, ratio + half
+def prior_line(priors: Priors, groups: list[str], plan) -> list[str]:
+    """The console's line for a warm race's priors (none without any): how many groups have
+    one, and which the catalogue measured clearly slower than the prior leader (the steady
+    group with the highest mean), so they stop once their first judged windows agree."""
+    have = [g for g in dict.fromkeys(groups) if g in priors.groups]
+    if not have:
+        return []
+    steady = [g for g in have if not priors.groups[g].jittery]
+    line = (
+        f"history: race priors for {len(have)} of {len(set(groups))} group(s) from this host's "
+        "catalogue (not counted as this sweep's measurements)"
+    )
+    if steady:
+        leader = max(steady, key=lambda g: priors.groups[g].mean)
+        slower = [(g, priors.versus(g, leader)[0]) for g in have
+                  if g != leader and priors.clearly_slower(g, leader)]  # fmt: skip
+        line += f"; leader there: {leader}"
+        if slower:
+            line += (
+                "; measured clearly slower, to stop once their first "
+                f"{plan.confirm_windows} judged window(s) agree: "
+                + ", ".join(f"{g} ({r:.2f}x)" for g, r in slower)
+            )
+        else:
+            line += "; none measured clearly slower than it"
+    return [line + " (--no-history: none)"]
 
 
 def warm_start(runs: list, rows: pd.DataFrame, host: str) -> tuple[list, dict[str, str], list[str]]:

@@ -15,10 +15,10 @@ Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md)
   judges the median, max and CV over repeats against its own limits);
 - a run's ``cliff``: recompiles or CUDA graph re-recordings in its tail, or CUDA graph skips
   (platform/analysis/verdicts/cliffs.py), with torch's reason and what to change;
-- ranking: groups with ok runs first, jittery ones after the others, then the robust (else
-  plain) mean of tail samples/s, higher first, then tail iter p50, lower first; groups without
-  an ok run last, by the mean tail samples/s of their runs the scheduler stopped early
-  (partial runs).
+- ranking: groups with ok runs first, jittery ones after the others, groups the race stopped
+  as slower after the groups still in it, then the robust (else plain) mean of tail samples/s,
+  higher first, then tail iter p50, lower first; groups without an ok run last, by the mean
+  tail samples/s of their runs the scheduler stopped early (partial runs).
 """
 
 from __future__ import annotations
@@ -256,13 +256,18 @@ def rank(groups: pd.DataFrame) -> pd.DataFrame:
         groups["runs_ok"] > 0, groups.get("partial_samples_per_sec")
     )
     score = score.fillna(0.0)
+    # A group the race stopped as slower (platform/control/race.py) never ranks above a steady
+    # group still in it: the leader that beat it is one of those, whatever its own figures say.
+    out = groups["left_race"] == "slower" if "left_race" in groups else False
     keyed = groups.assign(
         _none=groups["runs_ok"] == 0,
+        _out=out,
         _score=-score,
         _it=groups["tail_mean_iter_p50_ms"].fillna(math.inf),
     )
-    ranked = keyed.sort_values(["_none", "unstable_group", "_score", "_it"], kind="stable")
-    ranked = ranked.drop(columns=["_none", "_score", "_it"]).reset_index(drop=True)
+    order = ["_none", "unstable_group", "_out", "_score", "_it"]
+    ranked = keyed.sort_values(order, kind="stable")
+    ranked = ranked.drop(columns=["_none", "_out", "_score", "_it"]).reset_index(drop=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
     return ranked
 

@@ -10,7 +10,8 @@
   planned order (repeat 1 of every group, then repeat 2 of the groups still in the race, ...). A
   group's estimate is the mean over its runs of their clean windows' samples/s (after the
   warm-up windows; a window with a stall alert, a stall inside it (its samples/s under the
-  run's median so far / ``stall_alert_ratio``) or an epoch boundary is not clean); its bounds
+  run's median so far / ``stall_alert_ratio``) or an epoch boundary where boundaries are the
+  exception is not clean, see below); its bounds
   add and subtract the largest of three half-widths: Student's t over the windows, Student's t
   over the runs' means (two or more runs), and ``noise_floor`` x the mean. A group is stopped
   when its upper bound falls below the highest lower bound of the groups that have a finished,
@@ -34,6 +35,37 @@ case that re-admission pays for only when it happens. A run already stopped stay
 (Tune ended its trial), so a re-admitted group may end with fewer finished repeats than
 planned; the ranking's ok/runs shows it.
 
+Epoch boundaries. Where a run's epoch is longer than a window, a boundary is the exception: the
+window holding it pays the one-off re-shuffle and is not clean. Where every window of the run
+holds one or more boundaries (an epoch no longer than a window, as on a small corpus: 4-5 steps
+against windows of 50 in benchmarks/results/warm_race_2xh200/), they are part of the steady state
+and the window counts: every window pays them alike. The rule is the run's own, from its windows
+so far: boundaries disqualify a window once any window of the run held none (the first window
+counts from epoch 0). Leaving out every window there judged nothing and silently made the race
+a full grid. A group that cannot reach ``min_windows`` clean windows any more (its runs' windows
+left, all clean at best, would not make up the rest) is said once, on the console and in the
+schedule's ``unjudged``: it runs its repeats as in a grid.
+
+Priors (a warm start, platform/analysis/history.py: ``race_priors``). On a host fingerprint seen
+before, a group may come with what the catalogue measured of the same configuration there: its
+earlier runs' windows after the warm-up. They are never this sweep's measurements: the bounds,
+the Phase B checks, the ranking and the winner use the sweep's own windows alone; a prior only
+decides what stops early. The prior leader is the steady group in the race with the highest
+prior mean whose prior was not dropped; a group within noise of it in the catalogue
+(``Priors.versus``: the band of ``platform.catalogue compare``, holding 1) races as it would cold
+and runs its repeats. A group the catalogue measured clearly slower than it (the band under 1)
+is judged once it and the leader have ``confirm_windows`` clean windows here: its ratio here is
+the median of its first ones over the median of the leader's clean windows so far. It agrees
+when that ratio is no higher than the catalogue's band allows (the group is no closer to the
+leader here than measured before; slower still agrees): the group is stopped as slower ``by``
+the leader, its verdict marked ``prior``. Higher, the prior is dropped (for good) and the group
+races cold. The ratio, not the group's own figure, is compared so that a host running a few
+percent slower or faster than on the catalogue's day (benchmarks/results/warm_race_2xh200/:
+every group 1-3 % slower in race 2) moves both sides alike. A prior leader that leaves the race
+unstable or failed lets back the groups it stopped this way, as any leader does; their priors
+are judged again against the next one. Each group's prior, its state (held, agreed, dropped)
+and what it decided are in the schedule's ``priors``.
+
 The window and tail statistics are platform.analysis.stats' (one definition of each).
 """
 
@@ -47,6 +79,7 @@ from dataclasses import asdict
 from typing import Any
 
 from platform.analysis import stats
+from platform.analysis.history import Priors
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
@@ -56,6 +89,7 @@ __all__ = ["METRIC", "SCHEDULE", "Race", "Schedule"]
 
 SCHEDULE = OutputRoot.SCHEDULE
 METRIC = "platform_samples_per_s"  # what ASHA and Optuna rank runs by (set by the driver)
+_UNJUDGED = "not judged here"  # a prior's line before the race used it
 
 
 class Schedule:
@@ -88,6 +122,9 @@ class Schedule:
             old = json.loads(self.path.read_text())
             for key in ("stops", "eliminated", "readmitted", "skipped", "picked"):
                 self.state[key] = old.get(key, self.state[key])
+            for key in ("priors", "unjudged"):  # a race's, when it had something to say
+                if key in old:
+                    self.state[key] = old[key]
 
     def save(self) -> None:
         state = self.state if self.budget is None else {**self.state, "budget": self.budget}
@@ -110,7 +147,8 @@ class Schedule:
 class Race:
     """``scheduler: race``; see the module docstring. ``echo`` prints a decision."""
 
-    def __init__(self, runs: list[RunSpec], space: SearchSpace, schedule: Schedule, echo=print):
+    def __init__(self, runs: list[RunSpec], space: SearchSpace, schedule: Schedule, echo=print,
+                 priors: Priors | None = None):  # fmt: skip
         self.plan = space.scheduler
         self.schedule = schedule
         self.echo = echo
@@ -121,14 +159,26 @@ class Race:
         self.windows: dict[str, list[dict[str, Any]]] = {}  # run -> its windows (rank 0)
         self.finished: dict[str, dict[str, float]] = {}  # ok run -> its tail figures
         self.running: set[str] = set()
+        self.ended: set[str] = set()  # runs complete() was told of
         self.told: set[str] = set()  # runs observe has told to stop
         self.again: list[str] = []  # passed-over runs of re-admitted groups, to hand out
         self.order = {name: i for i, name in enumerate(self.runs)}
+        # The catalogue's figures of the groups (a warm start), never counted as measurements.
+        self.priors = priors
+        if priors is not None:
+            self._hold_priors(priors)
+        for group in self.groups:  # a run too short for min_windows is known before it starts
+            self._check_judgeable(group)
 
     # --- what the searcher asks ---
     @property
     def eliminated(self) -> dict[str, dict[str, Any]]:
         return self.schedule.state["eliminated"]
+
+    @property
+    def prior_state(self) -> dict[str, dict[str, Any]]:
+        """Group -> its prior's record in the schedule (``priors``; empty without a warm start)."""
+        return self.schedule.state.get("priors", {})
 
     def runnable(self, run: str) -> bool:
         return self.runs[run].group not in self.eliminated
@@ -153,9 +203,11 @@ class Race:
                          self.plan.warmup_windows)  # fmt: skip
         history.append(window)
         if run not in self.schedule.stops and window["clean"]:
-            # never decide on a window with a stall alert or an epoch boundary
+            # never decide on a window with a stall alert, a stall or an exceptional boundary
             self._check_unstable_midway(run)
             self._decide()
+            self._decide_prior()
+        self._check_judgeable(self.runs[run].group)
         if run in self.schedule.stops:
             self.told.add(run)  # from here on its stop cannot be taken back
             return True
@@ -166,6 +218,8 @@ class Race:
         run_timeout_s) or ``cut`` (the sweep was interrupted: --resume runs it again)."""
         self.running.discard(run)
         group = self.runs[run].group
+        if outcome != "cut":
+            self.ended.add(run)
         if run in self.schedule.stops or outcome == "cut":
             return
         if outcome != "ok":
@@ -178,6 +232,8 @@ class Race:
         if group not in self.eliminated:
             self._check_unstable(group)
             self._decide()
+            self._decide_prior()
+        self._check_judgeable(group)
 
     def restore(self, timing, done: dict[str, dict[str, Any]]) -> None:
         """``--resume``: the windows of the runs kept from the earlier attempt (ok and stopped
@@ -195,6 +251,8 @@ class Race:
             figures = _tail_figures(history, self.runs[run].config)
             if st.get("status") == "ok" and figures:
                 self.finished[run] = figures
+            if st.get("status") in ("ok", "stopped_early"):
+                self.ended.add(run)
         # A run the earlier attempt recorded as skipped whose group came back after that (the
         # schedule no longer skips it) runs in this one.
         skipped = self.schedule.state["skipped"]
@@ -290,11 +348,16 @@ class Race:
         if failures:
             self._eliminate(group, "unstable", "; ".join(failures))
 
-    def _eliminate(self, group: str, kind: str, reason: str, by: str | None = None) -> None:
-        """``group`` leaves the race; ``by``: the leader whose lower bound it fell under."""
+    def _eliminate(
+        self, group: str, kind: str, reason: str, by: str | None = None, prior: bool = False
+    ) -> None:
+        """``group`` leaves the race; ``by``: the leader it is slower than (under its lower
+        bound, or with ``prior``: on the catalogue's figures, confirmed here)."""
         self.eliminated[group] = {"kind": kind, "reason": reason, "ts": time.time()}
         if by is not None:
             self.eliminated[group]["by"] = by
+        if prior:
+            self.eliminated[group]["prior"] = True
         for run in self.groups[group]:
             if run in self.running and run not in self.schedule.stops:
                 last = self.windows.get(run) or [{}]
@@ -308,15 +371,14 @@ class Race:
         self.schedule.save()
         self.echo(f"race: group {group} leaves the race ({kind}): {reason}")
         if kind != "slower":
-            self._readmit(group)
+            out = self.eliminated[group]
+            self._readmit(group, f"{group} left the race ({out['kind']}): {out['reason']}")
 
-    def _readmit(self, leader: str) -> None:
+    def _readmit(self, leader: str, why: str) -> None:
         """``leader`` left the race unstable or failed, so it cannot win: the groups it knocked
-        out as slower come back (see the module docstring) and are judged again at once (their
-        finished runs against the Phase B limits, their bounds against the leaders still
-        valid)."""
-        out = self.eliminated[leader]
-        why = f"{leader} left the race ({out['kind']}): {out['reason']}"
+        out as slower (on their bounds or on the catalogue's figures) come back (see the module
+        docstring) and are judged again at once (their finished runs against the Phase B
+        limits, their bounds and priors against the leaders still valid)."""
         knocked = [g for g, e in self.eliminated.items() if e.get("by") == leader]
         skipped, stops = self.schedule.state["skipped"], self.schedule.stops
         for group in knocked:
@@ -333,6 +395,9 @@ class Race:
                 {"group": group, "revoked": revoked, "why": why, "runs": runs, "ts": time.time()}
             )
             again = f"; runs again: {', '.join(runs)}" if runs else ""
+            if revoked.get("prior"):  # judged again, against the leaders still valid
+                record = self.prior_state[group]
+                record.update(state="held", line=record["line"] + f"; back in the race ({why})")
             self.echo(f"race: group {group} is back in the race ({why}){again}")
         if knocked:
             self.schedule.save()
@@ -340,39 +405,182 @@ class Race:
                 if group not in self.eliminated:
                     self._check_unstable(group)
             self._decide()
+            self._decide_prior()
+
+    # --- priors (a warm start): see the module docstring ---
+    def _hold_priors(self, priors: Priors) -> None:
+        """Each group's prior into the schedule (``priors``), held until judged here."""
+        held = {}
+        for group in self.groups:
+            prior = priors.groups.get(group)
+            if prior is None:
+                continue
+            held[group] = {
+                "state": "held",
+                "catalogue": prior.describe(),
+                "mean": prior.mean,
+                "runs": len(prior.runs),
+                "windows": len(prior.windows),
+                "sweeps": list(prior.sweeps),
+                "jittery": prior.jittery,
+                "line": _UNJUDGED,
+            }
+        if held:
+            self.schedule.state["priors"] = held
+            self.schedule.save()
+
+    def _clean(self, group: str) -> list[dict[str, Any]]:
+        """The group's clean windows here, run after run."""
+        return [w for run in self.groups[group] for w in self.windows.get(run, []) if w["clean"]]
+
+    def _prior_leader(self) -> str | None:
+        """The steady group in the race with the highest prior mean, its prior not dropped."""
+        held = [
+            g for g, r in self.prior_state.items()
+            if g not in self.eliminated and r["state"] != "dropped" and not r.get("jittery")
+        ]  # fmt: skip
+        return max(held, key=lambda g: self.prior_state[g]["mean"]) if held else None
+
+    def _decide_prior(self) -> None:
+        """Each held prior of a group the catalogue measured clearly slower than the prior
+        leader, once both have ``confirm_windows`` clean windows here: the group's first ones'
+        median over the leader's clean windows' median is its ratio here. No higher than the
+        catalogue's band of their ratio allows, it agrees and the group is stopped; higher, its
+        prior is dropped and it races cold."""
+        leader = self._prior_leader() if self.priors is not None else None
+        k = self.plan.confirm_windows
+        lead = [w["samples_per_s"] for w in self._clean(leader)] if leader else []
+        if len(lead) < k:
+            return
+        ahead = self.prior_state[leader]
+        if ahead["state"] == "held" and not ahead.get("leads"):
+            said = "the prior leader: runs its repeats"
+            ahead.update(leads=True, line=said if ahead["line"] == _UNJUDGED
+                         else f"{ahead['line']}; then {said}")  # fmt: skip
+        for group, record in self.prior_state.items():
+            mine = self._clean(group)[:k]
+            if group == leader or group in self.eliminated or record["state"] != "held":
+                continue
+            ratio, low, high = self.priors.versus(group, leader)
+            band = f"{ratio:.2f}x in the catalogue (band {low:.2f}-{high:.2f})"
+            if high >= 1.0:  # within noise of the leader there: its repeats run
+                if record["line"] == _UNJUDGED:
+                    record["line"] = (
+                        f"within noise of the leader {leader}: {band}; runs its repeats"
+                    )
+                continue
+            if len(mine) < k:
+                continue
+            here = statistics.median(w["samples_per_s"] for w in mine) / statistics.median(lead)
+            at = f"its first {k} judged window(s) here (to step {mine[-1]['step']})"
+            if here > high:
+                record.update(state="dropped", here=here, line=(
+                    f"dropped: {at} put it at {here:.2f}x the leader {leader}, above {band}; "
+                    "raced cold"))  # fmt: skip
+                self.schedule.save()
+                self.echo(f"race: group {group}: catalogue prior dropped ({at}: {here:.2f}x the "
+                          f"leader {leader}, above {band}); it races cold")  # fmt: skip
+                continue
+            steps = [self.windows[r][-1]["step"] for r in self.groups[group]
+                     if r in self.running and self.windows.get(r)]  # fmt: skip
+            stop = f"stopped at step {steps[0]}" if steps else "stopped before its next repeat"
+            reason = f"{stop}: {here:.2f}x the leader here and {band}; {at} agree"
+            record.update(state="agreed", here=here, line=f"agreed; {reason} (leader {leader})")
+            self._eliminate(group, "slower", reason, by=leader, prior=True)
+
+    # --- a group that can never be judged ---
+    def _check_judgeable(self, group: str) -> None:
+        """Say once (console and the schedule's ``unjudged``) when ``group`` can no longer reach
+        ``min_windows`` clean windows: those it has and every window its runs have left,
+        each counted clean, fall short."""
+        unjudged = self.schedule.state.get("unjudged", {})
+        if group in self.eliminated or group in unjudged:
+            return
+        p = self.plan
+        skipped = self.schedule.state["skipped"]
+        have, left, unclean = 0, 0, {}
+        for run in self.groups[group]:
+            seen = self.windows.get(run, [])
+            have += sum(w["clean"] for w in seen)
+            for w in seen:
+                if w.get("unclean"):
+                    unclean[w["unclean"]] = unclean.get(w["unclean"], 0) + 1
+            if run in self.ended or run in self.schedule.stops or run in skipped:
+                continue
+            cfg = self.runs[run].config
+            total = -(-cfg.max_steps // max(1, cfg.log_every))  # the run's windows
+            left += max(0, total - max(len(seen), p.warmup_windows))
+        if have + left >= p.min_windows:
+            return
+        why = ", ".join(f"{n} {kind}" for kind, n in unclean.items()) or "none left out yet"
+        line = (
+            f"cannot be judged: {have} clean window(s) and at most {left} to come, under "
+            f"min_windows {p.min_windows} (windows left out: {why}); it runs as in a grid"
+        )
+        self.schedule.state["unjudged"] = {**unjudged, group: line}
+        self.schedule.save()
+        self.echo(f"race: group {group} {line}")
 
 
 def _window(
     result: dict[str, Any], history: list[dict[str, Any]], alert_ratio: float, warmup: int
 ) -> dict[str, Any]:
     """One window as the race sees it; ``clean``: past the warm-up, no stall alert (the
-    recorder's rule, platform.analysis.stats), no stall inside it and no epoch boundary.
+    recorder's rule, platform.analysis.stats), no stall inside it and no epoch boundary where
+    boundaries are the exception (``unclean`` says which one kept it out).
 
     A stall inside a window (the host paused the process for a second: one long step, which
     leaves the window's iter p50 alone) shows as its samples/s falling below the run's median
     so far divided by the same ``alert_ratio``; such a window would widen the group's bounds
-    and keep a clearly slower group in the race."""
+    and keep a clearly slower group in the race.
+
+    Boundaries (the module docstring): ``boundaries`` is how many the window holds (its epoch
+    less the previous window's; the first window's, from epoch 0). They make it unclean unless
+    every window of the run so far, this one included, holds one or more. A result handed
+    again for the same step (Tune repeats the last one with ``done``) holds none and does not
+    count for the rule."""
     p50 = float(result.get("iter_ms_p50") or math.nan)
     p90 = float(result.get("iter_ms_p90") or math.nan)
     sps = float(result.get("samples_per_s") or math.nan)
-    epoch = result.get("epoch")
-    boundary = bool(history) and epoch != history[-1]["epoch"]
+    epoch = _epoch(result.get("epoch"))
+    again = bool(history) and result.get("step") == history[-1]["step"]
+    before = history[-1]["epoch"] if history else 0
+    boundaries = 0 if again or epoch is None or before is None else max(0, epoch - before)
+    steady = boundaries > 0 and all(w["boundaries"] > 0 for w in history if not w["again"])
     alert = stats.stall_alert([w["iter_ms_p50"] for w in history], p50, alert_ratio)
     earlier = [w["samples_per_s"] for w in history if math.isfinite(w["samples_per_s"])]
     stalled = len(earlier) >= 2 and sps * alert_ratio < statistics.median(earlier)
+    unclean = (
+        "warm-up" if len(history) < warmup
+        else "epoch boundary" if boundaries and not steady
+        else "stall alert" if alert is not None
+        else "stall" if stalled
+        else "no iter time" if not math.isfinite(p50)
+        else None
+    )  # fmt: skip
     return {
         "step": result.get("step"),
         "epoch": epoch,
+        "boundaries": boundaries,
+        "again": again,
         "samples_per_s": sps,
         "iter_ms_p50": p50,
         "iter_ms_p90": p90,
         "iter_ratio": stats.window_ratio(p90, p50),
-        "clean": len(history) >= warmup
-        and not boundary
-        and alert is None
-        and not stalled
-        and math.isfinite(p50),
+        "clean": unclean is None,
+        "unclean": unclean,
     }
+
+
+def _epoch(value: Any) -> int | None:
+    """A window's epoch (None where the run reports none)."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) else None
 
 
 def _tail_figures(history: list[dict[str, Any]], cfg) -> dict[str, float] | None:

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import (
@@ -36,6 +36,9 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage.mirror import RootMirror, drop_staging, staged_note
 from stage1_common.output_root import OutputRoot
+
+if TYPE_CHECKING:
+    from platform.analysis.history import Priors
 
 __all__ = ["LaunchRequest", "launch"]
 
@@ -74,6 +77,8 @@ class LaunchRequest:
     """The --logger series (platform/record/loggers.py)."""
     skips: dict[str, str] = field(default_factory=dict)
     """Runs not to run, and why (platform/analysis/history.py: warm_start's known failures)."""
+    priors: Priors | None = None
+    """A warm race's figures from the catalogue (platform/analysis/history.py: race_priors)."""
     budget_s: float | None = None
     """--budget: the seconds the command may take, counted from its process's start
     (platform/control/budget.py)."""
@@ -343,6 +348,7 @@ def _fit_and_report(
         budget=None if request.budget_s is None else (request.budget_s, _process_start()),
         skips=request.skips,
         kind="train" if request.training else "sweep",
+        priors=request.priors,
     )
     stop = StopSignals()
 

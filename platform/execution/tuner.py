@@ -17,12 +17,15 @@ from typing import Any
 
 from ray import tune
 
+from platform.analysis.analyze import group_ranks
+from platform.analysis.history import Priors
 from platform.control.asha import WarmASHA
 from platform.control.budget import Budget
 from platform.control.costs import Costs, read_memory
 from platform.control.race import Race, Schedule
 from platform.control.searchers import OptunaPlanner, PlannedSearcher
 from platform.control.stoppers import SweepStopper
+from platform.errors import UsageError
 from platform.record.manifest import write_manifest, write_run_record
 from platform.record.provenance import git_facts
 from platform.record.recorder import SweepRecorder
@@ -109,7 +112,7 @@ class Sweep:
         configured = configured_cache(configs.values())
         try:
             rows = catalogue.rows_of(self.root, manifest, configs, kind=self.kind,
-                                     space=self.space_ref)  # fmt: skip
+                                     space=self.space_ref, ranks=_ranks(self.root))  # fmt: skip
             catalogue.append(
                 rows, catalogue.store(configured), name=rows[0]["sweep"] if rows else None
             )
@@ -154,6 +157,16 @@ class Sweep:
         results.write_json(self.root.groups, {"groups": history})
 
 
+def _ranks(root: OutputRoot) -> dict[str, int]:
+    """The sweep's groups ranked as its summary will rank them (none when that fails: the
+    catalogue then names the fastest steady group its best)."""
+    try:
+        return group_ranks(root)
+    except (OSError, ValueError, KeyError, UsageError) as exc:
+        print(f"catalogue: no ranking kept ({type(exc).__name__}: {exc})", flush=True)
+        return {}
+
+
 def build_sweep(
     space: SearchSpace,
     runs: list[RunSpec],
@@ -166,11 +179,13 @@ def build_sweep(
     budget: tuple[float, float] | None = None,
     skips: dict[str, str] | None = None,
     kind: str = "sweep",
+    priors: Priors | None = None,
 ) -> Sweep:
     """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
     ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
     the resident groups, when the launch started them already (``start_pool``). ``budget``:
-    --budget's seconds and when the command started (time.time)."""
+    --budget's seconds and when the command started (time.time). ``priors``: a warm race's
+    figures from the catalogue (platform/analysis/history.py: race_priors)."""
     facts = git_facts()
     recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
     recorder.status.update({k: dict(v) for k, v in done.items()})
@@ -189,7 +204,8 @@ def build_sweep(
     sweep.pool = pool or start_pool(root, space, sweep.todo)
     if budget is not None:
         sweep.budget = _budget(space, sweep, *budget)
-    tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume, skips or {})
+    tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume, skips or {},
+                                            priors)  # fmt: skip
     sweep.write_manifest()
     _quiet_tune()
     sweep.tuner = tune.Tuner(
@@ -246,6 +262,7 @@ def _search_and_stop(
     sweep: Sweep,
     resume: bool,
     skips: dict[str, str],
+    priors: Priors | None = None,
 ) -> tuple[tune.TuneConfig, SweepStopper]:
     """The Tune search algorithm that hands out the runs (``search``), the early-stopping
     scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
@@ -269,7 +286,7 @@ def _search_and_stop(
 
     race = None
     if space.scheduler.name == "race":
-        race = Race(runs, space, schedule, echo=recorder.echo)
+        race = Race(runs, space, schedule, echo=recorder.echo, priors=priors)
         if resume:
             race.restore(results.read_dataset(root.timing, results.TIMING_SCHEMA), done)
     if space.search.plans_late:  # OptunaPlanner, the one search that plans late

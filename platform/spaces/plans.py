@@ -55,20 +55,24 @@ class SchedulerPlan:
     platform.control.race, a noise-aware racing of the groups (docs/internals/control.md).
 
     A run's first ``warmup_windows`` windows never count. ``race``: a group is judged once it has
-    ``min_windows`` clean windows (no stall alert, no epoch boundary); its bounds are the mean
+    ``min_windows`` clean windows (no stall alert, no stall, no epoch boundary where epochs are
+    longer than a window: platform.control.race); its bounds are the mean
     samples/s +- the largest of the Student-t half-width at ``confidence`` over its windows,
     the same over its runs' means (2 or more runs), and ``noise_floor`` x the mean (the
     repeat-to-repeat noise one run cannot show). A group whose upper bound falls below the
     best finished, stable group's lower bound is stopped, and comes back should that group
     later prove unstable or fail. The Phase B limits
     (``max_iter_ratio_median``, ``max_iter_ratio_max``, ``max_iter_p50_cv``, as in
-    platform.stability) make a group unstable: it is stopped and cannot win. ``asha``:
-    ``grace_windows`` windows after the warm-up before the first rung, ``reduction_factor``.
+    platform.stability) make a group unstable: it is stopped and cannot win. A race warm-started
+    from the catalogue stops a group measured there clearly slower than the leader once its first
+    ``confirm_windows`` clean windows agree with what was measured. ``asha``: ``grace_windows``
+    windows after the warm-up before the first rung, ``reduction_factor``.
     """
 
     name: str = "fifo"
     warmup_windows: int = 2
     min_windows: int = 3
+    confirm_windows: int = 2
     confidence: float = 0.95
     noise_floor: float = 0.02
     max_iter_ratio_median: float = 1.5
@@ -81,7 +85,7 @@ class SchedulerPlan:
     def parse(cls, raw: Any, where: str) -> SchedulerPlan:
         fields = _plan_fields(raw, "scheduler", SCHEDULERS, cls, where)
         plan = cls(**fields)
-        for key in ("warmup_windows", "min_windows", "grace_windows"):
+        for key in ("warmup_windows", "min_windows", "confirm_windows", "grace_windows"):
             minimum = 0 if key == "warmup_windows" else 1
             value = getattr(plan, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

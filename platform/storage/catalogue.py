@@ -9,9 +9,11 @@ work in a folder, on NFS or copied to a bucket, which a single SQLite file does 
 are not safe on network filesystems) and DuckDB would only add a dependency to read Parquet
 that pyarrow reads already. A row holds the host's fingerprint (GPU model and count, driver,
 CUDA, torch, Ray, DeepSpeed and the platform's version), the space, the run's config (whole, as
-JSON, and its cost key), its status and failure reason, its tail figures and its start-up (and
-whether the run started a worker group) and compile costs: what a ``--budget`` plans with on
-the host (platform/control/costs.py).
+JSON, and its cost key), its status and failure reason, its tail figures, its windows'
+samples/s (rank 0, in order: a race's prior and a comparison's noise band,
+platform/analysis/history.py), its group's place in the sweep's own ranking, and its start-up
+(and whether the run started a worker group) and compile costs: what a ``--budget`` plans with
+on the host (platform/control/costs.py).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ SCHEMA = pa.schema(
     [(k, pa.string()) for k in _TEXT]
     + [("repeat", pa.int64()), ("gpus", pa.int64()), ("starts_group", pa.bool_())]
     + [(k, pa.float64()) for k in _NUMBERS]
+    # The group's place in the sweep's own ranking (1: its best), and the run's windows.
+    + [("group_rank", pa.int64()), ("window_samples_per_s", pa.list_(pa.float64()))]
 )
 
 
@@ -157,12 +161,15 @@ def read(*places: Path) -> pa.Table:
 
 def rows_of(
     root: OutputRoot, manifest: list[dict[str, Any]], configs: Mapping[str, Any], *,
-    kind: str, space: str,
+    kind: str, space: str, ranks: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """One row per run of a finished sweep or training: its manifest row (status, reason, tail
-    figures, costs), its config (``configs``: run -> TrialConfig) and its host (env.json; a
-    run that never started has none: the sweep's first host)."""
+    figures, costs), its config (``configs``: run -> TrialConfig), its host (env.json; a run
+    that never started has none: the sweep's first host), its windows (timing.parquet, rank 0)
+    and its group's rank in the sweep (``ranks``: group -> rank, as the analysis ranks them)."""
     from trainables.resident.shape import starts_group
+
+    windows = _windows(root)
 
     here = host_now()
     hosts = {}
@@ -213,16 +220,37 @@ def rows_of(
                 "starts_group": starts.get(row["run"]),
                 "compile_s": row.get("compile_s"),
                 "ts": time.time(),
+                "group_rank": (ranks or {}).get(row.get("group")),
+                "window_samples_per_s": windows.get(row["run"]),
             }
         )
     return out
+
+
+def _windows(root: OutputRoot) -> dict[str, list[float]]:
+    """Run -> its windows' samples/s (rank 0, in order: a resumed training run's attempts one
+    after another), from the root's timing.parquet (none when it cannot be read)."""
+    from platform.storage import results
+
+    try:
+        timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
+    except (OSError, ValueError, pa.ArrowException):
+        return {}
+    if timing.empty:
+        return {}
+    order = ["run", "attempt", "window"]
+    rank0 = timing[timing["rank"] == 0].sort_values(order, kind="stable")
+    rank0 = rank0.drop_duplicates(subset=order, keep="last")
+    return {str(run): [float(x) for x in df["samples_per_s"]] for run, df in rank0.groupby("run")}
 
 
 def _typed(row: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for f in SCHEMA:
         value = row.get(f.name)
-        if pa.types.is_string(f.type):
+        if pa.types.is_list(f.type):
+            out[f.name] = None if value is None else [float(x) for x in value]
+        elif pa.types.is_string(f.type):
             out[f.name] = None if value is None else str(value)
         elif pa.types.is_boolean(f.type):
             out[f.name] = None if value is None else bool(value)
