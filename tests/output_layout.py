@@ -28,7 +28,8 @@ the config key ``dropout``; issue 57 summary.json's ``confidence`` and ranked_gr
 ``p_fastest``, ``vs_best_low`` and ``vs_best_high``, and summary.json's ``budget``; issue 58
 the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue). Issue 56's
 duration batches added the config keys ``batching``, ``batch_audio_s`` and ``batch_max_pad`` and
-per_run_metrics.csv's ``tail_audio_s_per_s``.
+per_run_metrics.csv's ``tail_audio_s_per_s``; its convolution levers the config keys
+``pos_conv`` and ``extractor_layout``.
 """
 
 from __future__ import annotations
