@@ -308,6 +308,25 @@ def _errors_path(manifest_path: Path) -> Path:
     return manifest_path.with_name(manifest_path.stem + ".errors.tsv")
 
 
+def prepare_serial(raw: Path, out: Path, *, trim: bool = True) -> Path:
+    """A corpus at ``raw`` -> its 16 kHz audio and manifest at ``out``, in this process: the
+    same per-file work as the Ray Data pipeline without a cluster (tests, CPU benchmarks).
+    Returns the manifest's path."""
+    found = discover(raw)
+    tasks = make_tasks(
+        found.utterances,
+        raw,
+        out,
+        target_sr=16_000,
+        trim=trim,
+        settings=TrimSettings(),
+        force=False,
+    )
+    manifest = Path(out) / "manifest_16k_trim.tsv"
+    write_outputs(manifest, out, found, list(run_serial(tasks)))
+    return manifest
+
+
 def write_outputs(
     manifest_path: Path, output_root: Path, found: Discovery, results: list[dict]
 ) -> dict[str, int]:

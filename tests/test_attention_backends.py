@@ -4,12 +4,8 @@ too), keeps every parameter name, falls back to sdpa with the reason where its b
 run (on this CPU: cuDNN and memory-efficient attention; flash under attention dropout), and a
 bad value is one line naming the key."""
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from trainables.config import ConfigError, TrialConfig
 from trainables.data.loader import SyntheticSpeechText
@@ -147,19 +143,6 @@ def test_the_backend_is_traced_into_a_compiled_layer():
     assert torch.allclose(got, want, atol=1e-6)
     targets = [str(n.target) for g in graphs for n in g.graph.nodes]
     assert any("sdpa_kernel" in t for t in targets)  # traced, not a graph break
-
-
-@pytest.fixture
-def gloo_world_of_one():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
-    )
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])

@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 import torch.multiprocessing as mp
 
+from benchmarks.learning_check import config as learning_config
+from data_prep.librispeech import prepare_serial
 from tests import _forked
-from tests.conftest import prepare_serial
 from tests.test_model import free_port
 
 STEPS = 240
@@ -37,24 +38,7 @@ def learnable(tmp_path_factory):
 
 def config(manifest) -> dict:
     """240 steps of 32 utterances; 2 of the 16 speakers (160 utterances) held out."""
-    return dict(
-        model_size="tiny",
-        proj_dim=64,
-        use_gpu=False,
-        train_workers=1,
-        dataset="manifest",
-        manifest_path=str(manifest),
-        micro_batch=32,
-        lr=3e-3,
-        lr_schedule="cosine",
-        warmup_steps=10,
-        max_steps=STEPS,
-        log_every=10,
-        val_every=STEPS,
-        val_speakers=2,
-        telemetry=False,
-        stall_timeout_s=0,
-    )
+    return learning_config(manifest, STEPS, seed=0, keys={})
 
 
 def train_both(manifests: list, tmp_path) -> list[list[dict]]:

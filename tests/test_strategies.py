@@ -1,11 +1,7 @@
 """Strategy building blocks: precision policy, the DeepSpeed config, a DDP step with autocast."""
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from trainables.config import ConfigError, TrialConfig
 from trainables.data.loader import SyntheticSpeechText
@@ -35,20 +31,6 @@ def test_deepspeed_config_maps_the_trial():
     fp16 = deepspeed_config(TrialConfig(strategy="deepspeed"), "fp16")
     assert fp16["fp16"] == {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
     assert fp16["zero_optimization"] == {"stage": 0}
-
-
-@pytest.fixture
-def gloo_world_of_one():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    # RANK/WORLD_SIZE/LOCAL_RANK as a launcher sets them (DeepSpeed reads them).
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
-    )
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_the_convolution_keys_reach_the_engine_model_with_the_same_parameters_and_output(

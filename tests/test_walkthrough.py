@@ -22,8 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from data_prep.librispeech import prepare_serial
 from tests.checkpoints import save_tiny_checkpoints
-from tests.conftest import prepare_serial
 from trainables.config import field_names
 
 ROOT = Path(__file__).resolve().parent.parent

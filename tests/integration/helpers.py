@@ -6,8 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+from data_prep.librispeech import prepare_serial
 from tests.cli import run_module
-from tests.conftest import prepare_serial
 
 
 def run_tune(

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from data_prep.librispeech import prepare_serial
 from platform.storage.mirror import staging_folder
 from stage1_common.storage import Location
 from tests.cli import run_module
-from tests.conftest import prepare_serial
 from tests.integration.cluster import LocalCluster
 from tests.integration.helpers import LiveCli
 from tests.output_layout import check_layout
