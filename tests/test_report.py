@@ -259,3 +259,25 @@ def test_a_legend_of_long_group_names_draws_without_a_console_warning():
         warnings.simplefilter("error")
         page = png(fig, "long names")
     assert page.startswith('<img class="plot" alt="long names" src="data:image/png;base64,')
+
+
+def test_the_scheduler_section_says_what_the_race_and_the_budget_decided():
+    from platform.analysis.report import sections
+
+    results = ROOT / "benchmarks" / "results"
+    race = json.loads((results / "warm_race_2xh200" / "race2_schedule.json").read_text())
+    text = read_sections(f'<section id="s">{sections.scheduler({"schedule": race})}</section>')
+    body = text.text["s"]
+    assert "Scheduler race" in body and "4 groups, 8 runs, 2400 steps" in body
+    assert "Groups that left the race" in body
+    assert "sweep_z0_mb192_nw6_pf4" in body and "iter p50 CV 0.0554 > 0.05" in body
+    budget = json.loads((results / "budget_2xh200" / "budget_schedule.json").read_text())
+    body = read_sections(
+        f'<section id="s">{sections.scheduler({"schedule": budget})}</section>'
+    ).text["s"]
+    assert "Runs not started" in body and "repeat 2 did not fit the budget" in body
+    assert "The budget" in body and "240.0 s" in body
+    assert "about 3m40s of 3m40s" in body  # the first plan, as said
+    grid = {"scheduler": {"name": "fifo"}, "search": {"name": "grid"}, "stops": {}}
+    assert "every run ran its steps" in sections.scheduler({"schedule": grid})
+    assert "no schedule.json" in sections.scheduler({"schedule": {}})

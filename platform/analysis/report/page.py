@@ -64,6 +64,7 @@ SECTIONS = (
     ("bottlenecks", "Bottlenecks and what to try next"),
     ("cliffs", "Performance cliffs: what torch reported and what to change"),
     ("stability", "Stability and leak verdicts"),
+    ("scheduler", "What the scheduler and the budget decided"),
     ("failed", "Failed runs"),
     ("environment", "Environment and versions"),
 )
@@ -81,6 +82,7 @@ RENDERERS: dict[str, Callable[[dict], str | tuple[str, str]]] = {
     "bottlenecks": sections.bottlenecks,
     "cliffs": verdicts.cliffs,
     "stability": verdicts.verdicts,
+    "scheduler": sections.scheduler,
     "failed": sections.failed,
     "environment": sections.environment,
 }
@@ -192,6 +194,7 @@ def _load(root: OutputRoot) -> dict[str, Any]:
         "per_run": per_run,
         "ranked": csv(root.RANKED_GROUPS),
         "summary": results.read_json(root / root.SUMMARY_JSON),
+        "schedule": results.read_json(root.schedule),
         "best": results.read_json(root.best_config),
         # Empty, with their columns, where the folder has none.
         "timing": results.read_dataset(root.timing, results.TIMING_SCHEMA),

@@ -30,6 +30,7 @@ __all__ = [
     "environment",
     "failed",
     "ranking",
+    "scheduler",
     "sweep",
     "swept_values",
     "throughput",
@@ -307,6 +308,88 @@ def bottlenecks(data: dict) -> str:
     if not rows:
         return note("no bottleneck found in any run (data share, rank skew, throttling, memory)")
     return html_table(pd.DataFrame(rows))
+
+
+def scheduler(data: dict) -> str:
+    """What the scheduler and the budget decided (schedule.json): each early stop, each group
+    that left the race and why, groups let back in, runs not started, groups the race could
+    not judge, the catalogue's priors and what they decided, the budget's plans and what it
+    left unrun."""
+    sched = data.get("schedule") or {}
+    if not sched:
+        return note("no schedule.json (a sweep from before it, or an analysis folder)")
+    name = (sched.get("scheduler") or {}).get("name", "-")
+    grid = sched.get("full_grid") or {}
+    out = [
+        f"<p>Scheduler <b>{html.escape(str(name))}</b>, search "
+        f"{html.escape(str((sched.get('search') or {}).get('name', '-')))}; the full grid: "
+        f"{grid.get('groups', '-')} groups, {grid.get('runs', '-')} runs, "
+        f"{grid.get('steps', '-')} steps.</p>"
+    ]
+    tables = (
+        ("Runs stopped early", sched.get("stops"), "run"),
+        ("Groups that left the race", sched.get("eliminated"), "group"),
+        ("Groups the race could not judge", sched.get("unjudged"), "group"),
+        ("The catalogue's priors (a warm start)", sched.get("priors"), "group"),
+        ("Runs not started", sched.get("skipped"), "run"),
+    )
+    for title, entries, key in tables:
+        if entries:
+            out.append(f"<h3>{html.escape(title)}</h3>" + _keyed_table(entries, key))
+    if sched.get("readmitted"):
+        out.append("<h3>Groups let back in</h3>" + _rows_table(sched["readmitted"]))
+    budget = sched.get("budget") or {}
+    if budget:
+        out.append(_budget(budget))
+    if len(out) == 1:
+        out.append("<p>Nothing was stopped, skipped or left out: every run ran its steps.</p>")
+    return "".join(out)
+
+
+def _keyed_table(entries: dict, key: str) -> str:
+    """{name: record or reason} as a table with a ``key`` column first."""
+    rows = [
+        {key: name, **(value if isinstance(value, dict) else {"why": value})}
+        for name, value in entries.items()
+    ]
+    return _rows_table(rows)
+
+
+def _rows_table(rows: list) -> str:
+    """Records as a table; nested values as compact JSON, time stamps left out."""
+    flat = [
+        {
+            k: (json.dumps(v, default=str) if isinstance(v, dict | list) else v)
+            for k, v in (row if isinstance(row, dict) else {"value": row}).items()
+            if k != "ts"
+        }
+        for row in rows
+    ]
+    return f'<div class="wide">{html_table(pd.DataFrame(flat))}</div>'
+
+
+def _budget(budget: dict) -> str:
+    """The budget's seconds, its plans as said, and what it left unrun, cut or boxed."""
+    used = budget.get("used_s")
+    out = [
+        "<h3>The budget</h3>",
+        f"<p>{budget.get('seconds', '-')} s, {budget.get('end_s', '-')} s of them kept for the "
+        f"sweep's end; used {'-' if used is None else f'{used:.0f}'} s.</p>",
+    ]
+    plans = [f"at {p.get('at_s', 0):.0f} s: {p.get('line', '')}" for p in budget.get("plans", [])]
+    if plans:
+        out.append("<pre>" + html.escape("\n".join(plans)) + "</pre>")
+    for title, key, column in (
+        ("Left unrun", "left_unrun", "run"),
+        ("Cut short at the budget's end", "cut", "run"),
+        ("Ended where they were (boxed)", "boxed", "run"),
+    ):
+        entries = budget.get(key)
+        if isinstance(entries, dict) and entries:
+            out.append(f"<h4>{title}</h4>" + _keyed_table(entries, column))
+        elif isinstance(entries, list) and entries:
+            out.append(f"<h4>{title}</h4>" + _rows_table(entries))
+    return "".join(out)
 
 
 def failed(data: dict) -> str:
