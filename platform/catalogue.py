@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.args[0]} and {args.args[1]} share no measured configuration")
             return 0
         print(f"b/a of mean tail samples/s, 95 % band: the widest of Welch on the tail windows, "
-              "the run-to-run spread pooled over the shared configurations and +-2 % "
+              "the run-to-run spread pooled over the shared configurations and "
+              f"+-{history.NOISE_FLOOR * 100:g} % "
               f"(b = {args.args[1]}, a = {args.args[0]}):")  # fmt: skip
         for r in table.itertuples():
             print(f"  {r.group:<40} {r.a_samples_per_s:9.1f} -> {r.b_samples_per_s:9.1f}  "

@@ -96,9 +96,7 @@ def _best_group(df: pd.DataFrame, ok: pd.DataFrame, by_group: pd.Series) -> str:
     ranks = df.dropna(subset=["group_rank"]) if "group_rank" in df else df.iloc[:0]
     if len(ranks):
         return str(ranks.sort_values("group_rank", kind="stable").iloc[0]["group"])
-    ratios = ok.groupby("group")["iter_p90_over_p50"].apply(
-        lambda r: bool(len(r.dropna())) and float((r.dropna() > UNSTABLE_RATIO).mean()) > 0.5
-    )
+    ratios = ok.groupby("group")["iter_p90_over_p50"].apply(_jittery)
     steady = [g for g in by_group.index if not ratios.get(g, False)]
     return str(by_group[steady].idxmax() if steady else by_group.idxmax())
 
@@ -287,10 +285,17 @@ def measured_order(rows: pd.DataFrame, host: str) -> dict[str, tuple[bool, float
     ok = ok[ok["tail_samples_per_sec_mean"].notna()]
     out = {}
     for key, df in ok.groupby("cost_key"):
-        ratios = df["iter_p90_over_p50"].dropna()
-        jittery = bool(len(ratios)) and float((ratios > UNSTABLE_RATIO).mean()) > 0.5
-        out[key] = (jittery, float(df["tail_samples_per_sec_mean"].mean()))
+        out[key] = (
+            _jittery(df["iter_p90_over_p50"]),
+            float(df["tail_samples_per_sec_mean"].mean()),
+        )
     return out
+
+
+def _jittery(ratios: pd.Series) -> bool:
+    """Most of a group's ok runs had a tail iter p90/p50 above the ranking's limit."""
+    ratios = ratios.dropna()
+    return bool(len(ratios)) and float((ratios > UNSTABLE_RATIO).mean()) > 0.5
 
 
 def known_failures(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:

@@ -283,7 +283,8 @@ def _check_batching(cfg) -> None:
             f"batch_max_pad times the real, in bins of whole 20 ms frames down to min_audio_s "
             f"{cfg.min_audio_s:g} s), got {cfg.batch_max_pad}"
         )
-    # The longest bin: max_audio_s in whole 20 ms frames (trainables/data/durations.py).
+    # The longest bin: max_audio_s in whole 20 ms frames (trainables/data/durations.py; the
+    # config imports nothing of the data folder, which imports it).
     longest = -(-round(cfg.max_audio_s * 16_000) // 320) * 320 / 16_000
     if cfg.batch_audio_s < longest:
         got = "is not set" if cfg.batch_audio_s == 0 else f"{cfg.batch_audio_s:g} s is too small"

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainables.config import TrialConfig
+from trainables.data.crops import SAMPLE_RATE
 
 __all__ = [
     "FRAME",
@@ -46,7 +47,6 @@ __all__ = [
     "steps_per_epoch",
 ]
 
-SAMPLE_RATE = 16_000
 FRAME = 320  # samples per wav2vec2 frame (its convolutions' total stride): 20 ms at 16 kHz
 
 

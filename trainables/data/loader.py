@@ -397,38 +397,28 @@ def build_loader(cfg: TrialConfig, *, rank: int, world_size: int, pin_memory: bo
         pin_memory=pin_memory,
         collate_fn=collate,
     )
+    ranks = dict(world_size=world_size, rank=rank, seed=cfg.seed)
+    per_batch = 1  # the skip's unit: the bucket samplers skip batches, a DistributedSampler samples
     if cfg.batching == "duration":
         inner: Sampler = DurationBatchSampler(
-            dataset.crop_lengths(),
-            bins=duration_bins(cfg),
-            world_size=world_size,
-            rank=rank,
-            seed=cfg.seed,
+            dataset.crop_lengths(), bins=duration_bins(cfg), **ranks
         )
-        batches = EpochsBatchSampler(inner)
     elif cfg.crop_buckets:
         inner = ShapeBucketBatchSampler(
-            dataset.crop_lengths(),
-            micro_batch=cfg.micro_batch,
-            world_size=world_size,
-            rank=rank,
-            seed=cfg.seed,
+            dataset.crop_lengths(), micro_batch=cfg.micro_batch, **ranks
         )
-        batches = EpochsBatchSampler(inner)
     elif cfg.length_bucketing:
         inner = LengthBucketBatchSampler(
             dataset.crop_lengths(),
             micro_batch=cfg.micro_batch,
-            world_size=world_size,
-            rank=rank,
-            seed=cfg.seed,
             pool_batches=cfg.length_bucketing_pool,
+            **ranks,
         )
-        batches = EpochsBatchSampler(inner)
     else:
         sampler = ResumableDistributedSampler(
             dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
         )
         inner = BatchSampler(sampler, cfg.micro_batch, drop_last=True)
-        batches = EpochsBatchSampler(inner, per_batch=cfg.micro_batch)
+        per_batch = cfg.micro_batch
+    batches = EpochsBatchSampler(inner, per_batch=per_batch)
     return DataLoader(dataset, batch_sampler=batches, **workers)

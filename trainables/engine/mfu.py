@@ -27,6 +27,7 @@ import torch
 
 from stage1_common.fileio import write_json
 from trainables.config import TrialConfig
+from trainables.data.crops import SAMPLE_RATE
 from trainables.engine.precision import DTYPES, autocast_for, resolve_precision
 from trainables.engine.shapes import probe_shape, shape_batch
 
@@ -207,7 +208,7 @@ def flops_terms(
     seconds = term_lengths(cfg)
     counts = [
         cached_flops_per_sample(
-            cfg, model, device, load_dtype, attention, cache, audio_n=int(round(s * 16_000))
+            cfg, model, device, load_dtype, attention, cache, audio_n=int(round(s * SAMPLE_RATE))
         )
         for s in seconds
     ]

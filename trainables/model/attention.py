@@ -25,6 +25,7 @@ if it runs but takes no padding mask (flash on a GPU), calls with a mask run pla
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -119,6 +120,7 @@ def _torch_reason(caught: list[warnings.WarningMessage], error: Exception) -> st
     return reason[:200]
 
 
+@functools.lru_cache(maxsize=64)  # once per process and shape: a resident worker builds often
 def probe(
     backend: SDPBackend,
     *,

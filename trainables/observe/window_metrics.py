@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from trainables.config import TrialConfig, global_batch
+from trainables.data.crops import SAMPLE_RATE
 from trainables.data.durations import StepFacts
 from trainables.distributed import gather_to_rank0
 from trainables.engine.compile_watch import CompileWatch
@@ -120,10 +121,10 @@ class WindowMetrics:
         window_s = metrics["iter_ms_mean"] * len(window.timer) / 1000.0
         valid = int(window.audio_valid)  # note: a CPU-GPU sync point; once per window
         # Rank 0's audio x world size: every rank reads the same crop distribution.
-        audio_s = valid * worker.world_size / 16_000
+        audio_s = valid * worker.world_size / SAMPLE_RATE
         flops_per_sample = engine.flops_per_sample
         if window.samples:  # batching duration: every rank's audio and FLOPs, from the plan
-            audio_s = window.audio_samples / 16_000
+            audio_s = window.audio_samples / SAMPLE_RATE
             if engine.flops_terms is not None:
                 per_sample, per_s, per_sq_s = engine.flops_terms
                 flops = per_sample * window.samples + per_s * audio_s + per_sq_s * window.audio_sq_s
