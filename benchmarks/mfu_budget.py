@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--extractor-layout",
         default="channels_first",
-        choices=("channels_first", "channels_last"),
+        choices=("channels_first", "channels_last", "matmul"),
         help="wav2vec2's feature encoder layout (the extractor_layout key)",
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
@@ -102,6 +102,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--step-only", action="store_true", help="time the whole step only (no parts: one compile)"
+    )
+    p.add_argument(
+        "--kernels",
+        type=int,
+        default=0,
+        help="also profile 3 whole steps and list the N kernels with the most GPU time",
     )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
@@ -448,6 +454,8 @@ def _budget(args: argparse.Namespace) -> list[dict]:
         rows.append(_row(name, ms, flops, peak))
         print(f"  {name}: {ms:.1f} ms", file=sys.stderr, flush=True)
     whole_ms = timed_ms(whole, device, args.warmup, args.iters)
+    if args.kernels:
+        KERNELS[:] = kernel_rows(whole, args.kernels)
     whole_flops = counted_flops(whole, pt)
     if rows:
         parts_ms = sum(r["gpu_ms"] for r in rows if r["part"] in PARTS)
@@ -466,6 +474,38 @@ def _budget(args: argparse.Namespace) -> list[dict]:
         if r["part"] in formula:
             r["formula_tflop"] = formula[r["part"]] / 1e12
     return rows
+
+
+# --kernels: the whole step's top kernels, filled by _budget.
+KERNELS: list[dict] = []
+
+
+def kernel_rows(step: Callable[[], None], n: int) -> list[dict]:
+    """The ``n`` kernels with the most GPU time in 3 profiled whole steps."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.step_profile import read_trace, top_kernels
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        return top_kernels(read_trace(trace), n)
+
+
+def kernel_table(rows: list[dict]) -> str:
+    lines = ["| kernel | calls/step | ms/step | share |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        name = r["kernel"].replace("|", "/")
+        lines.append(
+            f"| {name} | {r['calls_per_step']:.0f} | {r['ms_per_step']:.2f} | {r['share']:.3f} |"
+        )
+    return "\n".join(lines)
 
 
 def _row(part: str, ms: float, flops: float, peak: float) -> dict:
@@ -540,12 +580,15 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     peak = peak_tflops(device, resolve_precision(args.precision, device))
     print(table(rows, args, peak), flush=True)
+    if KERNELS:
+        print(kernel_table(KERNELS), flush=True)
     if args.json is not None:
         args.json.write_text(
             json.dumps(
                 {
                     "args": vars(args) | {"json": str(args.json), "profile": str(args.profile)},
                     "rows": rows,
+                    "kernels": KERNELS,
                 },
                 indent=1,
             )

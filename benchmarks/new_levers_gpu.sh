@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
 # Issue 56's new levers on a 2-GPU host, in one command through the device tool:
 #   source .gpu/setup.sh && bash benchmarks/new_levers_gpu.sh
-# 1. The sweep benchmarks/spaces/h200_new_levers.yaml (each lever alone against today's best,
-#    then together; the mainline as the baseline), stopped with SIGINT after SWEEP_LIMIT s
-#    (default 420: the ranking is kept); its console, manifest, ranking and summary under $OUT.
-# 2. The MFU budget (benchmarks/mfu_budget.py, eager, parts and pieces) of today's best point
-#    and of it with the convolution levers, one on each GPU at once (each stopped after
-#    BUDGET_LIMIT s, default 150).
+# 1. The sweep $SPACE (default benchmarks/spaces/h200_new_levers.yaml: each lever alone against
+#    today's best, then together; the mainline as the baseline), stopped with SIGINT after
+#    SWEEP_LIMIT s (default 420: the ranking is kept); its console, manifest, ranking and
+#    summary under $OUT.
+# 2. The MFU budget (benchmarks/mfu_budget.py, parts) of an old and a new point, one on each
+#    GPU at once (each stopped after BUDGET_LIMIT s, default 150): by default today's best point
+#    eager, with pieces, without and with the convolution levers; OLD and NEW replace the
+#    options after the shared ones (micro-batch 256, 2 s, 64 tokens, no masks).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
 make_corpus
 rm -rf /tmp/levers
 timeout -s INT "${SWEEP_LIMIT:-420}" python -m platform.tune \
-  --space benchmarks/spaces/h200_new_levers.yaml --output-root /tmp/levers \
+  --space "${SPACE:-benchmarks/spaces/h200_new_levers.yaml}" --output-root /tmp/levers \
   --set manifest_path=$M --set train_workers=$GPUS --no-history 2>&1 | quiet | tee "$OUT/levers.log"
 for f in run_manifest.tsv ranked_groups.csv summary.md summary.json; do
   cp /tmp/levers/$f "$OUT/" 2>/dev/null
 done
-P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks --dropout 0 --detail"
-CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P --json "$OUT/budget_old.json" \
-  > "$OUT/budget_old.md" 2> "$OUT/budget_old.log" &
-CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P --pos-conv matmul \
-  --extractor-layout channels_last --json "$OUT/budget_new.json" > "$OUT/budget_new.md" \
-  2> "$OUT/budget_new.log" &
+P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks"
+OLD=${OLD:---dropout 0 --detail}
+NEW=${NEW:---dropout 0 --detail --pos-conv matmul --extractor-layout channels_last}
+CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $OLD \
+  --json "$OUT/budget_old.json" > "$OUT/budget_old.md" 2> "$OUT/budget_old.log" &
+CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $NEW \
+  --json "$OUT/budget_new.json" > "$OUT/budget_new.md" 2> "$OUT/budget_new.log" &
 wait
 cat "$OUT/budget_old.md" "$OUT/budget_new.md"

@@ -106,6 +106,35 @@ def summarise(events: list[dict]) -> dict[str, float]:
     return summary
 
 
+def top_kernels(events: list[dict], n: int = 25) -> list[dict]:
+    """The ``n`` kernels with the most GPU time over the trace's steps, by name: calls and
+    milliseconds per step, and their share of all kernel time."""
+    complete = [e for e in events if e.get("ph") == "X"]
+    steps = sum(
+        1
+        for e in complete
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    steps = max(steps, 1)
+    totals: dict[str, list[float]] = {}
+    for e in complete:
+        if e.get("cat") == "kernel":
+            entry = totals.setdefault(str(e.get("name", "")), [0, 0.0])
+            entry[0] += 1
+            entry[1] += e["dur"]
+    all_us = sum(us for _, us in totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:n]
+    return [
+        {
+            "kernel": name[:120],
+            "calls_per_step": calls / steps,
+            "ms_per_step": us / steps / 1e3,
+            "share": us / all_us,
+        }
+        for name, (calls, us) in ranked
+    ]
+
+
 def read_trace(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:

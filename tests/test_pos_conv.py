@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-from trainables.model.extractor import ChannelsLastFeatureEncoder
+from trainables.model.extractor import ChannelsLastFeatureEncoder, MatmulFeatureEncoder
 from trainables.model.pos_conv import MatmulPositionalConv, block_for
 
 
@@ -57,21 +57,48 @@ def test_blocks_are_short_for_short_inputs_and_grow_with_the_batch():
     assert block_for(256, 400, 128, 768, 16) == 32  # the windows dominate: fewer copies
 
 
+@pytest.mark.parametrize("encoder", [ChannelsLastFeatureEncoder, MatmulFeatureEncoder])
 @pytest.mark.parametrize("norm", ["group", "layer"])
-def test_channels_last_extractor_equals_transformers_and_its_gradients(norm):
+# 8,000 samples: 24 frames; odd frame counts in every layer at 8,003 and 24,005; 400: one frame
+@pytest.mark.parametrize("samples", [400, 8000, 8003, 24005])
+def test_the_extractor_layouts_equal_transformers_and_its_gradients(encoder, norm, samples):
     torch.manual_seed(0)
     config = Wav2Vec2Config(**SMALL, feat_extract_norm=norm, conv_bias=norm == "layer")
     plain = Wav2Vec2Model(config).feature_extractor.double()
-    channels_last = ChannelsLastFeatureEncoder(plain)
-    audio = torch.randn(2, 8000, dtype=torch.float64)
+    other = encoder(plain)
+    audio = torch.randn(3, samples, dtype=torch.float64)
     out_plain = plain(audio)
     grads_plain = torch.autograd.grad(out_plain.pow(2).sum(), list(plain.parameters()))
-    out = channels_last(audio)
+    out = other(audio)
     grads = torch.autograd.grad(out.pow(2).sum(), list(plain.parameters()))
     torch.testing.assert_close(out, out_plain, rtol=1e-10, atol=1e-10)
     for mine, theirs in zip(grads, grads_plain, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
-    assert out.transpose(1, 2).is_contiguous()  # the projection's transpose is free
+    assert (
+        out.transpose(1, 2).stride(-1) == 1
+    )  # channels-last memory: the projection's transpose is free
+
+
+def test_matmul_extractor_groupnorm_skips_the_rows_past_an_items_frames():
+    # 32,000 samples: 6,399 first-layer frames in a buffer of 6,400 rows (64 x 100); the padded
+    # row would shift each channel's mean if it were counted. Large audio values make it show.
+    torch.manual_seed(0)
+    plain = Wav2Vec2Model(Wav2Vec2Config(**SMALL)).feature_extractor.double()
+    audio = 100 * torch.randn(2, 32000, dtype=torch.float64)
+    out = MatmulFeatureEncoder(plain)(audio)
+    assert out.shape == (2, 32, 99)
+    torch.testing.assert_close(out, plain(audio), rtol=1e-10, atol=1e-10)
+
+
+def test_matmul_extractor_traces_in_one_graph_with_dynamic_samples():
+    torch.manual_seed(0)
+    plain = Wav2Vec2Model(Wav2Vec2Config(**SMALL)).feature_extractor
+    compiled = torch.compile(
+        MatmulFeatureEncoder(plain), backend="eager", dynamic=True, fullgraph=True
+    )
+    for samples in (8000, 9001):
+        audio = torch.randn(2, samples)
+        torch.testing.assert_close(compiled(audio), plain(audio), rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_traces_in_one_graph_with_dynamic_frames():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from benchmarks.step_profile import read_trace, summarise
+from benchmarks.step_profile import read_trace, summarise, top_kernels
 
 
 def _x(cat, name, ts, dur, **args):
@@ -46,6 +46,13 @@ def test_a_step_splits_into_its_phases_communication_and_idle_gpu(tmp_path):
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": _trace()}))
     assert summarise(read_trace(path)) == s
+
+
+def test_top_kernels_rank_by_gpu_time_per_step():
+    rows = top_kernels(_trace(), n=2)
+    assert [r["kernel"] for r in rows] == ["sm90_gemm_backward", "ncclDevKernel_AllReduce_Sum_f32"]
+    assert rows[0]["calls_per_step"] == 1 and rows[0]["ms_per_step"] == pytest.approx(0.3)
+    assert rows[0]["share"] == pytest.approx(300 / 650)  # of all kernel time
 
 
 def test_a_trace_without_steps_is_refused_with_the_fix():

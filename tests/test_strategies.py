@@ -36,7 +36,7 @@ def test_deepspeed_config_maps_the_trial():
 def test_the_convolution_keys_reach_the_engine_model_with_the_same_parameters_and_output(
     gloo_world_of_one,
 ):
-    from trainables.model.extractor import ChannelsLastFeatureEncoder
+    from trainables.model.extractor import ChannelsLastFeatureEncoder, MatmulFeatureEncoder
     from trainables.model.pos_conv import MatmulPositionalConv
 
     ds = SyntheticSpeechText(
@@ -44,16 +44,22 @@ def test_the_convolution_keys_reach_the_engine_model_with_the_same_parameters_an
     )
     batch = collate_padded([ds[i] for i in range(2)])
     outputs, names = {}, {}
-    for keys in ({}, {"pos_conv": "matmul", "extractor_layout": "channels_last"}):
+    encoders = {"channels_last": ChannelsLastFeatureEncoder, "matmul": MatmulFeatureEncoder}
+    for layout in ("channels_first", "channels_last", "matmul"):
+        keys = (
+            {} if layout == "channels_first" else {"pos_conv": "matmul", "extractor_layout": layout}
+        )
         cfg = TrialConfig(model_size="tiny", proj_dim=16, use_gpu=False, **keys)
         engine = build_engine(cfg, torch.device("cpu"))  # the same seed: the same weights
         speech = engine.model.module.speech
         assert isinstance(speech.encoder.pos_conv_embed, MatmulPositionalConv) == bool(keys)
-        assert isinstance(speech.feature_extractor, ChannelsLastFeatureEncoder) == bool(keys)
-        names[bool(keys)] = [name for name, _ in engine.model.module.named_parameters()]
-        outputs[bool(keys)] = engine(batch)[0].detach()
-    assert names[True] == names[False]  # checkpoints load either way
-    torch.testing.assert_close(outputs[True], outputs[False], rtol=1e-5, atol=1e-5)
+        kind = encoders.get(layout)
+        assert kind is None or isinstance(speech.feature_extractor, kind)
+        names[layout] = [name for name, _ in engine.model.module.named_parameters()]
+        outputs[layout] = engine(batch)[0].detach()
+    for layout in ("channels_last", "matmul"):
+        assert names[layout] == names["channels_first"]  # checkpoints load either way
+        torch.testing.assert_close(outputs[layout], outputs["channels_first"], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -325,12 +325,13 @@ class TrialConfig:
         default="conv",
     )
     extractor_layout: choices.ExtractorLayout = _doc(
-        "Memory layout of wav2vec2's convolutional feature encoder: `channels_first` "
-        "(transformers' Conv1d on batch x channels x time) or `channels_last` (the same "
-        "convolutions as conv2d on channels-last activations, the layout cuDNN's tensor-core "
-        "kernels work in; same parameters, equal to float rounding). Measured slower eager on "
-        "an H200 (61.0 against 53.7 ms at mb 256, 2 s); compiled not yet measured. Not under "
-        "DeepSpeed ZeRO-3.",
+        "How wav2vec2's convolutional feature encoder runs: `channels_first` (transformers' "
+        "Conv1d on batch x channels x time), `channels_last` (the same convolutions as conv2d "
+        "on channels-last activations; measured slower eager on an H200, 61.0 against 53.7 ms "
+        "at mb 256, 2 s) or `matmul` (each convolution as GEMMs over batch x time x channels "
+        "activations, reading them in place; the GroupNorm in float32 over each item's "
+        "frames). Same parameters, equal to float rounding; FLOPs counted on the convolutions. "
+        "Not under DeepSpeed ZeRO-3.",
         default="channels_first",
     )
     speech_attention: choices.Attention = _doc(

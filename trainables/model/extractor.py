@@ -1,17 +1,26 @@
-"""wav2vec2's convolutional feature encoder with its activations channels-last (the
-`extractor_layout` key).
+"""wav2vec2's convolutional feature encoder, computed another way (the `extractor_layout` key).
 
 transformers runs the seven convolutions of the feature encoder (raw 16 kHz audio -> 512
-channels at 50 frames a second) as ``Conv1d`` on (batch, channels, time) tensors. On a GPU
-cuDNN's tensor-core kernels work on channels-last data (NHWC), so each channels-first
-convolution pays transposes around it; at the best point's shapes the six 512 -> 512
-convolutions run at 24 % of an H200's bf16 peak and the first with its GroupNorm moves 6,400
-frames x 512 channels per second of audio (benchmarks/results/mfu_budget_2xh200/). Here the same
-convolutions run as ``conv2d`` over (batch, channels, 1, time) in ``torch.channels_last``, so the
-activations stay (batch, time, channels) in memory from the first convolution to the feature
-projection, whose transpose is then free. The parameters are the original's (the encoder's
-``conv_layers`` are kept, under their names), the math is the same up to float rounding, and
-FLOPs are unchanged.
+channels at 50 frames a second) as ``Conv1d`` on (batch, channels, time) tensors. At the best
+point's shapes on an H200 the six 512 -> 512 convolutions run at 24 % of the bf16 peak, and the
+first (one input channel, kernel 10, stride 5) with its per-channel GroupNorm takes 25 ms for
+0.03 TFLOP (benchmarks/results/mfu_budget_2xh200/). Two other ways, same parameters (the
+encoder's ``conv_layers`` are kept, under their names), same math up to float rounding, FLOPs
+counted on the convolutions:
+
+- ``channels_last``: the same convolutions as ``conv2d`` over (batch, channels, 1, time) in
+  ``torch.channels_last``, the layout cuDNN's tensor-core kernels work in (measured slower
+  eager on an H200: 61.0 against 53.7 ms at mb 256, 2 s).
+- ``matmul``: each convolution as matrix products over (batch, time, channels) activations.
+  A convolution of kernel ``k`` and stride ``s`` reads, for output frame ``t``, input frames
+  ``s*t .. s*t+k-1``. Viewed as rows of ``s`` frames (a free reshape of the channels-last
+  buffer), output ``t`` is row ``t`` times the first ``s`` taps, plus row ``t+1`` times the next
+  ``s``, and so on: ``ceil(k/s)`` GEMMs over all frames of the batch at once, each reading the
+  buffer in place (a row offset, the columns it needs), never an unfolded copy. Every item of
+  the batch gets a buffer of ``P`` rows, ``P`` a multiple of the later strides' product, so the
+  next layer's reshape is free too; the rows past an item's frames are never read by a frame
+  that is kept, and the GroupNorm's statistics skip them. The first convolution (one input
+  channel) unfolds the audio (10 samples a frame, small beside its 512 outputs) into one GEMM.
 """
 
 from __future__ import annotations
@@ -20,7 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ChannelsLastFeatureEncoder", "use_extractor_layout"]
+from trainables.model.pos_conv import compute_dtype
+
+__all__ = ["ChannelsLastFeatureEncoder", "MatmulFeatureEncoder", "use_extractor_layout"]
 
 
 class ChannelsLastFeatureEncoder(nn.Module):
@@ -57,11 +68,111 @@ class ChannelsLastFeatureEncoder(nn.Module):
         return hidden.squeeze(2)
 
 
+class MatmulFeatureEncoder(nn.Module):
+    """``Wav2Vec2FeatureEncoder``'s forward as GEMMs over channels-last activations; holds its
+    ``conv_layers`` (so parameter names stay) and its flags. Without gradient checkpointing
+    (transformers' encoder marks its input as needing a gradient only for that)."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.conv_layers = original.conv_layers
+        self.gradient_checkpointing = False
+        self._requires_grad = original._requires_grad
+        if self.conv_layers[0].conv.in_channels != 1:
+            raise ValueError("extractor_layout matmul: the first convolution must read raw audio")
+
+    def _freeze_parameters(self) -> None:
+        for param in self.parameters():
+            param.requires_grad = False
+        self._requires_grad = False
+
+    def forward(self, input_values: torch.Tensor) -> torch.Tensor:
+        """(batch, samples) -> (batch, channels, frames), as the original; the result's memory
+        is (batch, frames, channels)."""
+        convs = [layer.conv for layer in self.conv_layers]
+        frames = [input_values.shape[1]]
+        for conv in convs:
+            frames.append((frames[-1] - conv.kernel_size[0]) // conv.stride[0] + 1)
+        later = 1  # the product of the strides after the first convolution
+        for conv in convs[1:]:
+            later *= conv.stride[0]
+        rows = -(-frames[1] // later) * later  # the first buffer's rows per item
+        dtype = compute_dtype(input_values)
+        hidden = _first_conv(input_values.to(dtype), convs[0], rows)
+        for i, layer in enumerate(self.conv_layers):
+            if i > 0:
+                hidden = _strided_conv(hidden, layer.conv, dtype)
+                rows //= layer.conv.stride[0]
+            norm = getattr(layer, "layer_norm", None)
+            if isinstance(norm, nn.GroupNorm):
+                hidden = _group_norm_over_time(hidden, frames[i + 1], norm)
+            elif norm is not None:  # feat_extract_norm "layer": LayerNorm over the channels
+                hidden = norm(hidden)
+            hidden = layer.activation(hidden).to(dtype)
+        return hidden[:, : frames[-1]].transpose(1, 2)
+
+
+def _first_conv(audio: torch.Tensor, conv: nn.Conv1d, rows: int) -> torch.Tensor:
+    """(batch, samples) -> (batch, rows, out): the first convolution (one input channel) as one
+    GEMM over the audio unfolded to ``kernel`` samples a frame, padded or cut to ``rows``
+    frames (the rows past the convolution's frames read zeros or nothing that is kept)."""
+    kernel, stride = conv.kernel_size[0], conv.stride[0]
+    batch = audio.shape[0]
+    need = stride * (rows - 1) + kernel
+    audio = F.pad(audio, (0, need - audio.shape[1])) if need > audio.shape[1] else audio[:, :need]
+    windows = audio.unfold(1, kernel, stride)  # batch, rows, kernel
+    weight = conv.weight.to(audio.dtype)[:, 0].t()  # kernel, out
+    out = torch.matmul(windows.reshape(batch * rows, kernel), weight)
+    if conv.bias is not None:
+        out = out + conv.bias.to(out.dtype)
+    return out.view(batch, rows, -1)
+
+
+def _strided_conv(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, rows, in) -> (batch, rows / stride, out): the convolution as ``ceil(k / s)``
+    GEMMs over rows of ``stride`` frames, the ``q``-th reading those rows ``q`` further on with
+    taps ``q*s ..``. Flat over the batch: an item's last rows read the next item's first, and
+    are never kept."""
+    kernel, stride = conv.kernel_size[0], conv.stride[0]
+    batch, rows, channels = hidden.shape
+    flat = hidden.reshape(batch * rows // stride, stride * channels)  # a view: rows divide
+    weight = conv.weight.to(dtype)  # out, in, kernel
+    out = None
+    for q in range(-(-kernel // stride)):
+        taps = min(stride, kernel - q * stride)
+        w = (
+            weight[:, :, q * stride : q * stride + taps]
+            .permute(2, 1, 0)
+            .reshape(-1, weight.shape[0])
+        )
+        if q == 0:
+            out = torch.matmul(flat[:, : taps * channels], w)
+        else:
+            out[:-q] += torch.matmul(flat[q:, : taps * channels], w)
+    if conv.bias is not None:
+        out = out + conv.bias.to(out.dtype)
+    return out.view(batch, rows // stride, -1)
+
+
+def _group_norm_over_time(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm) -> torch.Tensor:
+    """transformers' GroupNorm on (batch, channels, time), done on (batch, rows, channels):
+    statistics over each item's first ``frames`` rows and its group's channels, in float32 (as
+    autocast runs group_norm); every row normalised."""
+    batch, rows, channels = hidden.shape
+    groups = norm.num_groups
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    x = hidden.to(dtype).view(batch, rows, groups, channels // groups)
+    var, mean = torch.var_mean(x[:, :frames], dim=(1, 3), correction=0, keepdim=True)
+    x = (x - mean) * torch.rsqrt(var + norm.eps)
+    return x.view(batch, rows, channels) * norm.weight.to(dtype) + norm.bias.to(dtype)
+
+
 def use_extractor_layout(speech: nn.Module, layout: str) -> str:
     """Put the feature encoder of ``layout`` into a transformers ``Wav2Vec2Model``:
-    ``channels_first`` (transformers' own) or ``channels_last``. Returns what it used."""
-    if layout == "channels_last" and not isinstance(
-        speech.feature_extractor, ChannelsLastFeatureEncoder
-    ):
-        speech.feature_extractor = ChannelsLastFeatureEncoder(speech.feature_extractor)
+    ``channels_first`` (transformers' own), ``channels_last`` or ``matmul``. Returns what it
+    used."""
+    kinds = {"channels_last": ChannelsLastFeatureEncoder, "matmul": MatmulFeatureEncoder}
+    kind = kinds.get(layout)
+    if kind is not None and not isinstance(speech.feature_extractor, kind):
+        speech.feature_extractor = kind(speech.feature_extractor)
     return layout

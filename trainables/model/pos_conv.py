@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["MatmulPositionalConv", "block_for", "use_pos_conv"]
+__all__ = ["MatmulPositionalConv", "block_for", "compute_dtype", "use_pos_conv"]
 
 # Block lengths tried per frame count.
 _BLOCKS = (8, 16, 32, 64)
@@ -96,7 +96,7 @@ class MatmulPositionalConv(nn.Module):
         window = (left + 1 + right) * block
         blocks = math.ceil(frames / block)
 
-        dtype = _compute_dtype(hidden_states)
+        dtype = compute_dtype(hidden_states)
         weight = conv.weight.to(dtype).view(groups, per_group, per_group, kernel)  # g, out, in, tap
         matrix = _toeplitz(weight, block, window, left)  # g, out, in, block, window
         matrix = matrix.permute(0, 4, 2, 3, 1).reshape(groups, window * per_group, -1)
@@ -114,7 +114,7 @@ class MatmulPositionalConv(nn.Module):
         return self.activation(out)
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype the convolution would run in here: autocast's, else the input's."""
     if torch.is_autocast_enabled(x.device.type):
         return torch.get_autocast_dtype(x.device.type)
