@@ -169,7 +169,18 @@ class Point:
     def compiled(self, fn: Callable) -> Callable:
         if self.compile == "none":
             return fn
-        return torch.compile(fn, mode=None if self.compile == "default" else self.compile)
+        compiled = torch.compile(fn, mode=None if self.compile == "default" else self.compile)
+        if self.compile != "reduce-overhead":
+            return compiled
+
+        def each_call_a_new_step(*args):
+            # As the platform's engine does (trainables/engine/core.py): CUDA graphs may reuse
+            # the previous call's output memory. Without the mark, a later part's call read an
+            # output a replay had overwritten (torch 2.11, H200).
+            torch.compiler.cudagraph_mark_step_begin()
+            return compiled(*args)
+
+        return each_call_a_new_step
 
 
 def part_steps(pt: Point) -> dict[str, Callable[[], None]]:

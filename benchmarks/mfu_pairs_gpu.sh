@@ -5,7 +5,8 @@
 #    (each after the shared options $P; stopped after BUDGET_LIMIT s, default 200); if a compiled
 #    budget fails, the same with --compile default.
 # 2. Then the whole step alone (--step-only), NEW and OLD alternately, until DEADLINE s after the
-#    start (default 420): the pairs' step times and their ratios in $OUT/pairs.txt.
+#    start (default 420): the pairs' step times and their ratios in $OUT/pairs.txt (with
+#    PAIRS_P, other shared options than $P: e.g. --compile default where reduce-overhead failed).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -17,13 +18,13 @@ budget() {  # NAME OPTIONS...
     --json "$OUT/$name.json" > "$OUT/$name.md" 2> "$OUT/$name.log" \
     || { echo "$name: failed, again with --compile default" | tee -a "$OUT/pairs.txt";
          timeout "${BUDGET_LIMIT:-200}" python -m benchmarks.mfu_budget $P "$@" --compile default \
-           --json "$OUT/$name.json" > "$OUT/$name.md" 2>> "$OUT/$name.log"; }
+           --kernels 25 --json "$OUT/$name.json" > "$OUT/$name.md" 2>> "$OUT/$name.log"; }
   cat "$OUT/$name.md"
 }
 budget old $OLD
 budget new $NEW
-step_ms() {  # OPTIONS... -> the whole step's median ms
-  timeout 150 python -m benchmarks.mfu_budget $P "$@" --step-only 2>/dev/null \
+step_ms() {  # OPTIONS... -> the whole step's median ms (PAIRS_P: other shared options)
+  timeout 150 python -m benchmarks.mfu_budget ${PAIRS_P:-$P} "$@" --step-only 2>/dev/null \
     | sed -n 's/^| step | \([0-9.]*\) .*/\1/p'
 }
 while [ $(( $(date +%s) - t0 )) -lt "${DEADLINE:-420}" ]; do

@@ -330,8 +330,9 @@ class TrialConfig:
         "on channels-last activations; measured slower eager on an H200, 61.0 against 53.7 ms "
         "at mb 256, 2 s) or `matmul` (each convolution as GEMMs over batch x time x channels "
         "activations, reading them in place; the GroupNorm in float32 over each item's "
-        "frames). Same parameters, equal to float rounding; FLOPs counted on the convolutions. "
-        "Not under DeepSpeed ZeRO-3.",
+        "frames): on an H200 at mb 256, 2 s, compiled, the feature encoder 42.8 -> 29.8 ms and "
+        "the whole one-GPU step 1.11x. Same parameters, equal to float rounding; FLOPs counted "
+        "on the convolutions. Not under DeepSpeed ZeRO-3.",
         default="channels_first",
     )
     speech_attention: choices.Attention = _doc(
