@@ -10,7 +10,9 @@ and each variant against the first with the seeds' spread as its noise.
 Variants (``--variants``, comma-separated names): ``base`` (transformers' dropout 0.1, the
 convolution), ``dropout0`` (every dropout 0), ``dropout0_matmul`` (and ``pos_conv: matmul``),
 ``matmul`` (``pos_conv: matmul`` alone: the same math, so its figures equal base's up to float
-rounding). Runs go two at a time (one process and one thread each).
+rounding), ``extractor_matmul`` (``extractor_layout: matmul`` alone: the same math too),
+``dropout0_both_matmul`` (dropout 0 and both GEMM convolutions: the new best's math). Runs go
+two at a time (one process and one thread each).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ VARIANTS = {
     "matmul": {"pos_conv": "matmul"},
     "dropout0": {"dropout": 0.0},
     "dropout0_matmul": {"dropout": 0.0, "pos_conv": "matmul"},
+    "extractor_matmul": {"extractor_layout": "matmul"},
+    "dropout0_both_matmul": {"dropout": 0.0, "pos_conv": "matmul", "extractor_layout": "matmul"},
 }
 
 
