@@ -509,16 +509,6 @@ def kernel_rows(step: Callable[[], None], n: int) -> list[dict]:
         return top_kernels(read_trace(trace), n)
 
 
-def kernel_table(rows: list[dict]) -> str:
-    lines = ["| kernel | calls/step | ms/step | share |", "| --- | --- | --- | --- |"]
-    for r in rows:
-        name = r["kernel"].replace("|", "/")
-        lines.append(
-            f"| {name} | {r['calls_per_step']:.0f} | {r['ms_per_step']:.2f} | {r['share']:.3f} |"
-        )
-    return "\n".join(lines)
-
-
 def _row(part: str, ms: float, flops: float, peak: float) -> dict:
     tflops = flops / 1e12
     achieved = tflops / (ms / 1e3) if ms > 0 else float("nan")
@@ -592,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_tflops(device, resolve_precision(args.precision, device))
     print(table(rows, args, peak), flush=True)
     if KERNELS:
+        from benchmarks.step_profile import kernel_table
+
         print(kernel_table(KERNELS), flush=True)
     if args.json is not None:
         args.json.write_text(

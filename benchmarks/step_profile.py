@@ -14,7 +14,7 @@ per step, in milliseconds:
 - ``gpu_idle``: the step's wall time when no kernel, copy or set ran on the GPU (the host's
   share: Python, launches, hooks, synchronisation).
 
-    python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--json OUT.json]
+    python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--json OUT.json] [--kernels N]
 
 One row a trace, labelled by its file's name (a platform run's ``profile-rank0.json`` by its
 run's folder).
@@ -152,22 +152,42 @@ def table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def kernel_table(rows: list[dict]) -> str:
+    """Markdown of ``top_kernels`` rows."""
+    lines = ["| kernel | calls/step | ms/step | share |", "| --- | --- | --- | --- |"]
+    for r in rows:
+        name = r["kernel"].replace("|", "/")
+        lines.append(
+            f"| {name} | {r['calls_per_step']:.0f} | {r['ms_per_step']:.2f} | {r['share']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", type=Path, nargs="+")
     parser.add_argument("--json", type=Path, help="write the summaries here")
+    parser.add_argument(
+        "--kernels", type=int, default=0, help="also list each trace's N kernels with most GPU time"
+    )
     args = parser.parse_args(argv)
-    rows = {}
+    rows, kernels = {}, {}
     for path in args.traces:
         label = path.parent.name if path.name.startswith("profile-rank") else path.name
         try:
-            rows[label.split(".")[0]] = summarise(read_trace(path))
+            events = read_trace(path)
+            rows[label.split(".")[0]] = summarise(events)
+            if args.kernels:
+                kernels[label.split(".")[0]] = top_kernels(events, args.kernels)
         except (OSError, ValueError, KeyError) as exc:
             print(f"step_profile: error: {path}: {exc}", file=sys.stderr)
             return 2
     print(table(rows))
+    for label, top in kernels.items():
+        print(f"\n{label}: the {len(top)} kernels with the most GPU time\n{kernel_table(top)}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        out = {"summaries": rows, "kernels": kernels} if kernels else rows
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

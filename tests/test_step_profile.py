@@ -55,6 +55,20 @@ def test_top_kernels_rank_by_gpu_time_per_step():
     assert rows[0]["share"] == pytest.approx(300 / 650)  # of all kernel time
 
 
+def test_the_cli_lists_each_traces_top_kernels(tmp_path, capsys):
+    from benchmarks.step_profile import main
+
+    path = tmp_path / "run_a" / "profile-rank0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"traceEvents": _trace()}))
+    assert main([str(path), "--kernels", "1", "--json", str(tmp_path / "s.json")]) == 0
+    out = capsys.readouterr().out
+    assert "run_a: the 1 kernels with the most GPU time" in out
+    assert "| sm90_gemm_backward | 1 | 0.30 | 0.462 |" in out
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["kernels"]["run_a"][0]["kernel"] == "sm90_gemm_backward"
+
+
 def test_a_trace_without_steps_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="prof.step"):
         summarise([_x("kernel", "k", 0, 1)])
