@@ -314,3 +314,23 @@ def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):
     assert second is not None and budget.admit(runs[2]) is None
     saved = json.loads((tmp_path / "schedule.json").read_text())
     assert saved["budget"]["boxed"][runs[0].name]["why"] == "the budget's end"
+
+
+def test_the_sweeps_last_line_counts_what_ran_and_what_was_left_unrun():
+    """Issue 57's GPU check: 2 of 8 runs ran, the budget left 6 unrun (manifest status
+    skipped), and the last line said "8/8 runs ok"."""
+    from platform.tune import runs_line
+
+    def manifest(*statuses):
+        return [{"run": f"r{i}", "status": s} for i, s in enumerate(statuses)]
+
+    budget = {"budget": {"left_unrun": {f"r{i}": "not run: no time" for i in range(2, 8)}}}
+    assert runs_line(manifest("ok", "ok", *["skipped"] * 6), budget) == (
+        "2 of 8 runs ran, 2 ok; 6 left unrun by the budget"
+    )
+    race = manifest("ok", "stopped_early", "failed", "skipped", "pending")
+    assert runs_line(race, {}) == (
+        "3 of 5 runs ran, 1 ok, 1 stopped early by the scheduler, 1 failed or cut short; "
+        "1 skipped by the race, 1 never started"
+    )
+    assert runs_line(manifest("ok", "ok"), {}) == "2/2 runs ok"
