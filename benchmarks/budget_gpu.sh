@@ -50,4 +50,6 @@ for step in "$@"; do
   esac
 done
 tar czf "$OUT/gpu_out.tgz" --exclude=report.html $G  # the tool brings back 8 files, 2 folders deep
-cp "${STAGE1_CACHE_DIR:-$HOME/.cache/stage1}/costs.json" "$OUT/" 2>/dev/null || true
+# The machine's catalogue (the budget's memory of this host: one small Parquet file per sweep).
+CACHE="${STAGE1_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/stage1}"
+if [ -d "$CACHE/catalogue" ]; then tar czf "$OUT/catalogue.tgz" -C "$CACHE" catalogue; fi

@@ -50,6 +50,7 @@ from platform.spaces.expand import RunSpec, expand_runs
 from platform.spaces.load import load_space
 from platform.storage.catalogue import cost_key
 from stage1_common.output_root import OutputRoot
+from stage1_common.tail import tail_start
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "warm_race_2xh200"
@@ -164,13 +165,13 @@ def _run_wall(recorded: Recorded, run: str, results: list[dict[str, Any]]) -> fl
 
 def _winner(runs, fed, stopped, state) -> str:
     """The sweep's ranking's first group with an ok run, over the runs the replay ran (their
-    tails: the last tail_timing_points windows fed)."""
+    tails: the last tail_timing_points windows fed after the first)."""
     rows = []
     for spec in runs:
         results = fed.get(spec.name)
         if not results:
             continue
-        tail = results[-spec.config.tail_timing_points :]
+        tail = results[tail_start(len(results), spec.config.tail_timing_points) :]
         rows.append({
             "run": spec.name, "group": spec.group,
             "status": "stopped_early" if spec.name in stopped else "ok",
@@ -188,7 +189,7 @@ def catalogue_rows(runs: list[RunSpec], recorded: Recorded) -> pd.DataFrame:
     rows = []
     for i, spec in enumerate(runs):
         ran = recorded.windows[spec.name]
-        tail = ran[-spec.config.tail_timing_points :]
+        tail = ran[tail_start(len(ran), spec.config.tail_timing_points) :]
         rows.append({
             "sweep": "race1", "host": HOST, "run": spec.name, "group": spec.group,
             "status": "ok", "failure_reason": "", "cost_key": cost_key(spec.config),

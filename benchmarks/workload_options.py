@@ -21,6 +21,7 @@ import pandas as pd
 
 from benchmarks.sweeps import run_variants
 from stage1_common.fileio import write_json
+from stage1_common.tail import tail_start
 
 OPTIONS = ("torch_compile", "length_bucketing")
 
@@ -33,10 +34,12 @@ def summarise(output_root: Path) -> pd.DataFrame:
     rows = []
     for group, runs in manifest.groupby("group", sort=False):
         ok = runs[runs["status"] == "ok"]
-        # The same tail as the run figures: each run's last tail_timing_points windows.
+        # The same tail as the run figures: each run's last tail_timing_points windows after
+        # its first (stage1_common/tail.py).
+        ordered = [timing[timing["run"] == run].sort_values("window") for run in ok["run"]]
         tails = [
-            timing[timing["run"] == run].sort_values("window").tail(int(points))
-            for run, points in zip(ok["run"], ok["tail_timing_points"], strict=True)
+            windows.iloc[tail_start(len(windows), points) :]
+            for windows, points in zip(ordered, ok["tail_timing_points"], strict=True)
         ]
         tail = pd.concat(tails) if tails else timing.iloc[0:0]
         rows.append(

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -424,11 +425,34 @@ def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> i
     if calibration:
         print(calibration["line"])
     print(
-        f"sweep wall time {wall_s:.1f} s; {len(manifest) - len(failed)}/{len(manifest)} runs ok"
-        + (" or stopped by the scheduler" if early else "")
-        + f"; results in {root.shown}"
+        f"sweep wall time {wall_s:.1f} s; {runs_line(manifest, summary)}; results in {root.shown}"
     )
     return 0 if not failed else 1
+
+
+def runs_line(manifest: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """How the runs ended, by the manifest's statuses: 'N/N runs ok' when every run ran ok; else
+    how many ran and how they ended, and how many never ran and why (``summary``'s budget
+    names the runs it left unrun; other skipped runs left the race)."""
+    count = Counter(r["status"] for r in manifest)
+    total = len(manifest)
+    if count["ok"] == total:
+        return f"{total}/{total} runs ok"
+    budget = set((summary.get("budget") or {}).get("left_unrun") or ())
+    skipped = [r["run"] for r in manifest if r["status"] == "skipped"]
+    by_budget = sum(run in budget for run in skipped)
+    unrun = {
+        "left unrun by the budget": by_budget,
+        "skipped by the race": len(skipped) - by_budget,
+        "never started": count["pending"],
+    }
+    ran = total - sum(unrun.values())
+    ended = {"stopped early by the scheduler": count["stopped_early"]}
+    ended["failed or cut short"] = ran - count["ok"] - ended["stopped early by the scheduler"]
+    line = f"{ran} of {total} runs ran, {count['ok']} ok"
+    line += "".join(f", {n} {why}" for why, n in ended.items() if n)
+    said = [f"{n} {why}" for why, n in unrun.items() if n]
+    return line + (f"; {', '.join(said)}" if said else "")
 
 
 if __name__ == "__main__":

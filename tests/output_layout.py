@@ -29,7 +29,8 @@ the config key ``dropout``; issue 57 summary.json's ``confidence`` and ranked_gr
 the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue). Issue 56's
 duration batches added the config keys ``batching``, ``batch_audio_s`` and ``batch_max_pad`` and
 per_run_metrics.csv's ``tail_audio_s_per_s``; its convolution levers the config keys
-``pos_conv`` and ``extractor_layout``.
+``pos_conv`` and ``extractor_layout``. Issue 57's GPU check added the manifest's and the
+catalogue's ``compile_in_windows_s`` (seconds compiled inside the timed windows).
 """
 
 from __future__ import annotations

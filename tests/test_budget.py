@@ -253,6 +253,35 @@ def test_the_memory_is_what_ok_runs_on_this_host_measured_per_configuration():
     assert later["step_s"] == pytest.approx(0.201)
 
 
+def test_a_compile_inside_the_windows_is_part_of_a_measured_start():
+    """A compiled run without the warm-up (4090_mainline: limit_longest, no known shapes)
+    compiles in its first window, which the steps' seconds leave out: its start holds it."""
+    import time
+
+    from platform.storage.catalogue import fingerprint
+
+    _, runs = mainline()
+    host = {"gpu": "NVIDIA H200", "gpus": 2, "torch": "2.11.0+cu130"}
+    run = runs[0]
+    rows = pd.DataFrame(
+        [{"host": fingerprint(host), "cost_key": cost_key(run.config), "group": run.group,
+          "status": "ok", "tail_mean_iter_p50_ms": 180.0, "starts_group": starts,
+          "startup_s": start, "compile_in_windows_s": compiled, "ts": time.time() + i}
+         for i, (starts, start, compiled) in enumerate([(True, 62.5, 110.0), (False, 21.0, 52.0)])]
+    )  # fmt: skip
+    memory = memory_of(rows, fingerprint(host))[cost_key(run.config)]
+    assert memory["first_start_s"] == 172.5 and memory["next_start_s"] == 73.0
+    costs = Costs(memory={cost_key(run.config): memory})
+    assert costs.start(run.config, starts_group=False) == pytest.approx(73.0 + 1.0)
+    # Measured by the sweep: a later run's first window compiled for 50 s.
+    costs = Costs()
+    costs.handed_out("a", run.config)
+    costs.observe("a", run.config, {"window": 0, "startup_s": 20.0}, warmup=2)
+    costs.handed_out("b", run.config)  # its repeat, on the resident group "a" started
+    costs.observe("b", run.config, {"window": 0, "startup_s": 3.0, "compile_in_windows_s": 50.0}, 2)
+    assert costs.start(run.config, starts_group=False) == pytest.approx(53.0 + 1.0)
+
+
 def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):
     from platform.control.race import Schedule
     from platform.control.stoppers import SweepStopper
@@ -285,3 +314,23 @@ def test_the_stopper_ends_runs_at_the_budgets_end_finished_or_cut(tmp_path):
     assert second is not None and budget.admit(runs[2]) is None
     saved = json.loads((tmp_path / "schedule.json").read_text())
     assert saved["budget"]["boxed"][runs[0].name]["why"] == "the budget's end"
+
+
+def test_the_sweeps_last_line_counts_what_ran_and_what_was_left_unrun():
+    """Issue 57's GPU check: 2 of 8 runs ran, the budget left 6 unrun (manifest status
+    skipped), and the last line said "8/8 runs ok"."""
+    from platform.tune import runs_line
+
+    def manifest(*statuses):
+        return [{"run": f"r{i}", "status": s} for i, s in enumerate(statuses)]
+
+    budget = {"budget": {"left_unrun": {f"r{i}": "not run: no time" for i in range(2, 8)}}}
+    assert runs_line(manifest("ok", "ok", *["skipped"] * 6), budget) == (
+        "2 of 8 runs ran, 2 ok; 6 left unrun by the budget"
+    )
+    race = manifest("ok", "stopped_early", "failed", "skipped", "pending")
+    assert runs_line(race, {}) == (
+        "3 of 5 runs ran, 1 ok, 1 stopped early by the scheduler, 1 failed or cut short; "
+        "1 skipped by the race, 1 never started"
+    )
+    assert runs_line(manifest("ok", "ok"), {}) == "2/2 runs ok"

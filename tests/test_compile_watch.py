@@ -134,3 +134,33 @@ def test_off_a_gpu_or_without_compile_nothing_is_counted_and_torch_is_left_as_it
     assert CompileWatch(enabled=False).start().take() == dict.fromkeys(COUNTS, 0) | {
         "cliff_reason": ""
     }
+
+
+def test_a_compiled_run_that_compiles_in_its_windows_records_those_seconds(
+    fresh_dynamo, gloo_world_of_one
+):
+    """A compiled run without the warm-up (unknown shapes: torch compiles at the first step)
+    has compile_s 0 and its compile seconds in compile_in_windows_s, which the manifest keeps
+    from its last window (issue 57's GPU check: 0.0 for every compiled run before)."""
+    import time
+
+    from trainables.loop import WorkerContext, run_training
+
+    cfg = TrialConfig(model_size="tiny", proj_dim=16, use_gpu=False, torch_compile=True,
+                      compile_backend="aot_eager", compile_warmup=False, micro_batch=2,
+                      max_steps=4, log_every=2, num_workers=0, tail_timing_points=1)  # fmt: skip
+    windows: list[dict] = []
+    run_training(
+        cfg,
+        WorkerContext(
+            rank=0,
+            world_size=1,
+            device=torch.device("cpu"),
+            report=lambda metrics, checkpoint=None: windows.append(metrics),
+            start_ts=time.time(),
+        ),
+    )
+    first, last = windows[0], windows[-1]
+    assert first["compile_s"] == 0.0 and first["recompiles"] >= 1
+    assert first["compile_in_windows_s"] > 0
+    assert last["compile_in_windows_s"] >= first["compile_in_windows_s"]

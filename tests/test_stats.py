@@ -39,7 +39,7 @@ def windows(run, iter_p50, iter_p90, *, sps=None, data=(1.0, 1.0), step=(5.0, 6.
     ]
 
 
-def test_tail_figures_use_the_last_n_windows_of_rank_0():
+def test_tail_figures_use_the_last_n_windows_after_the_first_of_rank_0():
     def rows(run, sps, iter_p50, rank=0, startup=5.0):
         out = windows(run, iter_p50, [2 * p for p in iter_p50], sps=sps, rank=rank)
         return [r | {"step": 10 * (r["window"] + 1), "startup_s": startup} for r in out]
@@ -48,13 +48,21 @@ def test_tail_figures_use_the_last_n_windows_of_rank_0():
         rows("a", [10, 100, 200, 300], [9, 8, 7, 6])
         + rows("a", [1, 1, 1, 1], [1, 1, 1, 1], rank=1)
         + rows("b", [50, 60], [20, 30], startup=7.5)
+        + rows("c", [40], [25])
+        # 6 windows, tail 10 (issue 57's 300 steps): the first window's compile stays out
+        + rows("d", [200, 1600, 1600, 1500, 1700, 1600], [900, 90, 90, 90, 90, 90])
     ).sample(frac=1.0, random_state=0)  # order on disk must not matter
-    figs = stats.run_figures(timing, {"a": 2, "b": 5})
+    figs = stats.run_figures(timing, {"a": 2, "b": 5, "c": 3, "d": 10})
     assert figs["a"]["tail_samples_per_sec_mean"] == pytest.approx(250.0)
     assert figs["a"]["tail_mean_iter_p50_ms"] == pytest.approx(6.5)
     assert figs["a"]["last_step"] == 40 and figs["a"]["windows"] == 4
-    assert figs["b"]["tail_samples_per_sec_mean"] == pytest.approx(55.0)  # fewer windows than n
-    assert figs["b"]["startup_s"] == 7.5
+    # fewer windows than n: every window after the first
+    assert figs["b"]["tail_samples_per_sec_mean"] == pytest.approx(60.0)
+    assert figs["b"]["tail_windows"] == 1 and figs["b"]["startup_s"] == 7.5
+    assert figs["c"]["tail_samples_per_sec_mean"] == pytest.approx(40.0)  # one window: that one
+    assert figs["d"]["tail_windows"] == 5
+    assert figs["d"]["tail_samples_per_sec_mean"] == pytest.approx(1600.0)
+    assert figs["d"]["tail_mean_iter_p50_ms"] == pytest.approx(90.0)
 
 
 def manifest(*runs, tail=2):

@@ -25,6 +25,7 @@ import torch.distributed as dist
 import yaml
 
 from stage1_common.fileio import atomic_write_text, write_json
+from stage1_common.tail import tail_start
 from trainables.config import TrialConfig
 from trainables.loop import WorkerContext, run_training
 from trainables.observe.watchdog import pg_timeout_for
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(
             args.out / "torchrun_timing.jsonl", "".join(json.dumps(r) + "\n" for r in rows)
         )
-        tail = rows[-cfg.tail_timing_points :]
+        tail = rows[tail_start(len(rows), cfg.tail_timing_points) :]  # the sweeps' tail
         summary = {
             "config": str(args.config),
             "world_size": world,

@@ -3,7 +3,9 @@ timing rows and the run manifest (platform/analysis/analyze.py writes them to fi
 
 Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md):
 
-- a run's *tail* is its last ``tail_timing_points`` windows of rank 0;
+- a run's *tail* is its last ``tail_timing_points`` windows of rank 0 after its first (which
+  holds what the compile warm-up did not compile ahead; a run of one window: that window), as
+  stage1_common/tail.py defines it for every user of a tail;
 - ``iter_p90_over_p50`` (and data, step) is the mean over the tail windows of each window's
   p90 / p50, the p50 floored at ``P50_FLOOR_MS`` (a prefetched batch waits ~0 ms);
 - a run is jittery (``unstable_run_flag``; the CSV columns keep the seeds' names) when its
@@ -30,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from platform.analysis.verdicts import cliffs
+from stage1_common.tail import tail_start
 
 __all__ = [
     "BOTTLENECK_LIMITS",
@@ -129,18 +132,18 @@ def tail_points(manifest: pd.DataFrame) -> dict[str, int]:
 
 
 def in_order_and_tail(windows: pd.DataFrame, points: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One run's windows in order, and its tail: the last ``points`` of them. A training run
-    restarted from a checkpoint numbers its windows again per attempt: its tail is the last
-    attempt's last windows."""
+    """One run's windows in order, and its tail: the last ``points`` of them after the first
+    (stage1_common/tail.py). A training run restarted from a checkpoint numbers its windows
+    again per attempt: its tail is the last attempt's last windows."""
     order = ["attempt", "window"] if "attempt" in windows else ["window"]
     ordered = windows.sort_values(order)
-    return ordered, ordered.tail(max(1, int(points)))
+    return ordered, ordered.iloc[tail_start(len(ordered), points) :]
 
 
 def run_figures(timing: pd.DataFrame, tail_points: dict[str, int]) -> dict[str, dict[str, Any]]:
     """Per run, from rank 0's windows: last step, windows, start-up, the figures over its
-    last ``tail_points[run]`` windows, and its last attempt's cliff figures (cliffs.figures).
-    The one place tail figures are computed: the run manifest (platform.tune) and
+    tail (its last ``tail_points[run]`` windows after the first), and its last attempt's cliff
+    figures (cliffs.figures). The one place tail figures are computed: the run manifest (platform.tune) and
     per_run_metrics.csv both take them from here."""
     rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
     skew = timing.groupby("run")["rank_skew"].max() if "rank_skew" in timing else pd.Series()

@@ -8,7 +8,11 @@ what earlier sweeps on this host measured (the machine's catalogue, platform/sto
 catalogue.py, which every sweep writes, by the configuration's cost key: every key but the
 run's length, its windows, its seed and its paths), else from priors, which say what they
 assume. A compiled configuration the host has never run is planned with a cold compile: the
-compile cache holds no shape of it.
+compile cache holds no shape of it. A measured start holds the compile wherever it ran: the
+warm-up's is in ``startup_s``; a run without it (unknown shapes: ``crop_policy limit_longest``)
+compiles in its first window, which the steps' seconds leave out, so its start adds the
+seconds torch compiled there (``compile_in_windows_s``: the first window's in a sweep, the
+run's in the catalogue).
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ class Costs:
 
     def observe(self, run: str, cfg: TrialConfig, window: dict[str, Any], warmup: int) -> None:
         """One window of ``run``: its seconds per step once past the warm-up, and with its
-        first window the run's start (startup_s)."""
+        first window the run's start (startup_s; a later run of a configuration: with what it
+        compiled in that window, compile_in_windows_s)."""
         key = cost_key(cfg)
         # What the window's steps held (batching duration: their mean), else the config's.
         self.batch[key] = int(window.get("global_batch") or _global_batch(cfg))
@@ -71,9 +76,10 @@ class Costs:
         if index == 0 and window.get("startup_s") is not None:
             startup = float(window["startup_s"])
             if self._starting.get(run, True):
-                self.group_starts.append(startup)
+                self.group_starts.append(startup)  # any configuration's: without its compile
             else:
-                self.starts.setdefault(key, []).append(startup)
+                compiled = float(window.get("compile_in_windows_s") or 0.0)
+                self.starts.setdefault(key, []).append(startup + compiled)
 
     def ended(self, seconds_after_last_window: float) -> None:
         self.ends.append(max(0.0, seconds_after_last_window))
@@ -130,7 +136,8 @@ def memory_of(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
     """Cost key -> what its ok runs on ``host`` measured, from the catalogue's ``rows``
     (platform/storage/catalogue.py): ``step_s`` (the median of the runs' tail iteration),
     ``first_start_s`` (the newest run that started a worker group) and ``next_start_s`` (the
-    median of the runs on a resident group)."""
+    median of the runs on a resident group), each start with what the run compiled inside its
+    windows (``compile_in_windows_s``; none in a catalogue written before it was kept)."""
     ok = rows[(rows["host"] == host) & (rows["status"] == "ok")].sort_values("ts")
     out: dict[str, dict[str, Any]] = {}
     for key, df in ok.groupby("cost_key"):
@@ -138,10 +145,13 @@ def memory_of(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
         steps = df["tail_mean_iter_p50_ms"].dropna()
         if len(steps):
             entry["step_s"] = float(steps.median()) / 1000.0
-        starts = df[df["starts_group"].fillna(True).astype(bool)]["startup_s"].dropna()
+        compiled = df.get("compile_in_windows_s", pd.Series(0.0, index=df.index))
+        start = df["startup_s"] + compiled.fillna(0.0)
+        group = df["starts_group"].fillna(True).astype(bool)
+        starts = start[group].dropna()
         if len(starts):
             entry["first_start_s"] = float(starts.iloc[-1])
-        later = df[~df["starts_group"].fillna(True).astype(bool)]["startup_s"].dropna()
+        later = start[~group].dropna()
         if len(later):
             entry["next_start_s"] = float(later.median())
         out[key] = entry

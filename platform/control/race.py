@@ -84,6 +84,7 @@ from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
 from stage1_common.output_root import OutputRoot
+from stage1_common.tail import tail_start
 
 __all__ = ["METRIC", "SCHEDULE", "Race", "Schedule"]
 
@@ -584,9 +585,9 @@ def _epoch(value: Any) -> int | None:
 
 
 def _tail_figures(history: list[dict[str, Any]], cfg) -> dict[str, float] | None:
-    """A finished run's tail (its last ``tail_timing_points`` windows) as
+    """A finished run's tail (its last ``tail_timing_points`` windows after the first) as
     platform.analysis.stats defines it: mean iter p90/p50 (p50 floored) and mean iter p50."""
-    tail = history[-cfg.tail_timing_points :]
+    tail = history[tail_start(len(history), cfg.tail_timing_points) :]
     if not tail:
         return None
     return {

@@ -24,6 +24,7 @@ from platform.control.budget import Budget
 from platform.control.race import METRIC, Race, Schedule
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
+from stage1_common.tail import tail_start
 
 __all__ = ["OptunaPlanner", "PlannedSearcher"]
 
@@ -190,7 +191,7 @@ class OptunaPlanner(Searcher):
         seen = self.windows.pop(trial_id, []) or [float((result or {}).get("samples_per_s") or 0)]
         if not error and any(seen):
             self.values.setdefault(group, []).append(
-                statistics.fmean(seen[-cfg.tail_timing_points :])
+                statistics.fmean(seen[tail_start(len(seen), cfg.tail_timing_points) :])
             )
         self.pending[group] -= 1
         if self.pending[group] == 0:

@@ -57,7 +57,8 @@ FINGERPRINT_KEYS = ("gpu", "gpus", "driver", "cuda", "torch", "ray", "deepspeed"
 _TEXT = ("sweep", "kind", "output_root", "space", "host", "run", "group", "status",
          "failure_reason", "cost_key", "config", *FINGERPRINT_KEYS[:1], *FINGERPRINT_KEYS[2:])  # fmt: skip
 _NUMBERS = ("tail_samples_per_sec_mean", "tail_mean_iter_p50_ms", "iter_p90_over_p50",
-            "startup_s", "compile_s", "tail_windows", "micro_batch", "ts")  # fmt: skip
+            "startup_s", "compile_s", "compile_in_windows_s", "tail_windows", "micro_batch",
+            "ts")  # fmt: skip
 SCHEMA = pa.schema(
     [(k, pa.string()) for k in _TEXT]
     + [("repeat", pa.int64()), ("gpus", pa.int64()), ("starts_group", pa.bool_())]
@@ -219,6 +220,7 @@ def rows_of(
                 "startup_s": row.get("startup_s"),
                 "starts_group": starts.get(row["run"]),
                 "compile_s": row.get("compile_s"),
+                "compile_in_windows_s": row.get("compile_in_windows_s"),
                 "ts": time.time(),
                 "group_rank": (ranks or {}).get(row.get("group")),
                 "window_samples_per_s": windows.get(row["run"]),

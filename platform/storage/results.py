@@ -64,8 +64,16 @@ PLACEMENT_KEYS = ("rank_nodes", "nodes_used")
 # Where a run's start-up went ("ray_workers=4.1 loader_start=0.3 imports=3.9 ...", seconds per
 # part, trainables/observe/startup.py: StartupClock), and the compile warm-up ahead of the timed
 # windows: its seconds, where they went ("trace=6.0 guards=1.1 backend=4.9 dynamo_other=0.3
-# passes=8.2", trainables/engine/compile.py: compile_parts) and what the compile caches held.
-STARTUP_KEYS = ("startup_breakdown", "compile_s", "compile_parts", "compile_cache")
+# passes=8.2", trainables/engine/compile.py: compile_parts) and what the compile caches held;
+# and the seconds the run compiled in its timed windows (no warm-up, a recompile: trainables/
+# engine/compile_watch.py), its last window's.
+STARTUP_KEYS = (
+    "startup_breakdown",
+    "compile_s",
+    "compile_parts",
+    "compile_cache",
+    "compile_in_windows_s",
+)
 
 TRAINING_KEYS = (
     "restarts",

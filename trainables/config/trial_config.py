@@ -284,7 +284,7 @@ class TrialConfig:
         "dataset), compile every shape in a forward and backward pass before the first timed "
         "step (no optimizer step, gradients cleared), under DDP; its time is the run's "
         "compile_s, never part of a window. Other runs (and DeepSpeed) compile at the first "
-        "step of each new shape.",
+        "step of each new shape (their compile_in_windows_s).",
         default=True,
     )
     compile_dynamic: bool | Literal["auto"] = _doc(

@@ -21,6 +21,10 @@ ahead, nor a validation (the model in eval mode, other shapes) counts:
   re-recording (the debug line of torch._inductor.cudagraph_trees), a skip (its warning), a
   recompile (its compilation metrics' ``recompile_reason`` or ``fail_reason``), a graph break.
 
+And per run (``CompileWatch.seconds``, the manifest's ``compile_in_windows_s``): the seconds
+torch spent compiling in the steps so far (``compile_seconds``), what a run that compiles in its
+windows (no warm-up: unknown shapes, DeepSpeed; a recompile) pays beyond its ``compile_s``.
+
 CUDA graphs are counted only when the run uses them (reduce-overhead on a GPU): off a GPU
 inductor skips them by design, and the run's ``fallbacks`` says so already.
 
@@ -35,10 +39,22 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["COUNTS", "CompileWatch"]
+__all__ = ["COMPILE_TIMERS", "COUNTS", "CompileWatch", "compile_seconds"]
 
 COUNTS = ("recompiles", "graph_breaks", "cudagraph_records", "cudagraph_skips")
 REASON_CHARS = 240
+# torch's compile timers (torch._dynamo.utils.compilation_time_metrics, seconds per call) that
+# hold a compile: dynamo's compile of a frame (its forward graph's AOTAutograd and inductor
+# inside) and AOTAutograd's compile of a backward graph at its first call, outside the first.
+COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling so far (COMPILE_TIMERS), by torch's own timers
+    (trainables/engine/compile.py splits a warm-up's by the same)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(sum(compilation_time_metrics.get(key, ())) for key in COMPILE_TIMERS)
 
 
 def _first_lines(text: str, lines: int = 2) -> str:
@@ -85,8 +101,8 @@ class _LogReasons(logging.Filter):
 class CompileWatch:
     """Counts what torch's compiler does while installed (``start`` to ``close``); ``take``
     returns the counts since the last take; ``forget`` drops them (the warm-up's, a
-    validation's). ``cudagraphs``: the run uses CUDA graphs
-    (compile_mode reduce-overhead on a GPU). ``enabled`` false (no torch_compile): every take
+    validation's); ``seconds`` sums the seconds compiled in the takes so far. ``cudagraphs``:
+    the run uses CUDA graphs (compile_mode reduce-overhead on a GPU). ``enabled`` false (no torch_compile): every take
     is zeros."""
 
     def __init__(self, *, enabled: bool = True, cudagraphs: bool = False) -> None:
@@ -94,6 +110,8 @@ class CompileWatch:
         self.compiles = self.records = 0  # by the callbacks, since the last take
         self._seen: dict[str, Any] = {}  # torch's counters at the last take
         self._metrics_seen: Any = None  # the newest compilation metrics record read
+        self.seconds = 0.0  # compiled in the takes so far (the run's steps)
+        self._seconds_seen = 0.0  # compile_seconds() at the last take
         self._logs = [
             _LogReasons(
                 "torch._inductor.cudagraph_trees.__cudagraphs",
@@ -118,6 +136,7 @@ class CompileWatch:
                 log.install()
         self._seen = self._counters()
         self._metrics_seen = self._newest_metrics()
+        self._seconds_seen = compile_seconds()
         return self
 
     def close(self) -> None:
@@ -142,7 +161,9 @@ class CompileWatch:
         compile warm-up's (its purpose), a validation's (eval mode, its shapes). ``skips``
         false keeps its CUDA graph skips for the next take: the steps run without them."""
         kept = list(self._logs[1].reasons), self._seen.get("skips", 0)
+        seconds = self.seconds
         self.take()
+        self.seconds = seconds
         if not skips:
             self._logs[1].reasons[:], self._seen["skips"] = kept
 
@@ -165,6 +186,10 @@ class CompileWatch:
             *(f"graph break: {_first_lines(k)}" for k, v in breaks.items() if v > 0),
         ]
         out["cliff_reason"] = reasons[0][:REASON_CHARS] if reasons else ""
+        # torch's timers only grow (torch._dynamo.reset keeps them); max() for a cleared one.
+        now_s = compile_seconds()
+        self.seconds += max(0.0, now_s - self._seconds_seen)
+        self._seconds_seen = now_s
         self.compiles = self.records = 0
         for log in self._logs:
             log.reasons.clear()

@@ -187,6 +187,8 @@ class WindowMetrics:
         metrics["eta_s"] = (cfg.max_steps - step) * metrics["iter_ms_mean"] / 1000.0
         # Recompiles, CUDA graph re-recordings and skips, graph breaks: the cliffs torch reports.
         metrics.update(self.watch.take())
+        # The run's compile seconds in its steps so far (the manifest keeps the last window's).
+        metrics["compile_in_windows_s"] = round(self.watch.seconds, 3)
         metrics.update(self.notes)
         if window.index == 0 and self.env_facts is not None:
             metrics["env_facts"] = self.env_facts

@@ -7,7 +7,8 @@ it from here.
 
 A run is off a cliff when, after its first window (which holds whatever compiling the compile
 warm-up did not do ahead; a run without a warm-up compiles there), in its tail windows (its
-last ``tail_timing_points``) torch
+last ``tail_timing_points`` after the first, the ranking's tail: stage1_common/tail.py; a run
+of one window has none judged here) torch
 
 - recompiled (a shape the warm-up did not compile, a guard that keeps failing), or
 - recorded CUDA graphs again (the warm-up recorded every shape's; a replay should follow),
@@ -34,6 +35,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
+
+from stage1_common.tail import tail_start
 
 __all__ = [
     "COUNTS",
@@ -126,8 +129,8 @@ def figures(windows: pd.DataFrame, tail_points: int) -> dict[str, Any]:
     if windows.empty or any(c not in windows for c in COUNTS):
         return out
     counts = windows[list(COUNTS)].fillna(0).astype("int64")
-    after = windows.index[windows["window"] > 0] if "window" in windows else windows.index
-    tail = after[-max(1, int(tail_points)) :]
+    # The ranking's tail, but never the first window: a run of one window is judged on none.
+    tail = windows.index[max(1, tail_start(len(windows), tail_points)) :]
     steps = windows["steps_in_window"] if "steps_in_window" in windows else pd.Series(dtype=float)
     out.update(
         tail_recompiles=int(counts.loc[tail, "recompiles"].sum()),
