@@ -90,6 +90,21 @@ def test_matmul_extractor_groupnorm_skips_the_rows_past_an_items_frames():
     torch.testing.assert_close(out, plain(audio), rtol=1e-10, atol=1e-10)
 
 
+def test_matmul_extractor_keeps_float16_gradients_finite_on_constant_audio():
+    # Constant audio: the first layer's frames have (almost) no variance, so its padded row,
+    # normalised by their statistics, would be ~1/sqrt(eps) large; with a large GroupNorm gain
+    # it overflowed float16 in the next GEMM and 0 x inf made the weight gradients NaN.
+    torch.manual_seed(0)
+    plain = Wav2Vec2Model(Wav2Vec2Config(**SMALL)).feature_extractor
+    with torch.no_grad():
+        plain.conv_layers[0].layer_norm.weight.fill_(300.0)
+    audio = torch.full((2, 32000), -1.0)  # 6,399 first-layer frames in 6,400 rows
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = MatmulFeatureEncoder(plain)(audio)
+    grads = torch.autograd.grad(out.float().pow(2).sum(), list(plain.parameters()))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
 def test_matmul_extractor_traces_in_one_graph_with_dynamic_samples():
     torch.manual_seed(0)
     plain = Wav2Vec2Model(Wav2Vec2Config(**SMALL)).feature_extractor

@@ -99,6 +99,7 @@ class MatmulFeatureEncoder(nn.Module):
         rows = -(-frames[1] // later) * later  # the first buffer's rows per item
         dtype = compute_dtype(input_values)
         hidden = _first_conv(input_values.to(dtype), convs[0], rows)
+        last = len(self.conv_layers) - 1
         for i, layer in enumerate(self.conv_layers):
             if i > 0:
                 hidden = _strided_conv(hidden, layer.conv, dtype)
@@ -108,7 +109,9 @@ class MatmulFeatureEncoder(nn.Module):
                 hidden = _group_norm_over_time(hidden, frames[i + 1], norm)
             elif norm is not None:  # feat_extract_norm "layer": LayerNorm over the channels
                 hidden = norm(hidden)
-            hidden = layer.activation(hidden).to(dtype)
+            hidden = layer.activation(hidden)
+            if i < last:  # the next GEMM's input (the last layer's dtype is transformers')
+                hidden = hidden.to(dtype)
         return hidden[:, : frames[-1]].transpose(1, 2)
 
 
@@ -132,7 +135,8 @@ def _strided_conv(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> 
     """(batch, rows, in) -> (batch, rows / stride, out): the convolution as ``ceil(k / s)``
     GEMMs over rows of ``stride`` frames, the ``q``-th reading those rows ``q`` further on with
     taps ``q*s ..``. Flat over the batch: an item's last rows read the next item's first, and
-    are never kept."""
+    the batch's last ``q`` rows miss the ``q``-th term; none of them is a kept frame (an item
+    holds at least ``ceil(k / s) - 1`` rows past its frames)."""
     kernel, stride = conv.kernel_size[0], conv.stride[0]
     batch, rows, channels = hidden.shape
     flat = hidden.reshape(batch * rows // stride, stride * channels)  # a view: rows divide
@@ -157,14 +161,18 @@ def _strided_conv(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> 
 def _group_norm_over_time(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm) -> torch.Tensor:
     """transformers' GroupNorm on (batch, channels, time), done on (batch, rows, channels):
     statistics over each item's first ``frames`` rows and its group's channels, in float32 (as
-    autocast runs group_norm); every row normalised."""
+    autocast runs group_norm). The rows past ``frames`` are set to zero: normalised by the kept
+    rows' statistics they could be up to 1/sqrt(eps) times larger, enough to overflow float16
+    in the next GEMM and make its gradients NaN through 0 x inf."""
     batch, rows, channels = hidden.shape
     groups = norm.num_groups
     dtype = torch.promote_types(hidden.dtype, torch.float32)
     x = hidden.to(dtype).view(batch, rows, groups, channels // groups)
     var, mean = torch.var_mean(x[:, :frames], dim=(1, 3), correction=0, keepdim=True)
     x = (x - mean) * torch.rsqrt(var + norm.eps)
-    return x.view(batch, rows, channels) * norm.weight.to(dtype) + norm.bias.to(dtype)
+    x = x.view(batch, rows, channels) * norm.weight.to(dtype) + norm.bias.to(dtype)
+    kept = torch.arange(rows, device=x.device).view(1, rows, 1) < frames
+    return torch.where(kept, x, 0.0)
 
 
 def use_extractor_layout(speech: nn.Module, layout: str) -> str:
