@@ -34,9 +34,10 @@ from trainables.model.pos_conv import compute_dtype
 __all__ = ["ChannelsLastFeatureEncoder", "MatmulFeatureEncoder", "use_extractor_layout"]
 
 
-class ChannelsLastFeatureEncoder(nn.Module):
-    """``Wav2Vec2FeatureEncoder``'s forward on channels-last activations; holds its
-    ``conv_layers`` (so parameter names stay) and its flags."""
+class _FeatureEncoder(nn.Module):
+    """What ``Wav2Vec2FeatureEncoder`` holds besides its forward: its ``conv_layers`` (so
+    parameter names stay) and its flags (freezing as transformers' ``freeze_feature_encoder``
+    does; no gradient checkpointing, which no key turns on)."""
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -48,6 +49,10 @@ class ChannelsLastFeatureEncoder(nn.Module):
         for param in self.parameters():
             param.requires_grad = False
         self._requires_grad = False
+
+
+class ChannelsLastFeatureEncoder(_FeatureEncoder):
+    """``Wav2Vec2FeatureEncoder``'s forward on channels-last activations."""
 
     def forward(self, input_values: torch.Tensor) -> torch.Tensor:
         """(batch, samples) -> (batch, channels, frames), as the original; the result's memory
@@ -68,23 +73,14 @@ class ChannelsLastFeatureEncoder(nn.Module):
         return hidden.squeeze(2)
 
 
-class MatmulFeatureEncoder(nn.Module):
-    """``Wav2Vec2FeatureEncoder``'s forward as GEMMs over channels-last activations; holds its
-    ``conv_layers`` (so parameter names stay) and its flags. Without gradient checkpointing
-    (transformers' encoder marks its input as needing a gradient only for that)."""
+class MatmulFeatureEncoder(_FeatureEncoder):
+    """``Wav2Vec2FeatureEncoder``'s forward as GEMMs over channels-last activations (its input
+    takes no gradient: transformers' marks it only for gradient checkpointing)."""
 
     def __init__(self, original: nn.Module):
-        super().__init__()
-        self.conv_layers = original.conv_layers
-        self.gradient_checkpointing = False
-        self._requires_grad = original._requires_grad
+        super().__init__(original)
         if self.conv_layers[0].conv.in_channels != 1:
             raise ValueError("extractor_layout matmul: the first convolution must read raw audio")
-
-    def _freeze_parameters(self) -> None:
-        for param in self.parameters():
-            param.requires_grad = False
-        self._requires_grad = False
 
     def forward(self, input_values: torch.Tensor) -> torch.Tensor:
         """(batch, samples) -> (batch, channels, frames), as the original; the result's memory
