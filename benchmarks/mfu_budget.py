@@ -448,12 +448,24 @@ def budget(args: argparse.Namespace) -> list[dict]:
         return _budget(args)
 
 
+def _own_gradients(model: torch.nn.Module) -> None:
+    """Every ``.grad`` as a tensor of its own. The first backward hands a parameter its
+    gradient as the backward's output; under reduce-overhead that output lives in the CUDA
+    graphs' memory, which the parts' graphs then reuse: the extractor part's backward, adding
+    into the first convolution's gradient, read it overwritten and failed (torch 2.11, H200).
+    Later backwards add into these copies (the gradients are zeroed, never set to None)."""
+    for param in model.parameters():
+        if param.grad is not None:
+            param.grad = param.grad.clone()
+
+
 def _budget(args: argparse.Namespace) -> list[dict]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     pt = Point(args, device)
     peak = peak_tflops(device, pt.precision)
     whole = whole_step(pt)
     whole()  # gradients for the optimizer's part, and the compiled whole's first call
+    _own_gradients(pt.model)
     steps = {} if args.step_only else part_steps(pt)
     rows = []
     for name in steps:

@@ -4,8 +4,10 @@
 # 1. The sweep $SPACE (default benchmarks/spaces/h200_new_levers.yaml: each lever alone against
 #    today's best, then together; the mainline as the baseline), stopped with SIGINT after
 #    SWEEP_LIMIT s (default 420: the ranking is kept); its console, manifest, ranking and
-#    summary under $OUT; with PROFILE=N, N profiled steps a run and their top kernels
-#    ($OUT/kernels.md).
+#    summary under $OUT (per_run_metrics.csv: each run's MFU and audio s/s); with PROFILE=N, N
+#    profiled steps a run and their top kernels ($OUT/kernels.md). A sweep longer than one
+#    device call: run it again with RESUME=1 on the same warm machine (the corpus and the
+#    output root stay in /tmp there; --resume runs what is left); BUDGET_LIMIT=0 skips step 2.
 # 2. The MFU budget (benchmarks/mfu_budget.py, parts) of an old and a new point, one on each
 #    GPU at once (each stopped after BUDGET_LIMIT s, default 150): by default today's best point
 #    eager, with pieces, without and with the convolution levers; OLD and NEW replace the
@@ -14,14 +16,15 @@ set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
 make_corpus
-rm -rf /tmp/levers
+[ -z "${RESUME:-}" ] && rm -rf /tmp/levers
 PROFILE_SET=()
 [ -n "${PROFILE:-}" ] && PROFILE_SET=(--set "profile_steps=$PROFILE")
 timeout -s INT "${SWEEP_LIMIT:-420}" python -m platform.tune \
   --space "${SPACE:-benchmarks/spaces/h200_new_levers.yaml}" --output-root /tmp/levers \
-  --set manifest_path=$M --set train_workers=$GPUS "${PROFILE_SET[@]}" --no-history 2>&1 \
+  --set manifest_path=$M --set train_workers=$GPUS "${PROFILE_SET[@]}" --no-history \
+  ${RESUME:+--resume} 2>&1 \
   | quiet | tee "$OUT/levers.log"
-for f in run_manifest.tsv ranked_groups.csv summary.md summary.json; do
+for f in run_manifest.tsv ranked_groups.csv per_run_metrics.csv summary.md summary.json; do
   cp /tmp/levers/$f "$OUT/" 2>/dev/null
 done
 # PROFILE=N: each run's profiled steps (second window, out of the tail), summarised with its
@@ -30,6 +33,7 @@ if [ -n "${PROFILE:-}" ] && ls /tmp/levers/runs/*/profile-rank0.json > /dev/null
   python -m benchmarks.step_profile /tmp/levers/runs/*/profile-rank0.json --kernels 25 \
     > "$OUT/kernels.md" 2>&1
 fi
+[ "${BUDGET_LIMIT:-150}" = 0 ] && exit 0
 P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks"
 OLD=${OLD:---dropout 0 --detail}
 NEW=${NEW:---dropout 0 --detail --pos-conv matmul --extractor-layout channels_last}
