@@ -28,9 +28,9 @@ for f in run_manifest.tsv ranked_groups.csv per_run_metrics.csv summary.md summa
   cp /tmp/levers/$f "$OUT/" 2>/dev/null
 done
 # PROFILE=N: each run's profiled steps (second window, out of the tail), summarised with its
-# top kernels (the traces stay on the machine).
+# top kernels and what the GPU waited for when idle (the traces stay on the machine).
 if [ -n "${PROFILE:-}" ] && ls /tmp/levers/runs/*/profile-rank0.json > /dev/null 2>&1; then
-  python -m benchmarks.step_profile /tmp/levers/runs/*/profile-rank0.json --kernels 25 \
+  python -m benchmarks.step_profile /tmp/levers/runs/*/profile-rank0.json --kernels 25 --gaps 15 \
     > "$OUT/kernels.md" 2>&1
 fi
 [ "${BUDGET_LIMIT:-150}" = 0 ] && exit 0

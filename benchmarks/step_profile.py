@@ -15,6 +15,16 @@ per step, in milliseconds:
   share: Python, launches, hooks, synchronisation).
 
     python -m benchmarks.step_profile TRACE.json [TRACE2.json ...] [--json OUT.json] [--kernels N]
+        [--gaps N]
+
+``--gaps N``: what the GPU waited for in its idle time, per step (``idle_gaps``). Each gap
+between two GPU activities inside the steps is charged to the activity that ends it: if the
+host launched that work after the gap began, the GPU waited for the host (``host``), charged to
+the innermost host op around the launch (an eager op between compiled regions, a CUDA graph's
+replay, the loop between steps); if it was launched before, it waited in the queue for
+something else (``queued``: a stream or event wait, a copy, another stream's work). The N
+(phase, cause, op) rows with the most idle time; their sum is ``gpu_idle`` less the idle time
+before the trace's first GPU activity and after its last, which no activity ends.
 
 One row a trace, labelled by its file's name (a platform run's ``profile-rank0.json`` by its
 run's folder).
@@ -23,10 +33,12 @@ run's folder).
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 PHASES = ("forward", "backward", "optimizer")
 COLUMNS = ("step", *PHASES, "comm", "comm_exposed", "gpu_idle")
@@ -135,6 +147,117 @@ def top_kernels(events: list[dict], n: int = 25) -> list[dict]:
     ]
 
 
+_HOST_CATS = ("cpu_op", "user_annotation", "python_function")
+
+
+def idle_gaps(events: list[dict], n: int = 15) -> list[dict]:
+    """The GPU's idle gaps inside the steps, each charged to the GPU activity that ends it
+    (see the module's docstring): rows of ``phase`` (forward, backward, optimizer, or ``step``
+    outside them), ``cause`` (``host`` or ``queued``), ``op`` (the innermost host op around the
+    launch, on the launching thread), ``ms_per_step``, ``gaps_per_step`` and ``largest_ms``;
+    the ``n`` with the most idle time."""
+    complete = [e for e in events if e.get("ph") == "X"]
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in complete
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    if not steps:
+        raise ValueError("no ProfilerStep# span in the trace: profile with prof.step() per step")
+    launches = {
+        e["args"]["correlation"]: e
+        for e in complete
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    host = _HostOps(complete)
+    gpu = sorted((e for e in complete if e.get("cat") in _GPU_CATS), key=lambda e: e["ts"])
+    totals: dict[tuple[str, str, str], list[float]] = {}
+    busy_until = None
+    for e in gpu:
+        start = e["ts"]
+        if busy_until is not None and start > busy_until and _inside(busy_until, start, steps):
+            key = host.charge(e, busy_until, launches)
+            entry = totals.setdefault(key, [0.0, 0.0, 0.0])
+            gap = start - busy_until
+            entry[0] += gap
+            entry[1] += 1
+            entry[2] = max(entry[2], gap)
+        end = start + e["dur"]
+        busy_until = end if busy_until is None else max(busy_until, end)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:n]
+    return [
+        {
+            "phase": phase,
+            "cause": cause,
+            "op": op[:80],
+            "ms_per_step": us / len(steps) / 1e3,
+            "gaps_per_step": count / len(steps),
+            "largest_ms": largest / 1e3,
+        }
+        for (phase, cause, op), (us, count, largest) in ranked
+    ]
+
+
+def _inside(lo: float, hi: float, steps: list[tuple[float, float]]) -> bool:
+    """Whether the gap (lo, hi) lies within the steps' span (not before the first one began or
+    after the last one ended)."""
+    return lo >= steps[0][0] and hi <= steps[-1][1]
+
+
+class _HostOps:
+    """The trace's host ops by thread, in start order, and the phases' spans (any thread), to
+    find what was around a launch: a launch's innermost op is the latest-starting op of its
+    thread still running at the launch (ops on one thread nest)."""
+
+    def __init__(self, complete: list[dict]):
+        self.phases = [
+            (e["ts"], e["ts"] + e["dur"], e["name"])
+            for e in complete
+            if e.get("name") in PHASES and e.get("cat") in ("user_annotation", "cpu_op")
+        ]
+        by_tid: dict[Any, list[dict]] = {}
+        for e in complete:
+            name = str(e.get("name", ""))
+            if e.get("cat") in _HOST_CATS and name not in PHASES:
+                if not name.startswith("ProfilerStep#"):
+                    by_tid.setdefault(e.get("tid"), []).append(e)
+        self.ops = {tid: sorted(ops, key=lambda e: e["ts"]) for tid, ops in by_tid.items()}
+        self.starts = {tid: [e["ts"] for e in ops] for tid, ops in self.ops.items()}
+
+    def charge(self, kernel: dict, gap_start: float, launches: dict) -> tuple[str, str, str]:
+        """(phase, cause, op) of the gap that ``kernel`` ends."""
+        launch = launches.get(kernel.get("args", {}).get("correlation"))
+        if launch is None:
+            return ("step", "queued", "(no launch recorded)")
+        at = launch["ts"]
+        cause = "host" if at + launch["dur"] > gap_start else "queued"
+        phase = next((name for lo, hi, name in self.phases if lo <= at <= hi), "step")
+        return (phase, cause, self._innermost(launch.get("tid"), at) or str(launch["name"]))
+
+    def _innermost(self, tid: Any, at: float, reach: int = 2000) -> str | None:
+        ops, starts = self.ops.get(tid, []), self.starts.get(tid, [])
+        i = bisect.bisect_right(starts, at) - 1
+        for e in ops[max(i - reach, -1) + 1 : i + 1][::-1]:
+            if e["ts"] + e["dur"] >= at:
+                return str(e["name"])
+        return None
+
+
+def gaps_table(rows: list[dict]) -> str:
+    """Markdown of ``idle_gaps`` rows."""
+    lines = [
+        "| phase | waited for | host op around the launch | idle ms/step | gaps/step | largest ms |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        op = r["op"].replace("|", "/")
+        lines.append(
+            f"| {r['phase']} | {r['cause']} | {op} | {r['ms_per_step']:.2f} | "
+            f"{r['gaps_per_step']:.1f} | {r['largest_ms']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def read_trace(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt") as fh:
@@ -170,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kernels", type=int, default=0, help="also list each trace's N kernels with most GPU time"
     )
+    parser.add_argument(
+        "--gaps", type=int, default=0, help="also charge each trace's idle GPU time: N rows"
+    )
     args = parser.parse_args(argv)
-    rows, kernels = {}, {}
+    rows, kernels, gaps = {}, {}, {}
     for path in args.traces:
         label = path.parent.name if path.name.startswith("profile-rank") else path.name
         try:
@@ -179,14 +305,19 @@ def main(argv: list[str] | None = None) -> int:
             rows[label.split(".")[0]] = summarise(events)
             if args.kernels:
                 kernels[label.split(".")[0]] = top_kernels(events, args.kernels)
+            if args.gaps:
+                gaps[label.split(".")[0]] = idle_gaps(events, args.gaps)
         except (OSError, ValueError, KeyError) as exc:
             print(f"step_profile: error: {path}: {exc}", file=sys.stderr)
             return 2
     print(table(rows))
     for label, top in kernels.items():
         print(f"\n{label}: the {len(top)} kernels with the most GPU time\n{kernel_table(top)}")
+    for label, top in gaps.items():
+        print(f"\n{label}: what the GPU waited for when idle\n{gaps_table(top)}")
     if args.json:
-        out = {"summaries": rows, "kernels": kernels} if kernels else rows
+        extra = {k: v for k, v in (("kernels", kernels), ("gaps", gaps)) if v}
+        out = {"summaries": rows, **extra} if extra else rows
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from benchmarks.step_profile import read_trace, summarise, top_kernels
+from benchmarks.step_profile import idle_gaps, read_trace, summarise, top_kernels
 
 
 def _x(cat, name, ts, dur, **args):
@@ -67,6 +67,61 @@ def test_the_cli_lists_each_traces_top_kernels(tmp_path, capsys):
     assert "| sm90_gemm_backward | 1 | 0.30 | 0.462 |" in out
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["kernels"]["run_a"][0]["kernel"] == "sm90_gemm_backward"
+
+
+def test_idle_gaps_are_charged_to_the_host_op_that_launched_late_or_to_the_queue():
+    # One step: an eager layer norm launches its kernel 400 us after the previous kernel ended
+    # (the GPU waited for the host); a kernel launched early starts 300 us after the one before
+    # it ended (it waited in the queue); a third follows its predecessor with no gap.
+    def on(tid, e):
+        return {**e, "tid": tid}
+
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 2000),
+        on(1, _x("user_annotation", "forward", 10, 1500)),
+        on(1, _x("cpu_op", "aten::mm", 20, 20)),
+        on(1, _x("cuda_runtime", "cudaLaunchKernel", 25, 5, correlation=1)),
+        on(1, _x("cpu_op", "aten::layer_norm", 500, 40)),
+        on(1, _x("cpu_op", "aten::native_layer_norm", 505, 30)),
+        on(1, _x("cuda_runtime", "cudaLaunchKernel", 510, 5, correlation=2)),
+        on(1, _x("cpu_op", "aten::mm", 540, 20)),
+        on(1, _x("cuda_runtime", "cudaLaunchKernel", 545, 5, correlation=3)),
+        on(1, _x("cuda_runtime", "cudaLaunchKernel", 560, 5, correlation=4)),
+        _x("kernel", "gemm_a", 30, 100, correlation=1),  # busy until 130
+        _x("kernel", "layer_norm_kernel", 530, 50, correlation=2),  # 400 us idle before
+        _x("kernel", "gemm_b", 880, 100, correlation=3),  # launched at 545: queued 300 us
+        _x("kernel", "gemm_c", 980, 10, correlation=4),  # no gap
+    ]
+    rows = idle_gaps(events)
+    assert [(r["phase"], r["cause"], r["op"]) for r in rows] == [
+        ("forward", "host", "aten::native_layer_norm"),  # the innermost op around the launch
+        ("forward", "queued", "aten::mm"),
+    ]
+    assert rows[0]["ms_per_step"] == pytest.approx(0.4)
+    assert rows[1]["ms_per_step"] == pytest.approx(0.3) and rows[1]["gaps_per_step"] == 1
+
+
+def test_the_cli_charges_idle_gaps(tmp_path, capsys):
+    from benchmarks.step_profile import main
+
+    path = tmp_path / "run_b" / "profile-rank0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"traceEvents": _trace()}))
+    assert main([str(path), "--gaps", "5", "--json", str(tmp_path / "s.json")]) == 0
+    assert "run_b: what the GPU waited for when idle" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "s.json").read_text())
+    # Each step: the backward's kernel launched 80 us after the forward's ended, the optimizer's
+    # 260 us after the all-reduce; step 2's forward kernel 160 us after step 1's last kernel.
+    assert {(r["phase"], r["cause"]) for r in saved["gaps"]["run_b"]} == {
+        ("forward", "host"),
+        ("backward", "host"),
+        ("optimizer", "host"),
+    }
+    # The step's idle time less its edges: the 30 us before the trace's first kernel and the
+    # 130 us after its last, which no kernel ends (0.4 - 0.16 / 2 ms per step).
+    total = sum(r["ms_per_step"] for r in saved["gaps"]["run_b"])
+    assert summarise(_trace())["gpu_idle"] == pytest.approx(0.4)
+    assert total == pytest.approx(0.32)
 
 
 def test_a_trace_without_steps_is_refused_with_the_fix():
