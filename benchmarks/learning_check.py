@@ -11,8 +11,10 @@ Variants (``--variants``, comma-separated names): ``base`` (transformers' dropou
 convolution), ``dropout0`` (every dropout 0), ``dropout0_matmul`` (and ``pos_conv: matmul``),
 ``matmul`` (``pos_conv: matmul`` alone: the same math, so its figures equal base's up to float
 rounding), ``extractor_matmul`` (``extractor_layout: matmul`` alone: the same math too),
-``dropout0_both_matmul`` (dropout 0 and both GEMM convolutions: the new best's math). Runs go
-two at a time (one process and one thread each).
+``dropout0_both_matmul`` (dropout 0 and both GEMM convolutions: the new best's math),
+``dropout0_both_matmul_mb2x`` (the same at twice the micro-batch, as mb 256 -> 512: twice the
+contrastive loss's negatives; it runs half the steps, and half the learning rate's warm-up, so
+that it sees the same audio seconds). Runs go two at a time (one process and one thread each).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ VARIANTS = {
     "dropout0_matmul": {"dropout": 0.0, "pos_conv": "matmul"},
     "extractor_matmul": {"extractor_layout": "matmul"},
     "dropout0_both_matmul": {"dropout": 0.0, "pos_conv": "matmul", "extractor_layout": "matmul"},
+    "dropout0_both_matmul_mb2x": {
+        "dropout": 0.0,
+        "pos_conv": "matmul",
+        "extractor_layout": "matmul",
+        "micro_batch": 2 * 32,
+    },
 }
+MICRO_BATCH = 32
 
 
 def corpus(root: Path) -> Path:
@@ -48,27 +57,30 @@ def corpus(root: Path) -> Path:
 
 def config(manifest: Path, steps: int, seed: int, keys: dict) -> dict:
     """The learning test's run (tests/test_learning.py uses it): 32 utterances a step, cosine
-    lr, 2 of the 16 speakers (160 utterances) held out."""
-    return dict(
+    lr, 2 of the 16 speakers (160 utterances) held out. A variant of another micro_batch
+    runs ``steps x 32 / micro_batch`` steps (its warm-up likewise): the same audio seconds."""
+    scale = MICRO_BATCH / keys.get("micro_batch", MICRO_BATCH)
+    steps = round(steps * scale)
+    cfg = dict(
         model_size="tiny",
         proj_dim=64,
         use_gpu=False,
         train_workers=1,
         dataset="manifest",
         manifest_path=str(manifest),
-        micro_batch=32,
+        micro_batch=MICRO_BATCH,
         lr=3e-3,
         lr_schedule="cosine",
-        warmup_steps=10,
+        warmup_steps=max(1, round(10 * scale)),
         max_steps=steps,
-        log_every=10,
+        log_every=min(10, steps),
         val_every=steps,
         val_speakers=2,
         telemetry=False,
         stall_timeout_s=0,
         seed=seed,
-        **keys,
     )
+    return {**cfg, **keys}
 
 
 def _free_port() -> int:
@@ -171,7 +183,7 @@ def summary(results: dict, variants: list[str], seeds: list[int]) -> list[dict]:
 def table(rows: list[dict], seeds: list[int], steps: int) -> str:
     lines = [
         f"Learnable corpus, tiny model, {steps} steps of 32 utterances (the same audio seconds "
-        f"for every variant), seeds {','.join(map(str, seeds))}; mean +- sd over the seeds; "
+        f"for every variant: one of micro-batch m runs {steps} x 32 / m steps), seeds {','.join(map(str, seeds))}; mean +- sd over the seeds; "
         f"diff: the paired difference to {rows[0]['variant']} (mean +- sd of the seeds' "
         "differences); chance R@1 "
         f"{rows[0]['chance_r1']:.4f}",
