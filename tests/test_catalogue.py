@@ -163,7 +163,15 @@ def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
         f"history: skipping {groups[1]}: known to fail on this host: out of memory" in warm.stdout
     )
     assert "history: race priors for 1 of 4 group(s)" in warm.stdout
+    assert "catalogue runs stand in for its repeats" in warm.stdout  # --history confirm
     assert "history:" not in cold.stdout
+    order = subprocess.run([sys.executable, "-m", "platform.tune", *args, "--history", "order"],
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert order.returncode == 0 and "(not counted as this sweep's measurements)" in order.stdout
+    both = subprocess.run([sys.executable, "-m", "platform.tune", *args, "--no-history",
+                           "--history", "confirm"], capture_output=True, text=True, env=env,
+                          timeout=120)  # fmt: skip
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "disagree" in both.stderr
 
     def first_listed(text):  # the plan's first run, in the order the runs go
         return next(line.split()[1] for line in text.splitlines() if line.strip().startswith("1 "))
@@ -266,8 +274,15 @@ def test_race_priors_are_this_hosts_runs_of_the_same_config_after_the_warm_up():
     assert priors.groups[g[0]].windows == steady(100) + steady(101)
     assert priors.noise[1] == 2  # two groups with two runs
     assert priors.clearly_slower(g[1], g[0]) and not priors.clearly_slower(g[2], g[0])
-    (line,) = prior_line(priors, [r.group for r in runs], plan)
+    (line,) = prior_line(priors, [r.group for r in runs], plan, "order")
     assert f"leader there: {g[0]}" in line and f"{g[1]} (0.80x)" in line and g[2] + " (" not in line
+    (line,) = prior_line(priors, [r.group for r in runs], plan)  # --history confirm
+    assert "3 of 4 group(s)" in line and "(5 run(s), sweep(s) old)" in line
+    assert "catalogue runs stand in for its repeats" in line
+    # Each run as the ranking would pool it: its tail figures and its tail windows.
+    first = priors.groups[g[0]].runs[0]
+    assert (first.sweep, first.run, first.samples_per_s, first.status) == ("old", "a1", 100.0, "ok")
+    assert len(first.tail) == len(warmup + steady(100))  # tail_windows: the whole row here
 
 
 def test_a_sweeps_rows_keep_each_runs_windows_and_its_groups_rank(tmp_path):
