@@ -97,6 +97,8 @@ GROUP_COLUMNS = [
     "unstable_group",
     "runs_stopped",
     "partial_samples_per_sec",
+    "runs_catalogue",
+    "catalogue_sweeps",
 ]
 
 
@@ -211,10 +213,13 @@ def t_quantile(q: float, dof: int) -> float:
 
 
 def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """One row per group (in order of first appearance), over its ok runs."""
+    """One row per group (in order of first appearance), over its ok runs. A pooled ranking's
+    runs (platform/analysis/pooled.py) carry a ``source``: ``runs_catalogue`` counts the ok
+    runs from the catalogue, ``catalogue_sweeps`` names their sweeps (0 and empty otherwise)."""
     rows = []
     for group, runs in per_run.groupby("group", sort=False):
         ok = runs[(runs["status"] == "ok") & runs["tail_samples_per_sec_mean"].notna()]
+        there = ok[ok["source"] == "catalogue"] if "source" in ok else ok.iloc[:0]
         sps = ok["tail_samples_per_sec_mean"].astype(float).tolist()
         it = ok["tail_mean_iter_p50_ms"].astype(float)
         n = len(sps)
@@ -245,6 +250,8 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
                 "unstable_group": bool(n and ratio > 0.5),
                 "runs_stopped": int((runs["status"] == "stopped_early").sum()),
                 "partial_samples_per_sec": float(stopped.mean()) if len(stopped) else math.nan,
+                "runs_catalogue": len(there),
+                "catalogue_sweeps": ";".join(dict.fromkeys(there["sweep"])) if len(there) else "",
             }
         )
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)
