@@ -10,8 +10,10 @@ Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md)
   p90 / p50, the p50 floored at ``P50_FLOOR_MS`` (a prefetched batch waits ~0 ms);
 - a run is jittery (``unstable_run_flag``; the CSV columns keep the seeds' names) when its
   ``iter_p90_over_p50`` exceeds ``unstable_ratio``;
-- a group's figures use its ok runs; with 3 or more, ``tail_samples_per_sec_robust`` drops the
-  fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
+- a group's figures use its ok runs (in a warm race's pooled ranking, a confirmed group's runs
+  here and its catalogue runs: platform/analysis/pooled.py); with 3 or more,
+  ``tail_samples_per_sec_robust`` drops the fastest and the slowest; the 95 % interval is
+  Student's t over the ok runs' means;
 - a group is jittery (``unstable_group``) when more than half of its ok runs are: the
   ranking's flag, not the Phase B acceptance check (platform/analysis/verdicts/stability.py, which
   judges the median, max and CV over repeats against its own limits);
