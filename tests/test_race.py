@@ -771,6 +771,29 @@ def test_a_group_unstable_over_its_pooled_runs_leaves_as_unstable(tmp_path):
     assert race.schedule.stops[a1]["reason"].startswith("unstable:")
 
 
+def test_a_resumed_warm_race_keeps_its_priors_and_what_they_decided(tmp_path):
+    """--resume rebuilds the priors and the mode from schedule.json (Priors.of_schedule), not
+    from the catalogue as it is now: A, confirmed before the interrupt, stays settled and its
+    repeat is not handed out; B's prior, held, is judged as before."""
+    from platform.analysis.history import Priors
+
+    race = warm_race(tmp_path, "confirm", A=100, B=80)
+    a1, b1, _, a2, *_ = race.names
+    feed(race, a1, [10, 10, 100, 100])
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
+    schedule.load()
+    priors = Priors.of_schedule(schedule.state)
+    assert priors.groups == race.priors.groups and priors.noise == race.priors.noise
+    again = Race(runs, space, schedule, lambda _: None, priors,
+                 schedule.state["history"]["mode"])  # fmt: skip
+    a, b = race.runs[a1].group, race.runs[b1].group
+    assert again.settled == {a} and not again.runnable(a2)
+    assert again.prior_state[b]["state"] == "held"
+    assert feed(again, b1, [8, 8, 80, 80])[-1] and b in again.settled
+
+
 def test_without_history_the_race_is_cold(tmp_path):
     """--no-history hands the race no priors: mode off, nothing of the catalogue in the
     schedule, every run runnable until the bounds decide; its ranking is its own."""
