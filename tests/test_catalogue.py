@@ -4,6 +4,7 @@ memory point is skipped with its reason, comparisons carry a noise band, the CLI
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import subprocess
 import sys
@@ -225,6 +226,23 @@ def test_compares_band_tells_a_clearly_different_pair_from_an_equal_one():
     assert compare(a, equal).iloc[0]["within_noise"]
     failed = pd.DataFrame([row("b", "r0", "g", "k", 0.0, status="failed", reason="boom")])
     assert compare(a, failed).empty  # no ok run on one side: nothing to compare
+
+
+def test_compare_and_the_list_count_a_warm_races_runs_stopped_once_confirmed():
+    """A warm race's runs stop once they confirm their prior (stopped_early, as far as they
+    ran): compare holds them as that side's runs, and the list gives the sweep's best group its
+    figure from them; a skipped run counts nowhere."""
+    cold = pd.DataFrame([row("cold", f"r{i}", "g", "k", v, windows=steady(v))
+                         for i, v in enumerate([100, 102])])  # fmt: skip
+    warm = pd.DataFrame([
+        row("warm", "r1", "g", "k", 101.0, status="stopped_early", windows=steady(101, 3), rank=1),
+        row("warm", "r2", "g", "k", math.nan, status="skipped"),
+    ])  # fmt: skip
+    (shared,) = compare(cold, warm).to_dict("records")
+    assert (shared["a_runs"], shared["b_runs"], shared["b_windows"]) == (2, 1, 3)
+    assert shared["within_noise"] and shared["ratio"] == pytest.approx(101 / 101)
+    listed = sweeps(warm).iloc[0]
+    assert (listed["best"], listed["samples_per_s"], listed["ok"]) == ("g", 101.0, 0)
 
 
 def test_the_run_to_run_term_counts_when_pooled_over_enough_configurations():

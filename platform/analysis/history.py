@@ -232,7 +232,7 @@ class PriorRun:
         return statistics.fmean(self.windows)
 
     def record(self) -> dict[str, Any]:
-        """As the sweep's schedule.json keeps it (``Priors.record``)."""
+        """As the sweep's schedule.json keeps it (its ``priors``' ``catalogue_runs``)."""
         return {"sweep": self.sweep, "run": self.run, "status": self.status,
                 "samples_per_s": _plain(self.samples_per_s), "iter_p50_ms": _plain(self.iter_p50_ms),
                 "iter_ratio": _plain(self.iter_ratio), "tail": list(self.tail),

@@ -63,8 +63,8 @@ reference for the groups still racing, its bounds over those pooled runs. The sw
 pools the same runs and says so (platform/analysis/pooled.py). Outside the band, the prior is
 dropped for good and the group runs as cold, every repeat: a host that changed since (clocks, a
 noisy neighbour, a different corpus under the same configuration) is caught per group. A
-settled group is never stopped as slower; its pooled figures rank it. The DeepSpeed autotuner
-and Ray Tune rerun every point; a warm race reruns every point too, but only as long as it
+settled group is never stopped as slower; its pooled figures rank it. Every point still runs
+here, as in a cold race (no point is ranked on the catalogue alone), but only as long as it
 takes to tell that the host still measures what it measured before.
 
 ``order``. The priors decide what stops early and nothing else: the bounds, the Phase B checks,
@@ -564,6 +564,8 @@ class Race:
         record.update(state="confirmed", here=ratio, line=f"confirmed: {why}; {stop}; {stands}")
         self._check_unstable(group)
         if group in self.eliminated:  # its run was stopped as unstable
+            record["line"] += "; then left the race as unstable over those runs"
+            self.schedule.save()
             return
         for run in going:
             last = self.windows.get(run) or [{}]
@@ -579,10 +581,10 @@ class Race:
 
     def _stop_on_priors(self) -> None:
         """``--history order``: each held prior of a group the catalogue measured clearly
-        slower than the prior leader, once both have ``confirm_windows`` clean windows here: the group's first ones'
-        median over the leader's clean windows' median is its ratio here. No higher than the
-        catalogue's band of their ratio allows, it agrees and the group is stopped; higher, its
-        prior is dropped and it races cold."""
+        slower than the prior leader, once both have ``confirm_windows`` clean windows here:
+        the group's first ones' median over the leader's clean windows' median is its ratio
+        here. No higher than the catalogue's band of their ratio allows, it agrees and the
+        group is stopped; higher, its prior is dropped and it races cold."""
         leader = self._prior_leader()
         k = self.plan.confirm_windows
         lead = [w["samples_per_s"] for w in self._clean(leader)] if leader else []
