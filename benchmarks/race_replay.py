@@ -1,10 +1,11 @@
 """Two recorded races replayed through the race's own logic: cold (no catalogue) and warm
 (seeded from the first race as the catalogue would hold it), with the steps each runs, its
-modelled wall time and the ratio, and each one's winner. A replay of recorded windows, not a
-measurement.
+modelled wall time and the ratio, and each one's winner and P(fastest). A replay of recorded
+windows, not a measurement.
 
     python -m benchmarks.race_replay [--results benchmarks/results/warm_race_2xh200]
-        [--space 4090_mainline] [--set KEY=VALUE ...] [--out PATH]
+        [--space 4090_mainline] [--set KEY=VALUE ...] [--history confirm|order]
+        [--warm-set KEY=VALUE ...] [--warm-scale X] [--out PATH]
 
 What it reads: the two races' consoles (``race1.log``, ``race2.log``: each window's step, iter
 p50 and samples/s, each run's start-up in the ``runs:`` block) and the epoch at each window's
@@ -16,11 +17,20 @@ How: the space expanded as the races ran it (``--set``s as they were), a ``Race`
 ``Schedule`` in a temporary folder and a ``PlannedSearcher`` handing the runs out one at a time
 (max_concurrent_trials 1). Each run handed out gets its recorded windows until the race stops it
 (the last one handed again with ``done``, as Tune does), then ends; a run of a group out of the
-race is skipped. Cold: race 1's windows, the space's order, no catalogue. Warm: race 2's
-windows, the order and the priors that ``warm_start`` and ``race_priors``
-(platform/analysis/history.py) take from catalogue rows made of race 1's runs (all 8 ran ok).
-The winner is the sweep's ranking (platform.analysis.analyze.ranked_groups) over the runs the
-replay ran, their tails from the windows fed.
+race, or settled on its confirmed prior, is skipped. Cold: race 1's windows, the space's order,
+no catalogue. Warm: race 2's windows, the order and the priors that ``warm_start`` and
+``race_priors`` (platform/analysis/history.py) take from catalogue rows made of race 1's runs
+(all 8 ran ok), in the history mode ``--history`` (default ``confirm``, the platform's default).
+The winner is the sweep's ranking (platform.analysis.analyze.ranked_groups: pooled with the
+catalogue runs for the groups a ``confirm`` race settled, platform/analysis/pooled.py) over the
+runs the replay ran, their tails from the windows fed; P(fastest) is the ranking's bootstrap
+(platform/analysis/confidence.py) over the same runs' tail windows.
+
+What-ifs: ``--history order`` (the priors only stop groups measured clearly slower; every
+repeat of the others runs), ``--set scheduler.confirm_windows=N``, ``--warm-set KEY=VALUE``
+(the warm race's space only) and ``--warm-scale X`` (race 2's samples/s x X and its iter p50 /
+X: a host that changed since the catalogue's race; the priors are dropped and the race runs as
+cold).
 
 Modelled wall: per run run, its start-up (recorded) + each window fed x its steps x its iter
 p50. The sweep's own start and end (the command wall less its runs: about 10-20 s here) are left
@@ -39,11 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from ray.tune.search import Searcher
 
 from platform.analysis.analyze import ranked_groups
-from platform.analysis.history import race_priors, warm_start
+from platform.analysis.confidence import confidence
+from platform.analysis.history import HISTORY_MODES, prior_line, race_priors, warm_start
+from platform.analysis.pooled import pool
 from platform.control.race import Race, Schedule
 from platform.control.searchers import PlannedSearcher
 from platform.spaces.expand import RunSpec, expand_runs
@@ -118,14 +131,16 @@ class Replayed:
     full_steps: int
     winner: str
     state: dict[str, Any]
+    ranking: pd.DataFrame  # the sweep's ranking (pooled where it pools), with p_fastest
 
 
-def replay(name: str, runs: list[RunSpec], space, recorded: Recorded, priors=None) -> Replayed:
+def replay(name: str, runs: list[RunSpec], space, recorded: Recorded, priors=None,
+           history: str = "confirm") -> Replayed:  # fmt: skip
     """``runs`` handed out one at a time through the race, each fed ``recorded``'s windows."""
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         schedule = Schedule(OutputRoot(Path(tmp)), space, runs)
-        race = Race(runs, space, schedule, echo=lines.append, priors=priors)
+        race = Race(runs, space, schedule, echo=lines.append, priors=priors, history=history)
         searcher = PlannedSearcher(runs, lambda r: {"run": r.name}, {}, race)
         handed, fed, stopped = [], {}, {}
         for i in itertools.count():
@@ -149,9 +164,12 @@ def replay(name: str, runs: list[RunSpec], space, recorded: Recorded, priors=Non
         state = schedule.state
     wall = sum(_run_wall(recorded, run, fed[run]) for run in handed)
     steps = sum(results[-1]["step"] for results in fed.values() if results)
+    ranking = _ranking(runs, fed, stopped, state)
+    measured = ranking[ranking["runs_ok"] > 0]
+    winner = str(measured.iloc[0]["group"]) if len(measured) else ""
     return Replayed(name, handed, fed, stopped, [r.name for r in runs if r.name not in fed],
-                    lines, wall, steps, sum(r.config.max_steps for r in runs),
-                    _winner(runs, fed, stopped, state), state)  # fmt: skip
+                    lines, wall, steps, sum(r.config.max_steps for r in runs), winner, state,
+                    ranking)  # fmt: skip
 
 
 def _run_wall(recorded: Recorded, run: str, results: list[dict[str, Any]]) -> float:
@@ -163,15 +181,17 @@ def _run_wall(recorded: Recorded, run: str, results: list[dict[str, Any]]) -> fl
     return wall
 
 
-def _winner(runs, fed, stopped, state) -> str:
-    """The sweep's ranking's first group with an ok run, over the runs the replay ran (their
-    tails: the last tail_timing_points windows fed after the first)."""
-    rows = []
+def _ranking(runs, fed, stopped, state) -> pd.DataFrame:
+    """The sweep's ranking over the runs the replay ran (their tails: the last
+    tail_timing_points windows fed after the first), pooled as the analysis pools it, with each
+    measured group's P(fastest) over the same tails (and the catalogue runs' where pooled)."""
+    rows, tails = [], {}
     for spec in runs:
         results = fed.get(spec.name)
         if not results:
             continue
         tail = results[tail_start(len(results), spec.config.tail_timing_points) :]
+        tails[spec.name] = np.array([r["samples_per_s"] for r in tail])
         rows.append({
             "run": spec.name, "group": spec.group,
             "status": "stopped_early" if spec.name in stopped else "ok",
@@ -179,9 +199,19 @@ def _winner(runs, fed, stopped, state) -> str:
             "tail_mean_iter_p50_ms": statistics.fmean(r["iter_ms_p50"] for r in tail),
             "iter_p90_over_p50": P90_OVER_P50, "unstable_run_flag": False,
         })  # fmt: skip
-    ranked = ranked_groups(pd.DataFrame(rows), state)
-    ok = ranked[ranked["runs_ok"] > 0]
-    return str(ok.iloc[0]["group"]) if len(ok) else ""
+    per_run = pd.DataFrame(rows)
+    ranked = ranked_groups(per_run, state)
+    pooling = pool(per_run, state)
+    counted = set(pooling.counted) if pooling else set()
+    groups = {}
+    for group in ranked.loc[ranked["runs_ok"] > 0, "group"]:
+        mine = [tails[r["run"]] for r in rows if r["group"] == group
+                and (r["status"] == "ok" or r["run"] in counted)]  # fmt: skip
+        groups[group] = mine + (list(pooling.windows.get(group, [])) if pooling else [])
+    if groups:
+        table = confidence(groups, next(iter(groups))).set_index("group")
+        ranked["p_fastest"] = ranked["group"].map(table["p_best"])
+    return ranked
 
 
 def catalogue_rows(runs: list[RunSpec], recorded: Recorded) -> pd.DataFrame:
@@ -194,6 +224,7 @@ def catalogue_rows(runs: list[RunSpec], recorded: Recorded) -> pd.DataFrame:
             "sweep": "race1", "host": HOST, "run": spec.name, "group": spec.group,
             "status": "ok", "failure_reason": "", "cost_key": cost_key(spec.config),
             "tail_samples_per_sec_mean": statistics.fmean(w[2] for w in tail),
+            "tail_mean_iter_p50_ms": statistics.fmean(w[1] for w in tail),
             "iter_p90_over_p50": P90_OVER_P50, "tail_windows": len(tail),
             "window_samples_per_s": [w[2] for w in ran], "ts": float(i),
         })  # fmt: skip
@@ -210,6 +241,20 @@ def describe(r: Replayed) -> list[str]:
     out += [f"   {run}: skipped" for run in r.skipped]
     for group, prior in (r.state.get("priors") or {}).items():
         out.append(f"   prior {group}: {prior['line']}")
+    out.append("   ranking (pooled: a settled group's runs here and from the catalogue):"
+               if "history" in r.state and r.ranking["runs_catalogue"].gt(0).any()
+               else "   ranking (this sweep's runs):")  # fmt: skip
+    for g in r.ranking.to_dict("records"):
+        there = int(g["runs_catalogue"])
+        runs = f"{int(g['runs_ok']) - there} here + {there} catalogue" if there else (
+            f"{int(g['runs_ok'])} here")  # fmt: skip
+        mean = f"{g['tail_samples_per_sec_mean']:.1f}" if g["runs_ok"] else "-"
+        robust = f"{g['tail_samples_per_sec_robust']:.1f}" if g["runs_ok"] else "-"
+        p_best = g.get("p_fastest")
+        p_best = f"{p_best:.2f}" if isinstance(p_best, float) and p_best == p_best else "-"
+        out.append(f"     {g['rank']}  {g['group']:<24} ok runs {runs:<20} mean {mean:>7}  "
+                   f"robust {robust:>7}  P(fastest) {p_best}"
+                   + (f"  (left the race: {g['left_race']})" if g["left_race"] else ""))  # fmt: skip
     out.append(f"   steps run {r.steps} of the full grid's {r.full_steps}; modelled wall "
                f"{r.wall_s:.1f} s; winner {r.winner}")  # fmt: skip
     return out
@@ -223,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="after the races' own --sets (e.g. scheduler.confirm_windows=1)")  # fmt: skip
     p.add_argument("--warm-set", action="append", default=[], metavar="KEY=VALUE",
                    help="the warm race's only (a what-if, e.g. repeats=1)")  # fmt: skip
+    p.add_argument("--history", choices=HISTORY_MODES[:2], default=HISTORY_MODES[0],
+                   help="the warm race's history mode (platform.tune --history)")  # fmt: skip
+    p.add_argument("--warm-scale", type=float, default=1.0, metavar="X",
+                   help="race 2's samples/s x X, its iter p50 / X: a host that changed")  # fmt: skip
     p.add_argument("--out", type=Path, help="also write the lines here")
     args = p.parse_args(argv)
     space = load_space(args.space).with_overrides([*SETS, *args.set])
@@ -233,15 +282,19 @@ def main(argv: list[str] | None = None) -> int:
         recorded.epochs = read_epochs(args.results / "race_replay.txt", f"race{n}")
         races.append(recorded)
     first, second = races
+    if args.warm_scale != 1.0:
+        second = scaled(second, args.warm_scale)
     cold = replay("cold: race 1's windows, no catalogue", runs, space, first)
     rows = catalogue_rows(runs, first)
     warm_space = space.with_overrides(args.warm_set)
     warm_runs = expand_runs(warm_space)
     ordered, _, history = warm_start(warm_runs, rows, HOST)
     priors = race_priors(ordered, rows, HOST, warm_space.scheduler)
-    what = f" (what-if: --set {' '.join(args.warm_set)})" if args.warm_set else ""
-    warm = replay(f"warm: race 2's windows, seeded from race 1{what}", ordered, warm_space,
-                  second, priors)  # fmt: skip
+    whatifs = [f"--set {' '.join(args.warm_set)}"] if args.warm_set else []
+    whatifs += [f"samples/s x {args.warm_scale:g}"] if args.warm_scale != 1.0 else []
+    what = f" (what-if: {'; '.join(whatifs)})" if whatifs else ""
+    warm = replay(f"warm (--history {args.history}): race 2's windows, seeded from race 1{what}",
+                  ordered, warm_space, second, priors, args.history)  # fmt: skip
     full = sum(_run_wall(first, run, [
         {"step": s, "iter_ms_p50": p50} for s, p50, _ in first.windows[run]
     ]) for run in first.windows)  # fmt: skip
@@ -253,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         f"windows from {args.results.relative_to(ROOT) if args.results.is_relative_to(ROOT) else args.results}",
         f"scheduler: {space.scheduler}",
         *history,
+        *prior_line(priors, [r.group for r in ordered], warm_space.scheduler, args.history),
         "",
         *describe(cold),
         "",
@@ -265,12 +319,23 @@ def main(argv: list[str] | None = None) -> int:
         f"same winner: {'yes' if warm.winner == cold.winner else 'no'} "
         f"(cold {cold.winner}, warm {warm.winner})",
     ]
-    lines += floor_lines(warm, second, warm_runs)
+    if args.warm_scale != 1.0:
+        lines.append(f"(the warm race's host runs at {args.warm_scale:g}x the catalogue's: its "
+                     "steps compare with the cold race's, its modelled wall does not)")  # fmt: skip
+    if args.history == "order":
+        lines += floor_lines(warm, second, warm_runs)
     text = "\n".join(lines)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
     return 0
+
+
+def scaled(recorded: Recorded, x: float) -> Recorded:
+    """``recorded`` on a host ``x`` times as fast: samples/s x ``x``, iter p50 / ``x``."""
+    windows = {run: [(step, p50 / x, sps * x) for step, p50, sps in ws]
+               for run, ws in recorded.windows.items()}  # fmt: skip
+    return Recorded(windows, dict(recorded.startup), dict(recorded.epochs))
 
 
 def floor_lines(warm: Replayed, recorded: Recorded, runs: list[RunSpec]) -> list[str]:

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from platform.analysis.history import HISTORY_MODES
 from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, prepare_inputs
@@ -96,10 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=2, help="with --from-ranked: how many groups")
     p.add_argument("--repeats", type=int, help="repeats per group (the same as --set repeats=N)")
     p.add_argument(
+        "--history",
+        choices=HISTORY_MODES,
+        help="what a race or a budget takes from this host's catalogue (same GPUs, driver, "
+        "CUDA, torch, Ray, DeepSpeed, platform): confirm (default) runs the groups measured "
+        "here first, skips points known to fail here, and lets a group's earlier runs stand in "
+        "for its repeats once its first judged windows here fall in their band, the ranking "
+        "pooling them (said per group); order does the same but for the repeats: priors only "
+        "stop groups measured clearly slower, the ranking is this sweep's runs alone; off is "
+        "--no-history",
+    )
+    p.add_argument(
         "--no-history",
         action="store_true",
-        help="a race or a budget without the machine's catalogue: the space's order, no point "
-        "skipped for a failure known on this host, no race prior from what it measured",
+        help="a race or a budget without the machine's catalogue (--history off): the space's "
+        "order, no point skipped for a failure known on this host, no race prior, every repeat "
+        "run",
     )
     p.add_argument(
         "--budget",
@@ -129,10 +142,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _warm_start(runs, space):
+def _history_mode(args: argparse.Namespace) -> str:
+    """--history, with --no-history its ``off`` (both, disagreeing: refused in one line)."""
+    if args.no_history and args.history not in (None, "off"):
+        raise UsageError(f"--no-history and --history {args.history} disagree: give one of them")
+    return "off" if args.no_history else args.history or HISTORY_MODES[0]
+
+
+def _warm_start(runs, space, mode: str):
     """The runs ordered by what this host measured before, those known to fail here
     (platform/analysis/history.py: warm_start), and for a race each group's figures there as
-    its prior (race_priors; None otherwise), from the machine's catalogue."""
+    its prior (race_priors; None otherwise), from the machine's catalogue; ``mode``: the
+    history mode the race uses them in (its line says what it does)."""
     from platform.analysis.history import prior_line, race_priors, warm_start
     from platform.storage.catalogue import fingerprint, host_now, read, store
 
@@ -149,7 +170,7 @@ def _warm_start(runs, space):
     priors = None
     if space.scheduler.name == "race":
         priors = race_priors(resolved, rows, host, space.scheduler)
-        lines += prior_line(priors, [r.group for r in resolved], space.scheduler)
+        lines += prior_line(priors, [r.group for r in resolved], space.scheduler, mode)
     by_name = {r.name: r for r in runs}
     return [by_name[r.name] for r in ordered], skips, lines, priors
 
@@ -251,9 +272,11 @@ def main(argv: list[str] | None = None) -> int:
                 "groups as it goes); use search: grid or random, with scheduler: race or asha"
             )
         skips, history_lines, priors = {}, [], None
+        mode = _history_mode(args)
         warm = space.scheduler.name == "race" or args.budget is not None
-        if warm and not args.no_history and not args.resume:  # a resume keeps its first order
-            runs, skips, history_lines, priors = _warm_start(runs, space)
+        # A resume keeps its first order, and a race the priors its first attempt kept.
+        if warm and mode != "off" and not args.resume:
+            runs, skips, history_lines, priors = _warm_start(runs, space, mode)
         if args.budget is not None:
             _check_budget(args.budget)
         if args.dry_run:  # the plan, then what the real run would refuse, with its line
@@ -292,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=args.budget,
         skips=skips,
         priors=priors,
+        history=mode,
     )
     try:
         return launch(request)
@@ -397,6 +421,8 @@ def report(manifest: list[dict[str, Any]], root: OutputRoot, wall_s: float) -> i
         summary = {"ranking": [], "best_group": None}
     print("\ngroups ranked by tail samples/s (steady groups first):")
     print(format_ranked(summary["ranking"], summary.get("unstable_ratio", UNSTABLE_RATIO)))
+    if summary.get("pooled"):  # a warm race's: said before the winner it chose
+        print(summary["pooled"]["line"])
     if summary["best_group"]:
         best = json.loads(root.best_config.read_text())
         where = root.where(OutputRoot.BEST_CONFIG)

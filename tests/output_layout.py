@@ -30,7 +30,10 @@ the root's ``catalogue.parquet`` (the sweep's rows of the machine's catalogue). 
 duration batches added the config keys ``batching``, ``batch_audio_s`` and ``batch_max_pad`` and
 per_run_metrics.csv's ``tail_audio_s_per_s``; its convolution levers the config keys
 ``pos_conv`` and ``extractor_layout``. Issue 57's GPU check added the manifest's and the
-catalogue's ``compile_in_windows_s`` (seconds compiled inside the timed windows).
+catalogue's ``compile_in_windows_s`` (seconds compiled inside the timed windows). Issue 58's
+pooled ranking (``--history confirm``) added group_summary.csv's and ranked_groups.csv's
+``runs_catalogue`` and ``catalogue_sweeps``, best_config.json's ``runs_catalogue`` and
+summary.json's ``pooled``.
 """
 
 from __future__ import annotations

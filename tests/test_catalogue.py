@@ -4,6 +4,7 @@ memory point is skipped with its reason, comparisons carry a noise band, the CLI
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import subprocess
 import sys
@@ -163,7 +164,15 @@ def test_no_history_restores_the_cold_order_and_skips_nothing(tmp_path):
         f"history: skipping {groups[1]}: known to fail on this host: out of memory" in warm.stdout
     )
     assert "history: race priors for 1 of 4 group(s)" in warm.stdout
+    assert "catalogue runs stand in for its repeats" in warm.stdout  # --history confirm
     assert "history:" not in cold.stdout
+    order = subprocess.run([sys.executable, "-m", "platform.tune", *args, "--history", "order"],
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert order.returncode == 0 and "(not counted as this sweep's measurements)" in order.stdout
+    both = subprocess.run([sys.executable, "-m", "platform.tune", *args, "--no-history",
+                           "--history", "confirm"], capture_output=True, text=True, env=env,
+                          timeout=120)  # fmt: skip
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "disagree" in both.stderr
 
     def first_listed(text):  # the plan's first run, in the order the runs go
         return next(line.split()[1] for line in text.splitlines() if line.strip().startswith("1 "))
@@ -219,6 +228,23 @@ def test_compares_band_tells_a_clearly_different_pair_from_an_equal_one():
     assert compare(a, failed).empty  # no ok run on one side: nothing to compare
 
 
+def test_compare_and_the_list_count_a_warm_races_runs_stopped_once_confirmed():
+    """A warm race's runs stop once they confirm their prior (stopped_early, as far as they
+    ran): compare holds them as that side's runs, and the list gives the sweep's best group its
+    figure from them; a skipped run counts nowhere."""
+    cold = pd.DataFrame([row("cold", f"r{i}", "g", "k", v, windows=steady(v))
+                         for i, v in enumerate([100, 102])])  # fmt: skip
+    warm = pd.DataFrame([
+        row("warm", "r1", "g", "k", 101.0, status="stopped_early", windows=steady(101, 3), rank=1),
+        row("warm", "r2", "g", "k", math.nan, status="skipped"),
+    ])  # fmt: skip
+    (shared,) = compare(cold, warm).to_dict("records")
+    assert (shared["a_runs"], shared["b_runs"], shared["b_windows"]) == (2, 1, 3)
+    assert shared["within_noise"] and shared["ratio"] == pytest.approx(101 / 101)
+    listed = sweeps(warm).iloc[0]
+    assert (listed["best"], listed["samples_per_s"], listed["ok"]) == ("g", 101.0, 0)
+
+
 def test_the_run_to_run_term_counts_when_pooled_over_enough_configurations():
     """3 % apart on one run a side each, windows tight: outside the windows' band, inside once
     the run-to-run spread (2 %) is pooled over 8 degrees of freedom; 2 are not enough."""
@@ -266,8 +292,15 @@ def test_race_priors_are_this_hosts_runs_of_the_same_config_after_the_warm_up():
     assert priors.groups[g[0]].windows == steady(100) + steady(101)
     assert priors.noise[1] == 2  # two groups with two runs
     assert priors.clearly_slower(g[1], g[0]) and not priors.clearly_slower(g[2], g[0])
-    (line,) = prior_line(priors, [r.group for r in runs], plan)
+    (line,) = prior_line(priors, [r.group for r in runs], plan, "order")
     assert f"leader there: {g[0]}" in line and f"{g[1]} (0.80x)" in line and g[2] + " (" not in line
+    (line,) = prior_line(priors, [r.group for r in runs], plan)  # --history confirm
+    assert "3 of 4 group(s)" in line and "(5 run(s), sweep(s) old)" in line
+    assert "catalogue runs stand in for its repeats" in line
+    # Each run as the ranking would pool it: its tail figures and its tail windows.
+    first = priors.groups[g[0]].runs[0]
+    assert (first.sweep, first.run, first.samples_per_s, first.status) == ("old", "a1", 100.0, "ok")
+    assert len(first.tail) == len(warmup + steady(100))  # tail_windows: the whole row here
 
 
 def test_a_sweeps_rows_keep_each_runs_windows_and_its_groups_rank(tmp_path):

@@ -599,24 +599,31 @@ def test_a_run_too_short_to_judge_is_said_before_it_starts(tmp_path):
     assert len(lines) == 3 and all("at most 16 to come, under min_windows 17" in x for x in lines)
 
 
-def priors_of(**means):
-    """Priors for the race fixture's groups A, B, C: two earlier runs each, windows +-1."""
-    from platform.analysis.history import Prior, Priors, run_noise
+def priors_of(spread=(0.0, 0.0), **means):
+    """Priors for the race fixture's groups A, B, C: two earlier runs each (sweep ``old``),
+    windows +-1 about the mean, the runs ``spread`` apart (relative to it), iter p50 10 ms."""
+    from platform.analysis.history import Prior, PriorRun, Priors, run_noise
 
     groups = {}
     for group, mean in means.items():
-        runs = tuple(tuple(mean + d for d in (-1, 1, 0, -1, 1, 0)) for _ in range(2))
-        groups[group] = Prior(group, runs, ("old",))
+        runs = []
+        for i, d in enumerate(spread):
+            windows = tuple(mean * (1 + d) + w for w in (-1, 1, 0, -1, 1, 0))
+            runs.append(PriorRun("old", f"{group}_old_r{i + 1}", windows, windows[1:],
+                                 sum(windows[1:]) / 5, 10.0, 1.1))  # fmt: skip
+        groups[group] = Prior(group, tuple(runs), ("old",))
     return Priors(groups, run_noise([p.run_means for p in groups.values()]))
 
 
-def warm_race(tmp_path, **means):
+def warm_race(tmp_path, history="order", spread=(0.0, 0.0), **means):
+    """The race fixture warm-started from ``priors_of``; ``history``: the mode."""
     space = space_from(tmp_path)
     runs = expand_runs(space)
     names = list(dict.fromkeys(r.group for r in runs))
-    priors = priors_of(**{names["ABC".index(k)]: v for k, v in means.items()})
+    priors = priors_of(spread, **{names["ABC".index(k)]: v for k, v in means.items()})
     lines = []
-    race = Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), lines.append, priors)
+    race = Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), lines.append, priors,
+                history)  # fmt: skip
     race.lines, race.names = lines, [r.name for r in runs]
     return race
 
@@ -678,6 +685,127 @@ def test_slower_still_agrees_and_the_prior_leader_falling_lets_it_back(tmp_path)
     assert record["line"].endswith("then the prior leader: runs its repeats")  # B leads now
 
 
+# --- --history confirm (the default): the catalogue's runs stand in for a group's repeats ---
+def test_a_confirmed_prior_stops_the_run_and_its_catalogue_runs_stand_in_for_its_repeats(tmp_path):
+    """A measured at 100 in the catalogue (2 runs); its first 2 judged windows here average
+    100.5: inside the band, so the run stops there (step 12), its second repeat is not run,
+    and the schedule keeps the catalogue runs the ranking pools. Nothing here is eliminated."""
+    race = warm_race(tmp_path, "confirm", A=100)
+    a1, _, _, a2, *_ = race.names
+    a = race.runs[a1].group
+    assert feed(race, a1, [10, 10, 100]) == [False] * 3  # one judged window: not yet
+    assert race.observe(a1, window(12, 101))  # the second: confirmed, stopped here
+    record = race.prior_state[a]
+    assert record["state"] == "confirmed" and a in race.settled and a not in race.eliminated
+    assert record["line"].startswith("confirmed: its first 2 judged window(s) here (to step 12)")
+    assert "1.005x its catalogue mean 100.0" in record["line"]
+    assert "its 2 catalogue run(s) (sweep(s) old) stand in for its repeats" in record["line"]
+    assert [r["run"] for r in record["catalogue_runs"]] == [f"{a}_old_r1", f"{a}_old_r2"]
+    stop = race.schedule.stops[a1]
+    assert stop["step"] == 12 and stop["reason"].startswith("prior confirmed:")
+    race.complete(a1, "ok")  # Tune ends the stopped trial
+    assert not race.runnable(a2)
+    race.skip(a2)
+    assert "catalogue runs stand in for its repeats" in race.schedule.state["skipped"][a2]
+    (said,) = [x for x in race.lines if "catalogue prior confirmed" in x]
+    assert said.startswith(f"race: group {a}: catalogue prior confirmed: its first 2")
+    saved = json.loads((tmp_path / SCHEDULE).read_text())  # what the analysis and --resume read
+    assert saved["history"]["mode"] == "confirm" and saved["priors"][a]["state"] == "confirmed"
+
+
+def test_a_prior_this_host_measures_outside_its_band_is_dropped_and_every_repeat_runs(tmp_path):
+    """A measured at 100 before, at 80 here (a host that changed under the same fingerprint):
+    the prior is dropped for good, one line says so, the run goes on and the second repeat
+    runs, as in a cold race; the ranking will not pool it."""
+    race = warm_race(tmp_path, "confirm", A=100)
+    a1, _, _, a2, *_ = race.names
+    a = race.runs[a1].group
+    assert not any(feed(race, a1, [10, 10, 80, 80, 80, 80, 80, 80, 80, 80]))
+    race.complete(a1, "ok")
+    record = race.prior_state[a]
+    assert record["state"] == "dropped" and a not in race.settled and race.runnable(a2)
+    assert "0.800x its catalogue mean 100.0" in record["line"]
+    (said,) = [x for x in race.lines if "catalogue prior dropped" in x]
+    assert said.endswith("it runs as cold, every repeat")
+    assert not any(feed(race, a2, [10, 10, 100, 100]))  # dropped for good: never judged again
+    assert race.prior_state[a]["state"] == "dropped"
+
+
+def test_the_band_is_the_catalogues_alone_and_the_run_to_run_spread_widens_it():
+    """3 % off the catalogue's mean: outside the floor's band (2 %) when the catalogue's runs
+    agree with each other, inside when they spread 4 % apart (the run term, pooled over the
+    groups' 3 degrees of freedom); two noisy windows here do not widen it."""
+    tight = priors_of(A=100, B=80, C=60)
+    ratio, low, high = tight.confirms("A", [103.0, 103.0])
+    assert ratio == pytest.approx(1.03) and high < 1.03
+    assert tight.confirms("A", [93.0, 113.0])[1:] == (low, high)  # noisy here: the same band
+    spread = priors_of((-0.02, 0.02), A=100, B=80, C=60)
+    assert spread.noise[1] == 3 and spread.confirms("A", [103.0, 103.0])[2] > 1.03
+
+
+def test_a_settled_group_is_a_reference_for_the_groups_racing_cold(tmp_path):
+    """A (prior 100) settles on its first judged windows; C has no prior and is 20 % slower:
+    against A's bounds pooled over its run here and its catalogue runs, C leaves the race as
+    slower once it has min_windows clean windows, though no run of this sweep finished."""
+    race = warm_race(tmp_path, "confirm", A=100)
+    a1, _, c1, *_ = race.names
+    a, c = race.runs[a1].group, race.runs[c1].group
+    feed(race, a1, [10, 10, 100, 100])
+    assert a in race.settled and not race.finished
+    assert feed(race, c1, [10, 10, 80, 80, 80]) == [False] * 4 + [True]
+    assert race.eliminated[c]["kind"] == "slower" and race.eliminated[c]["by"] == a
+    assert race.bounds(a)["runs"] == 3  # 1 here + 2 from the catalogue
+
+
+def test_a_group_unstable_over_its_pooled_runs_leaves_as_unstable(tmp_path):
+    """The Phase B limits judge a settled group's runs here and its catalogue runs together:
+    A's catalogue runs had an iter p50 of 10 ms, its run here 20 ms (CV over the three 0.43 >
+    0.05): it leaves as unstable, saying over which runs, and is not settled."""
+    race = warm_race(tmp_path, "confirm", A=100)
+    a1, *_ = race.names
+    a = race.runs[a1].group
+    assert feed(race, a1, [10, 10, 100, 100], p50=20.0, p90=21.0)[-1]
+    verdict = race.eliminated[a]
+    assert verdict["kind"] == "unstable" and "iter p50 CV" in verdict["reason"]
+    assert verdict["reason"].endswith("(over its runs here and in the catalogue)")
+    assert race.schedule.stops[a1]["reason"].startswith("unstable:")
+
+
+def test_a_resumed_warm_race_keeps_its_priors_and_what_they_decided(tmp_path):
+    """--resume rebuilds the priors and the mode from schedule.json (Priors.of_schedule), not
+    from the catalogue as it is now: A, confirmed before the interrupt, stays settled and its
+    repeat is not handed out; B's prior, held, is judged as before."""
+    from platform.analysis.history import Priors
+
+    race = warm_race(tmp_path, "confirm", A=100, B=80)
+    a1, b1, _, a2, *_ = race.names
+    feed(race, a1, [10, 10, 100, 100])
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
+    schedule.load()
+    priors = Priors.of_schedule(schedule.state)
+    assert priors.groups == race.priors.groups and priors.noise == race.priors.noise
+    again = Race(runs, space, schedule, lambda _: None, priors,
+                 schedule.state["history"]["mode"])  # fmt: skip
+    a, b = race.runs[a1].group, race.runs[b1].group
+    assert again.settled == {a} and not again.runnable(a2)
+    assert again.prior_state[b]["state"] == "held"
+    assert feed(again, b1, [8, 8, 80, 80])[-1] and b in again.settled
+
+
+def test_without_history_the_race_is_cold(tmp_path):
+    """--no-history hands the race no priors: mode off, nothing of the catalogue in the
+    schedule, every run runnable until the bounds decide; its ranking is its own."""
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    race = Race(runs, space, Schedule(OutputRoot(tmp_path), space, runs), lambda _: None)
+    assert race.history == "off" and not race.settled
+    feed(race, runs[0].name, [10, 10, 100, 100])
+    assert not {"history", "priors"} & set(race.schedule.state)
+    assert all(race.runnable(r.name) for r in runs)
+
+
 def test_a_group_stopped_on_its_prior_never_ranks_first():
     """The ranking is the sweep's own figures; a group that left as slower (a prior's stop
     after its first run finished, say) ranks after the steady groups still in the race even
@@ -699,8 +827,12 @@ def test_a_group_stopped_on_its_prior_never_ranks_first():
 
 def test_the_2xh200_races_replayed_cold_and_warm():
     """benchmarks/race_replay.py on the committed consoles (benchmarks/results/warm_race_2xh200/):
-    cold, every window judged (epochs of 4-5 steps in windows of 50), 1,800 of 2,400 steps;
-    warm, both mb160 groups stopped at step 200 on their priors, 1,600; the same winner."""
+    cold, every window judged (epochs of 4-5 steps in windows of 50), 1,800 of 2,400 steps.
+    Warm with --history confirm (the default): every group's first 2 judged windows fall in its
+    prior's band, so each runs once, to step 200, its catalogue runs standing in for its
+    repeats: 800 steps, under half the cold race's modelled wall, the same winner from the
+    pooled ranking. Warm with --history order (priors only stop the groups measured clearly
+    slower): both mb160 groups stopped at step 200 on their priors, 1,600 steps."""
     from benchmarks.race_replay import RESULTS, SETS, catalogue_rows, read_epochs, read_log
     from benchmarks.race_replay import replay as replay_race
     from platform.analysis.history import race_priors, warm_start
@@ -714,11 +846,20 @@ def test_the_2xh200_races_replayed_cold_and_warm():
     cold = replay_race("cold", runs, space, first)
     rows = catalogue_rows(runs, first)
     ordered, _, _ = warm_start(runs, rows, "replay")
-    warm = replay_race("warm", ordered, space, second, race_priors(ordered, rows, "replay",
-                                                                   space.scheduler))  # fmt: skip
-    assert (cold.steps, warm.steps) == (1800, 1600)
+    priors = race_priors(ordered, rows, "replay", space.scheduler)
+    warm = replay_race("warm", ordered, space, second, priors)
+    assert (cold.steps, warm.steps) == (1800, 800)
     assert cold.winner == warm.winner == "sweep_z0_mb192_nw8_pf4"
-    prior_stops = {g for g, e in warm.state["eliminated"].items() if e.get("prior")}
+    assert {p["state"] for p in warm.state["priors"].values()} == {"confirmed"}
+    assert set(warm.stopped.values()) == {200} and len(warm.skipped) == 4
+    assert warm.wall_s / cold.wall_s <= 0.5
+    pooled = warm.ranking.set_index("group")
+    assert set(pooled["runs_ok"]) == {3} and set(pooled["runs_catalogue"]) == {2}
+    assert set(cold.ranking["runs_catalogue"]) == {0}  # a cold race ranks on its own runs
+    order = replay_race("warm", ordered, space, second, priors, history="order")
+    assert order.steps == 1600 and order.winner == cold.winner
+    prior_stops = {g for g, e in order.state["eliminated"].items() if e.get("prior")}
     assert prior_stops == {"sweep_z0_mb160_nw6_pf4", "sweep_z0_mb160_nw8_pf4"}
-    assert set(warm.stopped.values()) == {200} and not warm.state.get("unjudged")
-    assert 0.85 < warm.wall_s / cold.wall_s < 0.95
+    assert set(order.stopped.values()) == {200} and not order.state.get("unjudged")
+    assert 0.85 < order.wall_s / cold.wall_s < 0.95
+    assert set(order.ranking["runs_catalogue"]) == {0}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from platform.analysis import answer, calibration, confidence, interrupted, stats
+from platform.analysis import answer, calibration, confidence, interrupted, pooled, stats
 from platform.analysis.verdicts import cliffs
 from platform.errors import UsageError
 from platform.storage import results
@@ -43,9 +43,11 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     found = _bottlenecks(root, per_run)
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
     schedule = results.read_json(root.schedule)  # platform/control/race.py; absent before it
-    groups = _race_verdicts(stats.group_summary(per_run), schedule)
+    # A warm race's confirmed groups rank on their runs here and their catalogue runs.
+    pooling = pooled.pool(per_run, schedule, unstable_ratio)
+    groups = _race_verdicts(stats.group_summary(_ranked_runs(per_run, pooling)), schedule)
     ranked = _vs_baseline(root, manifest, stats.rank(groups))
-    ranked, how_sure = confidence.of_sweep(manifest, timing, ranked)
+    ranked, how_sure = confidence.of_sweep(manifest, timing, ranked, pooling)
     for name, df in (
         (root.PER_RUN_METRICS, per_run),
         (root.GROUP_SUMMARY, groups),
@@ -56,6 +58,7 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     if best is not None:
         results.write_json(root.best_config, best)
     summary = _summary(root, manifest, per_run, ranked, best, unstable_ratio)
+    summary["pooled"] = pooling.summary() if pooling else None
     summary["confidence"] = how_sure  # the winner's P(fastest) and who is within noise of it
     summary["bottlenecks"] = found
     summary["cliffs"] = _cliffs(manifest, timing)
@@ -83,8 +86,15 @@ def group_ranks(root: OutputRoot) -> dict[str, int]:
 
 def ranked_groups(per_run: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
     """The groups over their runs (``per_run``), the race's verdicts (``schedule``: the content
-    of schedule.json) applied, in ranking order: from the sweep's own measurements alone."""
-    return stats.rank(_race_verdicts(stats.group_summary(per_run), schedule))
+    of schedule.json) applied, in ranking order: from the sweep's own measurements, pooled with
+    the catalogue's runs for the groups a warm race confirmed (platform/analysis/pooled.py)."""
+    pooling = pooled.pool(per_run, schedule)
+    return stats.rank(_race_verdicts(stats.group_summary(_ranked_runs(per_run, pooling)), schedule))
+
+
+def _ranked_runs(per_run: pd.DataFrame, pooling: pooled.Pooling | None) -> pd.DataFrame:
+    """The runs the ranking ranks on: the sweep's, or its pooled ones."""
+    return per_run if pooling is None else pooling.per_run
 
 
 def _race_verdicts(groups: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
@@ -126,7 +136,14 @@ def _early_stopping(
     if unjudged:  # the race judged no window of these: say it where the steps are said
         line += f"; {len(unjudged)} group(s) never judged by the race (summary.md says why)"
     priors = schedule.get("priors") or {}
-    if priors:
+    if priors and (schedule.get("history") or {}).get("mode") == "confirm":
+        states = [p.get("state") for p in priors.values()]
+        line += (
+            f"; catalogue priors for {len(priors)} group(s) (--history confirm): "
+            f"{states.count('confirmed')} confirmed here (their catalogue runs stand in for "
+            f"their repeats), {states.count('dropped')} dropped (run as cold)"
+        )
+    elif priors:
         stopped = sum(1 for e in (schedule.get("eliminated") or {}).values() if e.get("prior"))
         line += f"; catalogue priors for {len(priors)} group(s), {stopped} stopped on them"
     return {
@@ -235,8 +252,11 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame)
     if winners.empty:
         return None
     top = winners.iloc[0]
-    ok = manifest[(manifest["group"] == top["group"]) & (manifest["status"] == "ok")]
-    record = _run_record(root, str(ok["run"].iloc[0]))
+    # Its first ok run's record; a pooled winner's runs here may all have stopped once they
+    # confirmed its prior (every planned run has a record, with the same config).
+    mine = manifest[manifest["group"] == top["group"]]
+    ok = mine[mine["status"] == "ok"]
+    record = _run_record(root, str((ok if len(ok) else mine)["run"].iloc[0]))
     swept = record.get("swept", {})
     space = record.get("space") or root.path.name.rsplit("_", 1)[0]
     sets = {**swept, **_overrides(space, swept, record.get("config", {}), root)}
@@ -258,6 +278,7 @@ def _best_config(root: OutputRoot, manifest: pd.DataFrame, ranked: pd.DataFrame)
         "ci95": [stats.finite(top["ci95_low"]), stats.finite(top["ci95_high"])],
         "tail_mean_iter_p50_ms": stats.finite(top["tail_mean_iter_p50_ms"]),
         "runs_ok": int(top["runs_ok"]),
+        "runs_catalogue": int(top.get("runs_catalogue", 0) or 0),  # of runs_ok (pooled.py)
         "unstable_group": bool(top["unstable_group"]),
         "swept": swept,
         "config": record.get("config", {}),
@@ -342,12 +363,14 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
     for g in ranked.to_dict("records"):
         mark = " (baseline)" if g.get("baseline") else ""
         lines.append(
-            f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']} | "
+            f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']}{_pooled_runs(g)} | "
             f"{_sps(g)} | {_fmt(g['tail_samples_per_sec_std'])} | "
             f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
             f"{_fmt(g['unstable_run_ratio'], 2)} | {_fmt(g.get('vs_baseline'), 3)} |"
         )
     lines.append("")
+    if summary.get("pooled"):
+        lines += [f"**{_capital(summary['pooled']['line'])}.**", ""]
     if summary["best_group"]:
         lines.append(f"Best: **{summary['best_group']}** (best_config.json).")
     lines.append(answer.noise_line(summary["top_two_within_noise"]))
@@ -362,6 +385,16 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
         )
     written = ["", f"Written by python -m platform.analyze, {summary['written_by']}."]
     return "\n".join(lines + _notes(summary) + written) + "\n"
+
+
+def _pooled_runs(g: dict[str, Any]) -> str:
+    """' (N from the catalogue)' after a pooled group's ok/runs ('' otherwise)."""
+    n = int(stats.finite(g.get("runs_catalogue")) or 0)
+    return f" ({n} from the catalogue)" if n else ""
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
@@ -390,8 +423,8 @@ def _notes(summary: dict[str, Any]) -> list[str]:
             lines.append(f"- group {group} {line}")
         for group, prior in (early.get("priors") or {}).items():
             lines.append(
-                f"- group {group}: catalogue prior ({prior['catalogue']}; not a measurement of "
-                f"this sweep): {prior['line']}"
+                f"- group {group}: catalogue prior ({prior['catalogue']}; measured before on this "
+                f"host, not by this sweep): {prior['line']}"
             )
         if early["picked"]:
             lines.append(f"- optuna picked, in order: {', '.join(early['picked'])}")
@@ -421,17 +454,22 @@ def format_ranked(
 ) -> str:
     """The ranking as a console table in its order, jittery groups (the ranking's
     ``unstable_group``) marked with * and, when there is one, the legend of * under it."""
+    pooled = any(stats.finite(g.get("runs_catalogue")) for g in ranking)
     header = (
         f"{'rank':>4}  {'group':<40} {'ok/runs':>7} {'samples/s':>10} {'+-std':>8} "
-        f"{'iter p50 ms':>11}  jittery"
+        f"{'iter p50 ms':>11}  jittery" + ("  of them from the catalogue" if pooled else "")
     )
     lines = [header, "-" * len(header)]
     for g in ranking:
-        lines.append(
+        line = (
             f"{g['rank']:>4}  {g['group']:<40} {g['runs_ok']:>3}/{g['runs']:<3} "
             f"{_sps(g):>10} {_fmt(g['tail_samples_per_sec_std']):>8} "
             f"{_fmt(g['tail_mean_iter_p50_ms']):>11}  " + ("*" if g["unstable_group"] else "")
         )
+        there = int(stats.finite(g.get("runs_catalogue")) or 0)
+        if there:  # under its heading: how many of ok/runs, and their sweeps
+            line = f"{line:<{len(header) - 26}}{there} ({g['catalogue_sweeps']})"
+        lines.append(line)
     if any(g["unstable_group"] for g in ranking):
         lines += textwrap.wrap(answer.jittery_legend(unstable_ratio), 100)
     return "\n".join(lines)

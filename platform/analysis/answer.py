@@ -61,7 +61,8 @@ def verdict(
     parts = [
         f"{top['group']} {wins} with {stats.finite(top.get('tail_samples_per_sec_robust')):.1f} tail "
         "samples/s"
-        + ("; it is jittery (every group is)" if _true(top.get("unstable_group")) else ""),
+        + ("; it is jittery (every group is)" if _true(top.get("unstable_group")) else "")
+        + _pooled(top),
         _baseline(top, ranking),
     ]
     second = next((g for g in measured if g is not top), None)
@@ -73,6 +74,19 @@ def verdict(
     command = best.get("command")
     parts.append(f"train it with `{command}`" if command else "no best_config.json to train it")
     return "Verdict: " + "; ".join(parts) + "."
+
+
+def _pooled(top: dict[str, Any]) -> str:
+    """' (pooled: ...)' for a winner ranked on its runs here and the catalogue's
+    (platform/analysis/pooled.py), '' otherwise: never shown as this sweep's alone."""
+    there = int(stats.finite(top.get("runs_catalogue")) or 0)
+    if not there:
+        return ""
+    here = int(stats.finite(top.get("runs_ok")) or 0) - there
+    return (
+        f" (pooled: {here} run(s) here and {there} earlier run(s) on this host from the "
+        f"catalogue, sweep(s) {str(top.get('catalogue_sweeps') or '').replace(';', ', ')})"
+    )
 
 
 def _baseline(top: dict[str, Any], ranking: list[dict[str, Any]]) -> str:

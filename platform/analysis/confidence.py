@@ -127,19 +127,25 @@ def sentence(table: pd.DataFrame) -> str:
 
 
 def of_sweep(
-    manifest: pd.DataFrame, timing: pd.DataFrame, ranked: pd.DataFrame
+    manifest: pd.DataFrame, timing: pd.DataFrame, ranked: pd.DataFrame, pooling=None
 ) -> tuple[pd.DataFrame, dict | None]:
     """``ranked`` with the confidence columns (``COLUMNS``) and summary.json's ``confidence``
     (the winner, its probability, the groups within noise of it, the line; None when no group
-    finished a run): the winner is the ranking's first group with an ok run."""
+    finished a run): the winner is the ranking's first group with an ok run. ``pooling``
+    (platform/analysis/pooled.py: a warm race's pooled ranking): its groups' runs here that a
+    scheduler stopped once they confirmed count, and their catalogue runs' tail windows join
+    theirs, as the ranking counts them."""
     measured = ranked[ranked["runs_ok"] > 0]
     empty = ranked.assign(**{c: float("nan") for c in COLUMNS.values()})
     if measured.empty:
         return empty, None
-    ok = manifest[manifest["status"] == "ok"]
+    counted = set(pooling.counted) if pooling is not None else set()
+    ok = manifest[(manifest["status"] == "ok") | manifest["run"].isin(counted)]
     windows = tail_windows(timing, tail_points(ok), list(ok["run"]))
+    there = pooling.windows if pooling is not None else {}
     groups = {
         g: [windows[r] for r in ok.loc[ok["group"] == g, "run"] if r in windows]
+        + list(there.get(g, []))
         for g in measured["group"]
     }
     best = str(measured.iloc[0]["group"])

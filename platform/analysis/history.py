@@ -4,10 +4,12 @@ the configurations they share, one configuration's history; and what a warm star
 race's prior).
 
 A comparison is per configuration (its cost key): the ratio b/a of the two sides' mean tail
-samples/s over their ok runs, with a 95 % noise band (``ratio_band``) that is the widest of
-three half-widths, each relative to the ratio:
+samples/s over their measured runs (ok, or stopped early by a scheduler as far as they ran: a
+warm race's runs stop once they confirm their prior), with a 95 % noise band (``ratio_band``)
+that is the widest of three half-widths, each relative to the ratio:
 
-- windows: Welch's interval on the two sides' tail windows (every ok run's, pooled per side);
+- windows: Welch's interval on the two sides' tail windows (every measured run's, pooled per
+  side);
 - runs: the run-to-run spread pooled over every configuration the comparison holds (each run's
   mean relative to its configuration's mean on its side), with Student's t at the pooled
   degrees of freedom, when they are ``RUN_NOISE_MIN_DOF`` or more: two runs of one
@@ -19,10 +21,19 @@ three half-widths, each relative to the ratio:
 Within noise: the band holds 1.
 
 A race's prior (``race_priors``, used by platform/control/race.py): for each group of the race,
-its runs on this host fingerprint with the same configuration (ok or stopped early) and their
-windows after the race's warm-up. It never counts as the sweep's measurement: the race only uses
-it to stop early a group the catalogue measured clearly slower than the leader (``Priors.versus``,
-the comparison's band, under 1), once the group's first judged windows here agree with it.
+its runs on this host fingerprint with the same configuration (ok or stopped early), each with
+its windows after the race's warm-up and its tail figures as the ranking takes them. What the
+race does with it is the sweep's history mode (``HISTORY_MODES``, ``--history``):
+
+- ``confirm`` (the default): the catalogue's runs stand in for the group's repeats once its
+  first judged windows here fall inside the prior's band (``Priors.confirms``): its run stops
+  there, its later repeats are not run, and the sweep's ranking pools its run here with those
+  catalogue runs (platform/analysis/pooled.py), saying so. Windows outside the band drop the
+  prior: the group runs as cold, every repeat.
+- ``order``: the prior only stops early a group the catalogue measured clearly slower than the
+  leader (``Priors.versus``, the comparison's band, under 1), once the group's first judged
+  windows here agree with it; the ranking is the sweep's own runs alone.
+- ``off`` (``--no-history``): no catalogue at all, the cold race.
 """
 
 from __future__ import annotations
@@ -38,8 +49,10 @@ import pandas as pd
 from platform.analysis.stats import UNSTABLE_RATIO, t_quantile
 
 __all__ = [
+    "HISTORY_MODES",
     "NOISE_FLOOR",
     "Prior",
+    "PriorRun",
     "Priors",
     "RUN_NOISE_MIN_DOF",
     "compare",
@@ -54,6 +67,8 @@ __all__ = [
 ]
 
 NOISE_FLOOR = 0.02
+# What a warm start takes from the catalogue (the module docstring): the default first.
+HISTORY_MODES = ("confirm", "order", "off")
 # Fewer pooled degrees of freedom than this and the run-to-run term is left out of a band
 # (Student's t at 1-2 degrees of freedom is 12.7-4.3: a band that tells nothing apart).
 RUN_NOISE_MIN_DOF = 3
@@ -75,6 +90,10 @@ def sweeps(rows: pd.DataFrame) -> pd.DataFrame:
     for sweep, df in rows.groupby("sweep", sort=False):
         ok = df[df["status"] == "ok"]
         by_group = ok.groupby("group")["tail_samples_per_sec_mean"].mean()
+        # A group without an ok run here (a warm race's runs stop once they confirm their
+        # prior): the mean of its runs stopped early, as far as they ran.
+        partial = df[df["status"] == "stopped_early"].groupby("group")["tail_samples_per_sec_mean"]
+        by_group = by_group.combine_first(partial.mean())
         best = _best_group(df, ok, by_group)
         head = df.iloc[0]
         out.append({
@@ -170,9 +189,12 @@ def run_noise(configs: Sequence[Sequence[float]]) -> tuple[float, int]:
 
 
 def _runs(df: pd.DataFrame) -> tuple[list[float], list[float]]:
-    """A side's ok runs of one configuration: their tail means, and their tail windows (each
-    run's last ``tail_windows`` windows, where the catalogue kept its windows)."""
-    ok = df[(df["status"] == "ok") & (df["tail_samples_per_sec_mean"] > 0)]
+    """A side's measured runs of one configuration (ok, or stopped early by a scheduler, as far
+    as they ran: a warm race stops a run once it confirms its prior): their tail means, and
+    their tail windows (each run's last ``tail_windows`` windows, where the catalogue kept its
+    windows)."""
+    measured = df["status"].isin(["ok", "stopped_early"])
+    ok = df[measured & (df["tail_samples_per_sec_mean"] > 0)]
     means = [float(x) for x in ok["tail_samples_per_sec_mean"]]
     windows: list[float] = []
     for row in ok.to_dict("records"):
@@ -191,23 +213,57 @@ def _values(cell: Any) -> list[float]:
 
 
 @dataclass(frozen=True)
+class PriorRun:
+    """One earlier run of a group in the catalogue on this host: its windows after the race's
+    warm-up (what the race's bands use) and its tail figures as its sweep's ranking took them
+    (what a pooled ranking counts: platform/analysis/pooled.py)."""
+
+    sweep: str
+    run: str
+    windows: tuple[float, ...]
+    tail: tuple[float, ...] = ()  # its tail windows' samples/s (the ranking's cut)
+    samples_per_s: float = math.nan  # tail mean samples/s
+    iter_p50_ms: float = math.nan  # tail mean iter p50
+    iter_ratio: float = math.nan  # tail iter p90/p50
+    status: str = "ok"  # or stopped_early: a partial run, measured as far as it ran
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.windows)
+
+    def record(self) -> dict[str, Any]:
+        """As the sweep's schedule.json keeps it (its ``priors``' ``catalogue_runs``)."""
+        return {"sweep": self.sweep, "run": self.run, "status": self.status,
+                "samples_per_s": _plain(self.samples_per_s), "iter_p50_ms": _plain(self.iter_p50_ms),
+                "iter_ratio": _plain(self.iter_ratio), "tail": list(self.tail),
+                "windows": list(self.windows)}  # fmt: skip
+
+    @classmethod
+    def of_record(cls, r: dict[str, Any]) -> PriorRun:
+        return cls(str(r["sweep"]), str(r["run"]), tuple(r.get("windows") or ()),
+                   tuple(r.get("tail") or ()), _number(r.get("samples_per_s")),
+                   _number(r.get("iter_p50_ms")), _number(r.get("iter_ratio")),
+                   str(r.get("status") or "ok"))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Prior:
-    """One group's figures in the catalogue on this host: its earlier runs' windows after the
-    race's warm-up (``runs``, one tuple per run), from ``sweeps``. A race's prior: never this
-    sweep's measurement."""
+    """One group's figures in the catalogue on this host: its earlier runs (``runs``), from
+    ``sweeps``. A race's prior: never this sweep's measurement, and counted in its ranking only
+    as the catalogue's, once confirmed (``--history confirm``)."""
 
     group: str
-    runs: tuple[tuple[float, ...], ...]
+    runs: tuple[PriorRun, ...]
     sweeps: tuple[str, ...] = ()
     jittery: bool = False
 
     @property
     def run_means(self) -> list[float]:
-        return [statistics.fmean(r) for r in self.runs]
+        return [r.mean for r in self.runs]
 
     @property
     def windows(self) -> list[float]:
-        return [x for r in self.runs for x in r]
+        return [x for r in self.runs for x in r.windows]
 
     @property
     def mean(self) -> float:
@@ -238,11 +294,61 @@ class Priors:
         the band of their ratio lies under 1."""
         return self.versus(group, leader)[2] < 1.0
 
+    def confirms(self, group: str, here: Sequence[float]) -> tuple[float, float, float]:
+        """The mean of ``here`` (a run's first judged windows on this host) over the group's
+        catalogue mean, and the band a new run's first ``len(here)`` windows fall in when the
+        host is as the catalogue knew it: relative to 1, the widest of
+
+        - runs: Student's t at the pooled degrees of freedom x the run-to-run spread pooled
+          over the priors (``noise``) x sqrt(1 + 1/runs in the catalogue), when they are
+          ``RUN_NOISE_MIN_DOF`` or more;
+        - windows: Student's t x the spread of the group's catalogue windows x sqrt(1/len(here)
+          + 1/their count);
+        - the noise floor.
+
+        A prediction band of the catalogue alone: few windows here do not widen it, so a host
+        that changed shows as a ratio outside it (the run then races cold), never as a band
+        wide enough to hold anything."""
+        prior = self.groups[group]
+        ratio = statistics.fmean(here) / prior.mean
+        q = (1 + self.confidence) / 2
+        half = self.floor
+        sd, dof = self.noise
+        if dof >= RUN_NOISE_MIN_DOF:
+            half = max(half, t_quantile(q, dof) * sd * math.sqrt(1 + 1 / len(prior.runs)))
+        windows = prior.windows
+        if len(windows) > 1:
+            spread = statistics.stdev(windows) / statistics.fmean(windows)
+            width = math.sqrt(1 / len(here) + 1 / len(windows))
+            half = max(half, t_quantile(q, len(windows) - 1) * spread * width)
+        return ratio, 1 - half, 1 + half
+
+    def record(self) -> dict[str, Any]:
+        """What a sweep keeps of them in schedule.json (``history``), to pool and to resume."""
+        return {"noise": list(self.noise), "floor": self.floor, "confidence": self.confidence}
+
+    @classmethod
+    def of_schedule(cls, state: dict[str, Any]) -> Priors | None:
+        """The priors a sweep's schedule.json kept (``--resume`` of a warm race); None when it
+        kept none."""
+        held, kept = state.get("priors") or {}, state.get("history") or {}
+        groups = {}
+        for group, record in held.items():
+            runs = tuple(PriorRun.of_record(r) for r in record.get("catalogue_runs") or ())
+            if runs:
+                groups[group] = Prior(group, runs, tuple(record.get("sweeps") or ()),
+                                      bool(record.get("jittery")))  # fmt: skip
+        if not groups:
+            return None
+        noise = kept.get("noise") or (0.0, 0)
+        return cls(groups, (float(noise[0]), int(noise[1])),
+                   float(kept.get("floor", NOISE_FLOOR)), float(kept.get("confidence", 0.95)))  # fmt: skip
+
 
 def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
     """Each group of ``runs`` (RunSpecs) that the catalogue measured on ``host`` with the same
-    configuration (cost key), ok or stopped early, with windows: its runs' windows after
-    ``plan.warmup_windows`` (the race's SchedulerPlan), as the race's prior."""
+    configuration (cost key), ok or stopped early, with windows: its runs, each with its windows
+    after ``plan.warmup_windows`` (the race's SchedulerPlan) and its tail figures."""
     from platform.storage.catalogue import cost_key
 
     if WINDOWS not in rows:
@@ -255,17 +361,47 @@ def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
         if run.group in groups:
             continue
         measured = []
-        sweeps = []
         for row in here[here["cost_key"] == key].sort_values("ts").to_dict("records"):
-            windows = _values(row.get(WINDOWS))[plan.warmup_windows :]
+            values = _values(row.get(WINDOWS))
+            windows = values[plan.warmup_windows :]
             if windows:
-                measured.append(tuple(windows))
-                sweeps.append(str(row["sweep"]))
+                measured.append(_prior_run(row, values, windows))
         if measured:
-            groups[run.group] = Prior(run.group, tuple(measured), tuple(dict.fromkeys(sweeps)),
+            sweeps = tuple(dict.fromkeys(r.sweep for r in measured))
+            groups[run.group] = Prior(run.group, tuple(measured), sweeps,
                                       jittery.get(key, False))  # fmt: skip
     noise = run_noise([p.run_means for p in groups.values()])
     return Priors(groups, noise, floor=plan.noise_floor, confidence=plan.confidence)
+
+
+def _prior_run(row: dict[str, Any], values: list[float], windows: list[float]) -> PriorRun:
+    """A catalogue row as a prior's run: its tail the last ``tail_windows`` of its windows."""
+    n = _number(row.get("tail_windows"))
+    tail = values[-int(n) :] if math.isfinite(n) and n > 0 else values
+    sps = _number(row.get("tail_samples_per_sec_mean"))
+    return PriorRun(
+        sweep=str(row["sweep"]),
+        run=str(row["run"]),
+        windows=tuple(windows),
+        tail=tuple(tail),
+        samples_per_s=sps if math.isfinite(sps) else statistics.fmean(tail),
+        iter_p50_ms=_number(row.get("tail_mean_iter_p50_ms")),
+        iter_ratio=_number(row.get("iter_p90_over_p50")),
+        status=str(row.get("status") or "ok"),
+    )
+
+
+def _number(value: Any) -> float:
+    """A catalogue or schedule cell as a float (NaN for none)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _plain(value: float) -> float | None:
+    """A float for JSON (None for NaN)."""
+    return None if value is None or not math.isfinite(value) else float(value)
 
 
 def history(rows: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -314,18 +450,29 @@ def known_failures(rows: pd.DataFrame, host: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def prior_line(priors: Priors, groups: list[str], plan) -> list[str]:
+def prior_line(priors: Priors, groups: list[str], plan, mode: str = "confirm") -> list[str]:
     """The console's line for a warm race's priors (none without any): how many groups have
-    one, and which the catalogue measured clearly slower than the prior leader (the steady
-    group with the highest mean), so they stop once their first judged windows agree."""
+    one and, by ``mode`` (``HISTORY_MODES``), what the race does with them: ``confirm``, their
+    catalogue runs stand in for their repeats once their first judged windows here fall in the
+    prior's band, and the ranking pools them; ``order``, which groups the catalogue measured
+    clearly slower than the prior leader (the steady group with the highest mean), so they stop
+    once their first judged windows agree."""
     have = [g for g in dict.fromkeys(groups) if g in priors.groups]
     if not have:
         return []
+    line = f"history: race priors for {len(have)} of {len(set(groups))} group(s) from this host's catalogue"
+    if mode == "confirm":
+        runs = sum(len(priors.groups[g].runs) for g in have)
+        sweeps = list(dict.fromkeys(s for g in have for s in priors.groups[g].sweeps))
+        return [
+            line + f" ({runs} run(s), sweep(s) {', '.join(sweeps)}): a group whose first "
+            f"{plan.confirm_windows} judged window(s) here fall in its prior's band stops there "
+            "and its catalogue runs stand in for its repeats, the ranking pooling them (said "
+            "per group); outside the band it runs as cold (--history order: priors only stop "
+            "groups measured clearly slower; --no-history: none)"
+        ]
+    line += " (not counted as this sweep's measurements)"
     steady = [g for g in have if not priors.groups[g].jittery]
-    line = (
-        f"history: race priors for {len(have)} of {len(set(groups))} group(s) from this host's "
-        "catalogue (not counted as this sweep's measurements)"
-    )
     if steady:
         leader = max(steady, key=lambda g: priors.groups[g].mean)
         slower = [(g, priors.versus(g, leader)[0]) for g in have

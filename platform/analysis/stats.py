@@ -10,8 +10,10 @@ Definitions (docs/reading-results.md, "The ranking"; docs/internals/analysis.md)
   p90 / p50, the p50 floored at ``P50_FLOOR_MS`` (a prefetched batch waits ~0 ms);
 - a run is jittery (``unstable_run_flag``; the CSV columns keep the seeds' names) when its
   ``iter_p90_over_p50`` exceeds ``unstable_ratio``;
-- a group's figures use its ok runs; with 3 or more, ``tail_samples_per_sec_robust`` drops the
-  fastest and the slowest; the 95 % interval is Student's t over the ok runs' means;
+- a group's figures use its ok runs (in a warm race's pooled ranking, a confirmed group's runs
+  here and its catalogue runs: platform/analysis/pooled.py); with 3 or more,
+  ``tail_samples_per_sec_robust`` drops the fastest and the slowest; the 95 % interval is
+  Student's t over the ok runs' means;
 - a group is jittery (``unstable_group``) when more than half of its ok runs are: the
   ranking's flag, not the Phase B acceptance check (platform/analysis/verdicts/stability.py, which
   judges the median, max and CV over repeats against its own limits);
@@ -97,6 +99,8 @@ GROUP_COLUMNS = [
     "unstable_group",
     "runs_stopped",
     "partial_samples_per_sec",
+    "runs_catalogue",
+    "catalogue_sweeps",
 ]
 
 
@@ -211,10 +215,13 @@ def t_quantile(q: float, dof: int) -> float:
 
 
 def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
-    """One row per group (in order of first appearance), over its ok runs."""
+    """One row per group (in order of first appearance), over its ok runs. A pooled ranking's
+    runs (platform/analysis/pooled.py) carry a ``source``: ``runs_catalogue`` counts the ok
+    runs from the catalogue, ``catalogue_sweeps`` names their sweeps (0 and empty otherwise)."""
     rows = []
     for group, runs in per_run.groupby("group", sort=False):
         ok = runs[(runs["status"] == "ok") & runs["tail_samples_per_sec_mean"].notna()]
+        there = ok[ok["source"] == "catalogue"] if "source" in ok else ok.iloc[:0]
         sps = ok["tail_samples_per_sec_mean"].astype(float).tolist()
         it = ok["tail_mean_iter_p50_ms"].astype(float)
         n = len(sps)
@@ -245,6 +252,8 @@ def group_summary(per_run: pd.DataFrame) -> pd.DataFrame:
                 "unstable_group": bool(n and ratio > 0.5),
                 "runs_stopped": int((runs["status"] == "stopped_early").sum()),
                 "partial_samples_per_sec": float(stopped.mean()) if len(stopped) else math.nan,
+                "runs_catalogue": len(there),
+                "catalogue_sweeps": ";".join(dict.fromkeys(there["sweep"])) if len(there) else "",
             }
         )
     return pd.DataFrame(rows, columns=GROUP_COLUMNS)

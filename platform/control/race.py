@@ -48,23 +48,43 @@ schedule's ``unjudged``: it runs its repeats as in a grid.
 
 Priors (a warm start, platform/analysis/history.py: ``race_priors``). On a host fingerprint seen
 before, a group may come with what the catalogue measured of the same configuration there: its
-earlier runs' windows after the warm-up. They are never this sweep's measurements: the bounds,
-the Phase B checks, the ranking and the winner use the sweep's own windows alone; a prior only
-decides what stops early. The prior leader is the steady group in the race with the highest
-prior mean whose prior was not dropped; a group within noise of it in the catalogue
-(``Priors.versus``: the band of ``platform.catalogue compare``, holding 1) races as it would cold
-and runs its repeats. A group the catalogue measured clearly slower than it (the band under 1)
-is judged once it and the leader have ``confirm_windows`` clean windows here: its ratio here is
-the median of its first ones over the median of the leader's clean windows so far. It agrees
-when that ratio is no higher than the catalogue's band allows (the group is no closer to the
-leader here than measured before; slower still agrees): the group is stopped as slower ``by``
-the leader, its verdict marked ``prior``. Higher, the prior is dropped (for good) and the group
-races cold. The ratio, not the group's own figure, is compared so that a host running a few
-percent slower or faster than on the catalogue's day (benchmarks/results/warm_race_2xh200/:
-every group 1-3 % slower in race 2) moves both sides alike. A prior leader that leaves the race
-unstable or failed lets back the groups it stopped this way, as any leader does; their priors
-are judged again against the next one. Each group's prior, its state (held, agreed, dropped)
-and what it decided are in the schedule's ``priors``.
+earlier runs, their windows after the warm-up and their tail figures. What the race does with
+them is the sweep's history mode (``--history``, kept in the schedule's ``history``):
+
+``confirm`` (the default). The catalogue's runs of a group stand in for its repeats once this
+host confirms them: when the group has ``confirm_windows`` clean windows here, their mean over
+the catalogue's mean must fall in the prior's band (``Priors.confirms``: a prediction band of a
+new run's first windows from the catalogue alone, the run-to-run spread pooled over the priors,
+the group's window spread there and ``noise_floor``; few windows here never widen it). Inside,
+the group settles (``settled``): its run going stops there, its later repeats are not run
+(``skipped``: its catalogue runs stand in), the Phase B limits judge its runs here and its
+catalogue runs together (unstable over them, it leaves as unstable instead), and it is a
+reference for the groups still racing, its bounds over those pooled runs. The sweep's ranking
+pools the same runs and says so (platform/analysis/pooled.py). Outside the band, the prior is
+dropped for good and the group runs as cold, every repeat: a host that changed since (clocks, a
+noisy neighbour, a different corpus under the same configuration) is caught per group. A
+settled group is never stopped as slower; its pooled figures rank it. Every point still runs
+here, as in a cold race (no point is ranked on the catalogue alone), but only as long as it
+takes to tell that the host still measures what it measured before.
+
+``order``. The priors decide what stops early and nothing else: the bounds, the Phase B checks,
+the ranking and the winner use the sweep's own windows alone. The prior leader is the steady
+group in the race with the highest prior mean whose prior was not dropped; a group within noise
+of it in the catalogue (``Priors.versus``: the band of ``platform.catalogue compare``, holding
+1) races as it would cold and runs its repeats. A group the catalogue measured clearly slower
+than it (the band under 1) is judged once it and the leader have ``confirm_windows`` clean
+windows here: its ratio here is the median of its first ones over the median of the leader's
+clean windows so far. It agrees when that ratio is no higher than the catalogue's band allows
+(the group is no closer to the leader here than measured before; slower still agrees): the
+group is stopped as slower ``by`` the leader, its verdict marked ``prior``. Higher, the prior
+is dropped (for good) and the group races cold. The ratio, not the group's own figure, is
+compared so that a host running a few percent slower or faster than on the catalogue's day
+(benchmarks/results/warm_race_2xh200/: every group 1-3 % slower in race 2) moves both sides
+alike. A prior leader that leaves the race unstable or failed lets back the groups it stopped
+this way, as any leader does; their priors are judged again against the next one.
+
+Each group's prior, its state (held, confirmed or dropped; in ``order`` held, agreed or
+dropped), the catalogue runs it holds and what it decided are in the schedule's ``priors``.
 
 The window and tail statistics are platform.analysis.stats' (one definition of each).
 """
@@ -123,7 +143,7 @@ class Schedule:
             old = json.loads(self.path.read_text())
             for key in ("stops", "eliminated", "readmitted", "skipped", "picked"):
                 self.state[key] = old.get(key, self.state[key])
-            for key in ("priors", "unjudged"):  # a race's, when it had something to say
+            for key in ("priors", "unjudged", "history"):  # a race's, when it had any
                 if key in old:
                     self.state[key] = old[key]
 
@@ -149,7 +169,7 @@ class Race:
     """``scheduler: race``; see the module docstring. ``echo`` prints a decision."""
 
     def __init__(self, runs: list[RunSpec], space: SearchSpace, schedule: Schedule, echo=print,
-                 priors: Priors | None = None):  # fmt: skip
+                 priors: Priors | None = None, history: str = "confirm"):  # fmt: skip
         self.plan = space.scheduler
         self.schedule = schedule
         self.echo = echo
@@ -164,8 +184,10 @@ class Race:
         self.told: set[str] = set()  # runs observe has told to stop
         self.again: list[str] = []  # passed-over runs of re-admitted groups, to hand out
         self.order = {name: i for i, name in enumerate(self.runs)}
-        # The catalogue's figures of the groups (a warm start), never counted as measurements.
+        # The catalogue's figures of the groups (a warm start), never counted as this sweep's
+        # measurements; ``history`` says what the race does with them (the module docstring).
         self.priors = priors
+        self.history = history if priors is not None else "off"
         if priors is not None:
             self._hold_priors(priors)
         for group in self.groups:  # a run too short for min_windows is known before it starts
@@ -181,14 +203,23 @@ class Race:
         """Group -> its prior's record in the schedule (``priors``; empty without a warm start)."""
         return self.schedule.state.get("priors", {})
 
+    @property
+    def settled(self) -> set[str]:
+        """Groups whose catalogue runs stand in for their repeats (``--history confirm``: their
+        prior confirmed here)."""
+        return {g for g, r in self.prior_state.items() if r.get("state") == "confirmed"}
+
     def runnable(self, run: str) -> bool:
-        return self.runs[run].group not in self.eliminated
+        group = self.runs[run].group
+        return group not in self.eliminated and group not in self.settled
 
     def skip(self, run: str) -> None:
         group = self.runs[run].group
-        self.schedule.state["skipped"][run] = (
-            f"not run: group {group} left the race ({self.eliminated[group]['kind']})"
-        )
+        if group in self.eliminated:
+            why = f"group {group} left the race ({self.eliminated[group]['kind']})"
+        else:
+            why = f"group {group}'s catalogue runs stand in for its repeats (its prior confirmed)"
+        self.schedule.state["skipped"][run] = f"not run: {why}"
         self.schedule.save()
 
     def rerun(self) -> str | None:
@@ -206,8 +237,7 @@ class Race:
         if run not in self.schedule.stops and window["clean"]:
             # never decide on a window with a stall alert, a stall or an exceptional boundary
             self._check_unstable_midway(run)
-            self._decide()
-            self._decide_prior()
+            self._judge()
         self._check_judgeable(self.runs[run].group)
         if run in self.schedule.stops:
             self.told.add(run)  # from here on its stop cannot be taken back
@@ -232,8 +262,7 @@ class Race:
             self.finished[run] = figures
         if group not in self.eliminated:
             self._check_unstable(group)
-            self._decide()
-            self._decide_prior()
+            self._judge()
         self._check_judgeable(group)
 
     def restore(self, timing, done: dict[str, dict[str, Any]]) -> None:
@@ -267,6 +296,8 @@ class Race:
             [w["samples_per_s"] for w in self.windows.get(run, []) if w["clean"]]
             for run in self.groups[group]
         ]
+        if group in self.settled and self.priors is not None:  # pooled, as its ranking is
+            per_run += [list(r.windows) for r in self.priors.groups[group].runs]
         per_run = [v for v in per_run if v]
         values = [x for v in per_run for x in v]
         if len(values) < self.plan.min_windows:
@@ -284,12 +315,15 @@ class Race:
 
     def _decide(self) -> None:
         """Stop every group whose upper bound is below the best reference's lower bound. A
-        reference is a group in the race with a finished (hence stable so far) run."""
+        reference is a group in the race with a finished (hence stable so far) run, or a
+        settled one (its confirmed catalogue runs finished; its bounds pool them). A settled
+        group has nothing left to stop."""
         refs = {}
+        settled = self.settled
         for group in self.groups:
             if group in self.eliminated:
                 continue
-            if any(r in self.finished for r in self.groups[group]):
+            if group in settled or any(r in self.finished for r in self.groups[group]):
                 b = self.bounds(group)
                 if b is not None:
                     refs[group] = b
@@ -298,7 +332,7 @@ class Race:
         best = max(refs, key=lambda g: refs[g]["low"])
         low = refs[best]["low"]
         for group in self.groups:
-            if group == best or group in self.eliminated:
+            if group == best or group in self.eliminated or group in settled:
                 continue
             b = self.bounds(group)
             if b is not None and b["high"] < low:
@@ -328,8 +362,9 @@ class Race:
             )
 
     def _check_unstable(self, group: str) -> None:
-        """The Phase B limits over the group's finished runs (platform.stability)."""
-        done = [self.finished[r] for r in self.groups[group] if r in self.finished]
+        """The Phase B limits over the group's finished runs (platform.stability); a settled
+        group's are pooled: its runs here as far as they ran and its catalogue runs."""
+        done = self._phase_b_runs(group)
         if not done:
             return
         ratios = [d["iter_ratio"] for d in done]
@@ -347,7 +382,24 @@ class Race:
             if cv > p.max_iter_p50_cv:
                 failures.append(f"iter p50 CV {cv:.4f} > {p.max_iter_p50_cv:g}")
         if failures:
-            self._eliminate(group, "unstable", "; ".join(failures))
+            pooled = " (over its runs here and in the catalogue)" if group in self.settled else ""
+            self._eliminate(group, "unstable", "; ".join(failures) + pooled)
+
+    def _phase_b_runs(self, group: str) -> list[dict[str, float]]:
+        """The tail figures the Phase B limits judge: the group's finished runs; for a settled
+        group also its other runs here (as far as they ran) and its catalogue runs."""
+        done = [self.finished[r] for r in self.groups[group] if r in self.finished]
+        if group not in self.settled or self.priors is None:
+            return done
+        for run in self.groups[group]:
+            if run not in self.finished and self.windows.get(run):
+                figures = _tail_figures(self.windows[run], self.runs[run].config)
+                if figures:
+                    done.append(figures)
+        for r in self.priors.groups[group].runs:
+            if math.isfinite(r.iter_ratio) and math.isfinite(r.iter_p50_ms):
+                done.append({"iter_ratio": r.iter_ratio, "iter_p50": r.iter_p50_ms})
+        return done
 
     def _eliminate(
         self, group: str, kind: str, reason: str, by: str | None = None, prior: bool = False
@@ -405,18 +457,20 @@ class Race:
             for group in knocked:  # a run may have finished while it was out
                 if group not in self.eliminated:
                     self._check_unstable(group)
-            self._decide()
-            self._decide_prior()
+            self._judge()
 
     # --- priors (a warm start): see the module docstring ---
     def _hold_priors(self, priors: Priors) -> None:
-        """Each group's prior into the schedule (``priors``), held until judged here."""
+        """Each group's prior into the schedule (``priors``: its figures, the catalogue runs it
+        holds, held until judged here; a resumed sweep's as its first attempt left them) and
+        the mode and noise (``history``): what the analysis pools and ``--resume`` rebuilds."""
+        before = self.schedule.state.get("priors") or {}
         held = {}
         for group in self.groups:
             prior = priors.groups.get(group)
             if prior is None:
                 continue
-            held[group] = {
+            held[group] = before.get(group) or {
                 "state": "held",
                 "catalogue": prior.describe(),
                 "mean": prior.mean,
@@ -425,9 +479,11 @@ class Race:
                 "sweeps": list(prior.sweeps),
                 "jittery": prior.jittery,
                 "line": _UNJUDGED,
+                "catalogue_runs": [r.record() for r in prior.runs],
             }
         if held:
             self.schedule.state["priors"] = held
+            self.schedule.state["history"] = {"mode": self.history, **priors.record()}
             self.schedule.save()
 
     def _clean(self, group: str) -> list[dict[str, Any]]:
@@ -442,13 +498,94 @@ class Race:
         ]  # fmt: skip
         return max(held, key=lambda g: self.prior_state[g]["mean"]) if held else None
 
+    def _judge(self) -> None:
+        """What a clean window or a run's end may decide: with ``confirm`` priors, those first
+        (a group settled on its confirmed prior is a reference and is never stopped as
+        slower, so it settles before the bounds judge it), then the bounds; else the bounds,
+        then the priors."""
+        if self.history == "confirm":
+            self._decide_prior()
+            self._decide()
+        else:
+            self._decide()
+            self._decide_prior()
+
     def _decide_prior(self) -> None:
-        """Each held prior of a group the catalogue measured clearly slower than the prior
-        leader, once both have ``confirm_windows`` clean windows here: the group's first ones'
-        median over the leader's clean windows' median is its ratio here. No higher than the
-        catalogue's band of their ratio allows, it agrees and the group is stopped; higher, its
-        prior is dropped and it races cold."""
-        leader = self._prior_leader() if self.priors is not None else None
+        """The priors' decisions, by the history mode: ``confirm`` (``_confirm_priors``) or
+        ``order`` (``_stop_on_priors``)."""
+        if self.priors is None:
+            return
+        if self.history == "confirm":
+            self._confirm_priors()
+        else:
+            self._stop_on_priors()
+
+    def _confirm_priors(self) -> None:
+        """``--history confirm``: each held prior whose group has ``confirm_windows`` clean
+        windows here is judged on their mean over its catalogue mean (``Priors.confirms``).
+        Inside the band, the group settles (``_settle``); outside, its prior is dropped for
+        good and it runs as cold, every repeat."""
+        k = self.plan.confirm_windows
+        for group, record in self.prior_state.items():
+            if record["state"] != "held" or group in self.eliminated:
+                continue
+            if group not in self.priors.groups:
+                continue
+            mine = self._clean(group)[:k]
+            if len(mine) < k:
+                continue
+            ratio, low, high = self.priors.confirms(group, [w["samples_per_s"] for w in mine])
+            prior = self.priors.groups[group]
+            at = f"its first {k} judged window(s) here (to step {mine[-1]['step']})"
+            band = (f"{ratio:.3f}x its catalogue mean {prior.mean:.1f} samples/s (band "
+                    f"{low:.3f}-{high:.3f})")  # fmt: skip
+            if low <= ratio <= high:
+                self._settle(group, record, f"{at} put it at {band}", ratio)
+                continue
+            record.update(state="dropped", here=ratio, line=(
+                f"dropped: {at} put it at {band}; it ran as cold, every repeat"))  # fmt: skip
+            self.schedule.save()
+            self.echo(f"race: group {group}: catalogue prior dropped: {at} put it at {band}; it "
+                      "runs as cold, every repeat")  # fmt: skip
+
+    def _settle(self, group: str, record: dict[str, Any], why: str, ratio: float) -> None:
+        """A confirmed prior: the group's runs going stop here, its later repeats are not run
+        (``runnable``), its catalogue runs stand in for them, in the Phase B checks at once and
+        in the ranking (platform/analysis/pooled.py). Unstable over those pooled runs, it
+        leaves the race as unstable instead."""
+        prior = self.priors.groups[group]
+        going = [
+            r for r in self.groups[group] if r in self.running and r not in self.schedule.stops
+        ]
+        steps = [self.windows[r][-1]["step"] for r in going if self.windows.get(r)]
+        stop = f"stopped at step {steps[0]}" if steps else "no run going"
+        stands = (f"its {len(prior.runs)} catalogue run(s) (sweep(s) {', '.join(prior.sweeps)}) "
+                  "stand in for its repeats, pooled in the ranking")  # fmt: skip
+        record.update(state="confirmed", here=ratio, line=f"confirmed: {why}; {stop}; {stands}")
+        self._check_unstable(group)
+        if group in self.eliminated:  # its run was stopped as unstable
+            record["line"] += "; then left the race as unstable over those runs"
+            self.schedule.save()
+            return
+        for run in going:
+            last = self.windows.get(run) or [{}]
+            self.schedule.stops[run] = {
+                "by": "race",
+                "step": last[-1].get("step"),
+                "window": len(self.windows.get(run, [])),
+                "reason": f"prior confirmed: {why}; {stands}",
+                "ts": time.time(),
+            }
+        self.schedule.save()
+        self.echo(f"race: group {group}: catalogue prior confirmed: {why}; {stop}, {stands}")
+
+    def _stop_on_priors(self) -> None:
+        """``--history order``: each held prior of a group the catalogue measured clearly
+        slower than the prior leader, once both have ``confirm_windows`` clean windows here:
+        the group's first ones' median over the leader's clean windows' median is its ratio
+        here. No higher than the catalogue's band of their ratio allows, it agrees and the
+        group is stopped; higher, its prior is dropped and it races cold."""
+        leader = self._prior_leader()
         k = self.plan.confirm_windows
         lead = [w["samples_per_s"] for w in self._clean(leader)] if leader else []
         if len(lead) < k:
@@ -495,7 +632,7 @@ class Race:
         ``min_windows`` clean windows: those it has and every window its runs have left,
         each counted clean, fall short."""
         unjudged = self.schedule.state.get("unjudged", {})
-        if group in self.eliminated or group in unjudged:
+        if group in self.eliminated or group in unjudged or group in self.settled:
             return
         p = self.plan
         skipped = self.schedule.state["skipped"]

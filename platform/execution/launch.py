@@ -79,6 +79,8 @@ class LaunchRequest:
     """Runs not to run, and why (platform/analysis/history.py: warm_start's known failures)."""
     priors: Priors | None = None
     """A warm race's figures from the catalogue (platform/analysis/history.py: race_priors)."""
+    history: str = "confirm"
+    """What a warm race does with ``priors`` (``--history``: confirm or order; history.py)."""
     budget_s: float | None = None
     """--budget: the seconds the command may take, counted from its process's start
     (platform/control/budget.py)."""
@@ -349,6 +351,7 @@ def _fit_and_report(
         skips=request.skips,
         kind="train" if request.training else "sweep",
         priors=request.priors,
+        history=request.history,
     )
     stop = StopSignals()
 

@@ -180,12 +180,14 @@ def build_sweep(
     skips: dict[str, str] | None = None,
     kind: str = "sweep",
     priors: Priors | None = None,
+    history: str = "confirm",
 ) -> Sweep:
     """The recorder, the search, scheduler and stopper, and the ``Tuner`` over the runs not in
     ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
     the resident groups, when the launch started them already (``start_pool``). ``budget``:
     --budget's seconds and when the command started (time.time). ``priors``: a warm race's
-    figures from the catalogue (platform/analysis/history.py: race_priors)."""
+    figures from the catalogue (platform/analysis/history.py: race_priors), and ``history``
+    what the race does with them (confirm or order)."""
     facts = git_facts()
     recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
     recorder.status.update({k: dict(v) for k, v in done.items()})
@@ -205,7 +207,7 @@ def build_sweep(
     if budget is not None:
         sweep.budget = _budget(space, sweep, *budget)
     tune_config, stopper = _search_and_stop(space, runs, done, sweep, resume, skips or {},
-                                            priors)  # fmt: skip
+                                            priors, history)  # fmt: skip
     sweep.write_manifest()
     _quiet_tune()
     sweep.tuner = tune.Tuner(
@@ -263,14 +265,19 @@ def _search_and_stop(
     resume: bool,
     skips: dict[str, str],
     priors: Priors | None = None,
+    history: str = "confirm",
 ) -> tuple[tune.TuneConfig, SweepStopper]:
     """The Tune search algorithm that hands out the runs (``search``), the early-stopping
     scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
-    (platform/control/race.py)."""
+    (platform/control/race.py). A resumed warm race races on the priors and the history mode
+    its first attempt kept there, not on the catalogue as it is now."""
     root, recorder = sweep.root, sweep.recorder
     schedule = Schedule(root, space, runs)
     if resume:
         schedule.load()
+        if priors is None:
+            priors = Priors.of_schedule(schedule.state)
+            history = (schedule.state.get("history") or {}).get("mode", history)
     schedule.state["skipped"].update(skips)  # known to fail here (platform/analysis/history.py)
     schedule.save()
     recorder.schedule = schedule
@@ -286,7 +293,7 @@ def _search_and_stop(
 
     race = None
     if space.scheduler.name == "race":
-        race = Race(runs, space, schedule, echo=recorder.echo, priors=priors)
+        race = Race(runs, space, schedule, echo=recorder.echo, priors=priors, history=history)
         if resume:
             race.restore(results.read_dataset(root.timing, results.TIMING_SCHEMA), done)
     if space.search.plans_late:  # OptunaPlanner, the one search that plans late

@@ -1,11 +1,14 @@
 """Faster answers on a space with a known answer (search_spaces/cpu_race.yaml: groups told
 apart by an injected per-step sleep, one made unstable by a long sleep every third step): the
 full grid and the ``race`` sweep in one test run, the race interrupted by Ctrl-C and finished
-with ``--resume``; then ``asha`` with the ``optuna`` searcher, run to the end."""
+with ``--resume``, then the same race warm-started from it (each group's catalogue runs stand
+in for its repeats once confirmed, the ranking pooled); then ``asha`` with the ``optuna``
+searcher, run to the end."""
 
 import json
 import re
 import shlex
+import shutil
 import signal
 from pathlib import Path
 
@@ -122,6 +125,33 @@ def test_race_picks_the_grids_winner_never_the_unstable_group_in_half_the_steps(
     for run, df in timing.groupby("run"):
         assert sorted(df["window"]) == list(range(len(df))), run
     assert "resuming:" in resumed.stdout
+
+    # The same race again, warm (--history confirm, the default), from the race above as the
+    # catalogue holds it: its rows alone, in a catalogue folder of their own (compile_cache_dir,
+    # not part of a configuration's cost key), so the grid's rows, measured two runs at a time,
+    # stay out. Each group runs once, until its first 2 judged windows confirm its prior; its
+    # catalogue runs stand in for its repeats and the ranking pools them. The run-to-run moves
+    # of this shared 2-core host exceed the space's 5 % floor: the warm race's is 15 %.
+    cache = tmp_path / "warm-cache"
+    (cache / "catalogue").mkdir(parents=True)
+    shutil.copy(root / "catalogue.parquet", cache / "catalogue" / "race.parquet")
+    warm_root = tmp_path / "warm"
+    warm = run_tune("cpu_race", warm_root, "scheduler=race", "scheduler.noise_floor=0.15",
+                    f"compile_cache_dir={cache}")  # fmt: skip
+    assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
+    w_manifest, _, w_summary, w_best = read(warm_root)
+    assert "history: race priors for 4 of 4 group(s)" in warm.stdout
+    assert f"race: group {FAST}: catalogue prior confirmed: its first 2" in warm.stdout
+    assert w_manifest.loc[f"{FAST}_r1", "status"] == "stopped_early"
+    assert int(w_manifest.loc[f"{FAST}_r1", "last_step"]) == 12  # 1 warm-up + 2 judged windows
+    assert w_manifest.loc[f"{FAST}_r2", "status"] == "skipped"
+    # Pooled with the cold race's two runs of it, and said so: the same winner.
+    assert w_best["group"] == FAST and (w_best["runs_ok"], w_best["runs_catalogue"]) == (3, 2)
+    assert FAST in w_summary["pooled"]["groups"]
+    assert w_summary["pooled"]["line"] in warm.stdout
+    assert UNSTABLE in w_summary["unstable_groups"]
+    w_early = w_summary["early_stopping"]
+    assert w_early["steps_run"] <= early["steps_run"] / 2, (w_early["line"], early["line"])
 
 
 def test_asha_with_the_optuna_searcher_runs_to_the_end(tmp_path):

@@ -48,6 +48,7 @@ MEASURED = {
 # ranked_groups.csv's columns under shorter headings, so that the table fits the page.
 RANKING_HEADERS = {
     "runs_ok": "ok runs",
+    "runs_catalogue": "of them from the catalogue",
     "tail_samples_per_sec_robust": "tail samples/s (robust)",
     "ci95_low": "95 % low",
     "ci95_high": "95 % high",
@@ -105,6 +106,7 @@ def ranking(data: dict) -> str:
         "group",
         *keys,
         "runs_ok",
+        *(["runs_catalogue"] if _pooled(table) else []),
         "tail_samples_per_sec_robust",
         AUDIO_RATE,
         "ci95_low",
@@ -139,6 +141,8 @@ def ranking(data: dict) -> str:
             f"{' and '.join(missing)}: not measured by these runs (MFU needs the GPU's peak "
             "FLOPs, peak memory a CUDA device)"
         )
+    if data["summary"].get("pooled"):  # a warm race's pooled ranking, summary.md's words
+        out += f"<p><b>{html.escape(data['summary']['pooled']['line'])}.</b></p>"
     if "top_two_within_noise" in data["summary"]:  # summary.md's line, word for word
         out += f"<p>{html.escape(noise_line(data['summary']['top_two_within_noise']))}</p>"
     if data["summary"].get("confidence"):  # summary.md's, word for word
@@ -192,6 +196,12 @@ def _flags_note(data: dict) -> str:
         "groups rank after the others. The two may disagree: a group can be steady per window "
         "and still FAIL Phase B on its CV across repeats."
     )
+
+
+def _pooled(table: pd.DataFrame) -> bool:
+    """Whether a group ranks on runs from the catalogue (platform/analysis/pooled.py)."""
+    there = pd.to_numeric(table.get("runs_catalogue", pd.Series(dtype=float)), errors="coerce")
+    return bool((there.fillna(0) > 0).any())
 
 
 def _filled(values: pd.Series | None) -> bool:
