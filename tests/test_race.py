@@ -794,6 +794,74 @@ def test_a_resumed_warm_race_keeps_its_priors_and_what_they_decided(tmp_path):
     assert feed(again, b1, [8, 8, 80, 80])[-1] and b in again.settled
 
 
+def test_a_settled_group_whose_run_then_fails_or_is_cut_races_cold(tmp_path):
+    """A confirms and its run is told to stop; the run then fails before its stop is
+    recorded: no run of A measured here, so its catalogue runs may not stand in for it. Its
+    prior is dropped (one line) and it races cold: the failed run takes it out, as in a cold
+    race. A run told its stop that Tune ends short (``cut``) is the ordinary end of a stopped
+    trial: still settled. Cut before it was told (the sweep interrupted): its stop is taken
+    back (--resume runs it again) and its repeat, skipped for the catalogue, is handed out
+    again."""
+    (tmp_path / "failed").mkdir()
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "lost").mkdir()
+    race = warm_race(tmp_path / "failed", "confirm", A=100)
+    a1, _, _, a2, *_ = race.names
+    a = race.runs[a1].group
+    assert feed(race, a1, [10, 10, 100, 100])[-1] and a in race.settled
+    race.skip(a2)
+    race.complete(a1, "error")
+    assert a not in race.settled and race.prior_state[a]["state"] == "dropped"
+    assert "then un-settled: its run" in race.prior_state[a]["line"]
+    assert race.eliminated[a]["kind"] == "failed" and a1 not in race.schedule.stops
+    (said,) = [x for x in race.lines if "catalogue prior dropped" in x]
+    assert f"its run {a1} did not finish (error)" in said
+
+    race = warm_race(tmp_path / "cut", "confirm", A=100)
+    assert feed(race, a1, [10, 10, 100, 100])[-1]
+    race.skip(a2)
+    race.complete(a1, "cut")  # told to stop, Tune ends it short: the stop landed, still settled
+    assert a in race.settled and a1 in race.schedule.stops
+    race = warm_race(tmp_path / "lost", "confirm", A=100)
+    feed(race, a1, [10, 10, 100, 100])
+    race.skip(a2)
+    race.told.discard(a1)  # the stop decided, the sweep interrupted before it was told
+    race.complete(a1, "cut")
+    assert a not in race.settled and a not in race.eliminated
+    assert a1 not in race.schedule.stops and a2 not in race.schedule.state["skipped"]
+    assert race.rerun() == a2 and race.runnable(a2)
+
+
+def test_a_resume_unsettles_a_group_whose_confirmed_run_was_lost(tmp_path):
+    """The sweep was killed after A confirmed (its stop in schedule.json) but before its run
+    was recorded stopped: on --resume no run of A is ok or stopped here, so A is un-settled,
+    its stop taken back and its skipped repeat handed out again; B, whose run was recorded,
+    stays settled."""
+    import pandas as pd
+
+    from platform.analysis.history import Priors
+
+    race = warm_race(tmp_path, "confirm", A=100, B=80)
+    a1, b1, _, a2, b2, _ = race.names
+    a, b = race.runs[a1].group, race.runs[b1].group
+    feed(race, a1, [10, 10, 100, 100])
+    feed(race, b1, [8, 8, 80, 80])
+    race.skip(a2)
+    race.skip(b2)
+    assert race.settled == {a, b}
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
+    schedule.load()
+    again = Race(runs, space, schedule, lambda _: None, Priors.of_schedule(schedule.state),
+                 "confirm")  # fmt: skip
+    done = {b1: {"status": "stopped_early"}, a2: {"status": "skipped"}, b2: {"status": "skipped"}}
+    again.restore(pd.DataFrame(columns=["run", "window", "rank"]), done)
+    assert again.settled == {b} and again.prior_state[a]["state"] == "dropped"
+    assert "(--resume)" in again.prior_state[a]["line"] and a1 not in schedule.stops
+    assert again.runnable(a2) and again.rerun() == a2 and not again.runnable(b2)
+
+
 def test_without_history_the_race_is_cold(tmp_path):
     """--no-history hands the race no priors: mode off, nothing of the catalogue in the
     schedule, every run runnable until the bounds decide; its ranking is its own."""

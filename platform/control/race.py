@@ -251,6 +251,12 @@ class Race:
         group = self.runs[run].group
         if outcome != "cut":
             self.ended.add(run)
+        # Never settled on the catalogue alone: a settled group's run that failed, or ended
+        # short before it was told its stop (a trial told to stop ends ``cut``: its stop landed).
+        lost = outcome in ("error", "timeout") or (outcome == "cut" and run not in self.told)
+        if lost and group in self.settled:
+            what = "was interrupted" if outcome == "cut" else f"did not finish ({outcome})"
+            self._unsettle(group, f"its run {run} {what} before its stop was recorded")
         if run in self.schedule.stops or outcome == "cut":
             return
         if outcome != "ok":
@@ -283,11 +289,19 @@ class Race:
                 self.finished[run] = figures
             if st.get("status") in ("ok", "stopped_early"):
                 self.ended.add(run)
+        # A settled group whose run the earlier attempt lost before its stop was recorded (no
+        # run of it ok or stopped here) would rank on its catalogue runs alone: un-settled.
+        for group in sorted(self.settled):
+            if not any(done.get(r, {}).get("status") in ("ok", "stopped_early")
+                       for r in self.groups[group]):  # fmt: skip
+                self._unsettle(group, "its run here was interrupted before its stop was "
+                               "recorded (--resume)")  # fmt: skip
         # A run the earlier attempt recorded as skipped whose group came back after that (the
         # schedule no longer skips it) runs in this one.
         skipped = self.schedule.state["skipped"]
-        self.again = [r for r in self.runs if done.get(r, {}).get("status") == "skipped"
-                      and r not in skipped]  # fmt: skip
+        again = [r for r in self.runs if done.get(r, {}).get("status") == "skipped"
+                 and r not in skipped]  # fmt: skip
+        self.again = sorted({*self.again, *again}, key=self.order.__getitem__)
 
     # --- the statistics ---
     def bounds(self, group: str) -> dict[str, float] | None:
@@ -578,6 +592,28 @@ class Race:
             }
         self.schedule.save()
         self.echo(f"race: group {group}: catalogue prior confirmed: {why}; {stop}, {stands}")
+
+    def _unsettle(self, group: str, why: str) -> None:
+        """A settled group lost the run that confirmed its prior (it failed, or was
+        interrupted, before its stop was recorded): with no measured run here, its catalogue
+        runs would stand in for every run. Its prior is dropped and it races cold: the stop of
+        that run is taken back (a failed run then fails its group, as cold; an interrupted one
+        runs again on --resume) and its repeats the prior skipped are handed out again."""
+        record = self.prior_state[group]
+        stops, skipped = self.schedule.stops, self.schedule.state["skipped"]
+        for run in self.groups[group]:
+            if str(stops.get(run, {}).get("reason", "")).startswith("prior confirmed"):
+                del stops[run]
+        runs = [r for r in self.groups[group] if r in skipped and "catalogue runs stand in"
+                in skipped[r]]  # fmt: skip
+        for run in runs:
+            del skipped[run]
+        self.again = sorted({*self.again, *runs}, key=self.order.__getitem__)
+        record.update(state="dropped", line=f"{record['line']}; then un-settled: {why}; it "
+                      "raced cold, every repeat")  # fmt: skip
+        self.schedule.save()
+        self.echo(f"race: group {group}: catalogue prior dropped: {why}; it runs as cold, every "
+                  "repeat")  # fmt: skip
 
     def _stop_on_priors(self) -> None:
         """``--history order``: each held prior of a group the catalogue measured clearly
