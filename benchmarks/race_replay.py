@@ -183,14 +183,21 @@ def _run_wall(recorded: Recorded, run: str, results: list[dict[str, Any]]) -> fl
 
 def _ranking(runs, fed, stopped, state) -> pd.DataFrame:
     """The sweep's ranking over the runs the replay ran (their tails: the last
-    tail_timing_points windows fed after the first), pooled as the analysis pools it, with each
-    measured group's P(fastest) over the same tails (and the catalogue runs' where pooled)."""
+    tail_timing_points windows fed after the first; a run stopped once it confirmed its prior,
+    every window after the warm-up, as platform/analysis/pooled.py counts it), pooled as the
+    analysis pools it, with each measured group's P(fastest) over the same tails (and the
+    catalogue runs' where pooled)."""
     rows, tails = [], {}
+    warmup = int(state["scheduler"]["warmup_windows"])
+    confirmed = {g for g, r in (state.get("priors") or {}).items() if r.get("state") == "confirmed"}
     for spec in runs:
         results = fed.get(spec.name)
         if not results:
             continue
-        tail = results[tail_start(len(results), spec.config.tail_timing_points) :]
+        if spec.name in stopped and spec.group in confirmed and len(results) > warmup:
+            tail = results[warmup:]
+        else:
+            tail = results[tail_start(len(results), spec.config.tail_timing_points) :]
         tails[spec.name] = np.array([r["samples_per_s"] for r in tail])
         rows.append({
             "run": spec.name, "group": spec.group,

@@ -86,9 +86,11 @@ def test_a_clear_winner_confirmed_on_both_sides_ranks_on_its_pooled_runs(tmp_pat
     a, b = ranked.loc[g["A"]], ranked.loc[g["B"]]
     assert (a["rank"], a["runs_ok"], a["runs_catalogue"], a["catalogue_sweeps"]) == (1, 3, 2, "old")
     assert (b["runs_ok"], b["runs_catalogue"]) == (3, 2)
-    # The mean of its run here (its tail as the ranking cuts it, the windows after the first
-    # as far as it ran: 98, 100, 101) and its two catalogue runs' (100.2 each).
-    assert a["tail_samples_per_sec_mean"] == pytest.approx((100.2 + 100.2 + 299 / 3) / 3)
+    # The mean of its run here (its tail as the ranking counts a run stopped once confirmed:
+    # its windows after the race's 2 warm-up windows, 100 and 101; never the warm-up's 98,
+    # which the ordinary cut, the last 4 after the first, would take) and its two catalogue
+    # runs' (100.2 each).
+    assert a["tail_samples_per_sec_mean"] == pytest.approx((100.2 + 100.2 + 100.5) / 3)
     assert a["p_fastest"] == 1.0 and b["vs_best_high"] < 0.85
     best = json.loads((root / "best_config.json").read_text())
     assert best["group"] == g["A"] and (best["runs_ok"], best["runs_catalogue"]) == (3, 2)
@@ -136,3 +138,26 @@ def test_history_order_and_a_cold_race_rank_on_their_own_runs(tmp_path):
     ranked = pd.read_csv(root / "ranked_groups.csv").set_index("group")
     assert set(ranked["runs_catalogue"]) == {0} and ranked.loc[g["A"], "runs_ok"] == 2
     assert summary["pooled"] is None and "ranking pooled" not in summary["text"].lower()
+
+
+def test_a_confirmed_group_without_a_measured_run_here_is_not_pooled():
+    """A schedule says A confirmed, but A's one run here failed: A ranks on this sweep's runs
+    (none ok), never on its two catalogue runs alone; with nothing left to pool, no pooling."""
+    from platform.analysis.pooled import pool
+
+    per_run = pd.DataFrame([
+        {"run": "a_r1", "group": "a", "status": "error", "tail_samples_per_sec_mean": 100.0,
+         "tail_mean_iter_p50_ms": 10.0, "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+        {"run": "b_r1", "group": "b", "status": "stopped_early", "tail_samples_per_sec_mean": 90.0,
+         "tail_mean_iter_p50_ms": 10.0, "iter_p90_over_p50": 1.1, "unstable_run_flag": False},
+    ])  # fmt: skip
+    runs = [{"sweep": "old", "run": f"r{i}", "samples_per_s": 100.0, "iter_p50_ms": 10.0,
+             "iter_ratio": 1.1, "tail": [100.0, 100.0]} for i in (1, 2)]  # fmt: skip
+    schedule = {"history": {"mode": "confirm"},
+                "priors": {"a": {"state": "confirmed", "catalogue_runs": runs}}}  # fmt: skip
+    assert pool(per_run, schedule) is None
+    schedule["priors"]["b"] = {"state": "confirmed", "catalogue_runs": runs}
+    pooling = pool(per_run, schedule)
+    assert list(pooling.groups) == ["b"] and set(pooling.per_run["run"]) == {
+        "a_r1", "b_r1", "old/r1", "old/r2"}  # fmt: skip
+    assert list(pooling.per_run.loc[pooling.per_run["group"] == "a", "run"]) == ["a_r1"]

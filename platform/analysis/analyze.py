@@ -44,7 +44,7 @@ def analyze(root: OutputRoot, *, unstable_ratio: float = stats.UNSTABLE_RATIO) -
     per_run["bottlenecks"] = [";".join(b["kind"] for b in found.get(r, [])) for r in per_run["run"]]
     schedule = results.read_json(root.schedule)  # platform/control/race.py; absent before it
     # A warm race's confirmed groups rank on their runs here and their catalogue runs.
-    pooling = pooled.pool(per_run, schedule, unstable_ratio)
+    pooling = pooled.pool(per_run, schedule, unstable_ratio, timing)
     groups = _race_verdicts(stats.group_summary(_ranked_runs(per_run, pooling)), schedule)
     ranked = _vs_baseline(root, manifest, stats.rank(groups))
     ranked, how_sure = confidence.of_sweep(manifest, timing, ranked, pooling)
@@ -79,16 +79,19 @@ def group_ranks(root: OutputRoot) -> dict[str, int]:
     manifest = results.read_manifest(root)
     timing = results.read_dataset(root.timing, results.TIMING_SCHEMA)
     ranked = ranked_groups(
-        stats.per_run_metrics(manifest, timing), results.read_json(root.schedule)
+        stats.per_run_metrics(manifest, timing), results.read_json(root.schedule), timing
     )
     return {str(g): int(r) for g, r in zip(ranked["group"], ranked["rank"], strict=True)}
 
 
-def ranked_groups(per_run: pd.DataFrame, schedule: dict[str, Any]) -> pd.DataFrame:
+def ranked_groups(
+    per_run: pd.DataFrame, schedule: dict[str, Any], timing: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The groups over their runs (``per_run``), the race's verdicts (``schedule``: the content
     of schedule.json) applied, in ranking order: from the sweep's own measurements, pooled with
-    the catalogue's runs for the groups a warm race confirmed (platform/analysis/pooled.py)."""
-    pooling = pooled.pool(per_run, schedule)
+    the catalogue's runs for the groups a warm race confirmed (platform/analysis/pooled.py;
+    ``timing``: the sweep's windows, to cut a run stopped once confirmed after the warm-up)."""
+    pooling = pooled.pool(per_run, schedule, timing=timing)
     return stats.rank(_race_verdicts(stats.group_summary(_ranked_runs(per_run, pooling)), schedule))
 
 

@@ -142,6 +142,8 @@ def of_sweep(
     counted = set(pooling.counted) if pooling is not None else set()
     ok = manifest[(manifest["status"] == "ok") | manifest["run"].isin(counted)]
     windows = tail_windows(timing, tail_points(ok), list(ok["run"]))
+    if pooling is not None:  # a run stopped once confirmed: its windows after the warm-up
+        windows.update(pooling.tails)
     there = pooling.windows if pooling is not None else {}
     groups = {
         g: [windows[r] for r in ok.loc[ok["group"] == g, "run"] if r in windows]

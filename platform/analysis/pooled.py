@@ -10,6 +10,10 @@ dropped because this host measured it outside the band) ranks on this sweep's ru
 ranking's rules do not change: the mean and robust mean over the group's runs, the 95 % interval
 over them, the jittery flag, P(fastest) over their tail windows (platform/analysis/confidence.py).
 
+A confirmed group never ranks on catalogue runs alone: one with no measured run here (its run
+failed, or was interrupted, after it confirmed; the race then un-settles it, but a schedule of
+an earlier version may still say confirmed) is not pooled and ranks on this sweep's runs.
+
 A pooled figure is never shown as this sweep's alone: ``runs_catalogue`` and
 ``catalogue_sweeps`` (group_summary.csv, ranked_groups.csv) say how many of a group's runs
 came from the catalogue and from which sweeps, and summary.json's ``pooled`` (its ``line``, on
@@ -25,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from platform.analysis.stats import UNSTABLE_RATIO
+from platform.analysis.stats import UNSTABLE_RATIO, in_order_and_tail, tail_ratio
 
-__all__ = ["CATALOGUE", "HERE", "Pooling", "pool"]
+__all__ = ["CATALOGUE", "HERE", "Pooling", "counted_tail", "pool"]
 
 HERE, CATALOGUE = "here", "catalogue"  # a pooled run's ``source``
 _MEASURED = ("ok", "stopped_early")  # a confirmed group's runs here that count, as far as they ran
@@ -38,13 +42,14 @@ class Pooling:
     """What a pooled ranking ranks on: ``per_run`` (this sweep's runs, those of confirmed groups
     that ran counted as measured, and the catalogue runs, each with its ``source`` and
     ``sweep``), per confirmed group its runs here and from the catalogue (``groups``), the
-    catalogue runs' tail windows (``windows``) and this sweep's runs counted though a scheduler
-    stopped them (``counted``)."""
+    catalogue runs' tail windows (``windows``), this sweep's runs counted though a scheduler
+    stopped them (``counted``) and those runs' tail windows (``tails``: after the warm-up)."""
 
     per_run: pd.DataFrame
     groups: dict[str, dict[str, Any]]
     windows: dict[str, list[np.ndarray]] = field(default_factory=dict)
     counted: tuple[str, ...] = ()
+    tails: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def sweeps(self) -> list[str]:
@@ -77,10 +82,15 @@ class Pooling:
 
 
 def pool(
-    per_run: pd.DataFrame, schedule: dict[str, Any], unstable_ratio: float = UNSTABLE_RATIO
+    per_run: pd.DataFrame,
+    schedule: dict[str, Any],
+    unstable_ratio: float = UNSTABLE_RATIO,
+    timing: pd.DataFrame | None = None,
 ) -> Pooling | None:
     """The pooled runs of a sweep whose schedule confirmed priors (``--history confirm``);
-    None for any other sweep (cold, ``--history order``, nothing confirmed)."""
+    None for any other sweep (cold, ``--history order``, nothing confirmed with a measured run
+    here). ``timing`` (the sweep's windows): a counted run's tail is cut again from it after
+    the race's warm-up windows (``counted_tail``); without it, as per_run has it."""
     if (schedule.get("history") or {}).get("mode") != "confirm":
         return None
     confirmed = {
@@ -93,10 +103,21 @@ def pool(
     windows: dict[str, list[np.ndarray]] = {}
     counted: list[str] = []
     extra = []
+    warmup = int((schedule.get("scheduler") or {}).get("warmup_windows") or 0)
+    tails: dict[str, np.ndarray] = {}
     for group, record in confirmed.items():
         mine = out[(out["group"] == group) & out["status"].isin(_MEASURED)]
         mine = mine[pd.to_numeric(mine["tail_samples_per_sec_mean"], errors="coerce").notna()]
-        counted += [r for r, st in zip(mine["run"], mine["status"], strict=True) if st != "ok"]
+        if mine.empty:  # never on catalogue runs alone (the module docstring)
+            continue
+        stopped = [r for r, st in zip(mine["run"], mine["status"], strict=True) if st != "ok"]
+        counted += stopped
+        for run in stopped if timing is not None else ():
+            figures, values = counted_tail(timing, run, warmup)
+            if figures:
+                figures["unstable_run_flag"] = bool(figures["iter_p90_over_p50"] > unstable_ratio)
+                out.loc[out["run"] == run, list(figures)] = list(figures.values())
+                tails[run] = values
         runs = record.get("catalogue_runs") or []
         for r in runs:
             extra.append(_catalogue_row(group, r, unstable_ratio))
@@ -106,9 +127,37 @@ def pool(
             "catalogue": [f"{r['sweep']}/{r['run']}" for r in runs],
             "sweeps": list(dict.fromkeys(str(r["sweep"]) for r in runs)),
         }
+    if not groups:
+        return None
     out.loc[out["run"].isin(counted), "status"] = "ok"  # measured here, as far as it ran
     pooled = pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
-    return Pooling(pooled, groups, windows, tuple(counted))
+    return Pooling(pooled, groups, windows, tuple(counted), tails)
+
+
+def counted_tail(timing: pd.DataFrame, run: str, warmup: int) -> tuple[dict[str, Any], np.ndarray]:
+    """A run stopped once it confirmed, as the ranking counts it: its tail is every window
+    after the race's ``warmup`` windows (rank 0), never a warm-up window. The ordinary cut (the
+    last ``tail_timing_points`` after the first, stage1_common/tail.py) would reach back into
+    the warm-up of a run stopped a window or two after it (4 windows, 2 of warm-up: the second
+    warm-up window ranked, 1.6 % low on H200). Its figures (per_run's columns) and its tail
+    windows' samples/s; nothing when no window is past the warm-up."""
+    rank0 = timing[timing["rank"] == 0] if "rank" in timing else timing
+    df = rank0[rank0["run"] == run]
+    df, _ = in_order_and_tail(df, 1)  # in order, as every tail is cut
+    if "attempt" in df and df["attempt"].notna().any():  # a restarted run: its last attempt
+        df = df[df["attempt"] == df["attempt"].max()]
+    tail = df.iloc[warmup:]
+    values = tail["samples_per_s"].to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return {}, values
+    figures = {
+        "tail_windows": len(tail),
+        "tail_samples_per_sec_mean": float(values.mean()),
+        "tail_mean_iter_p50_ms": float(tail["iter_ms_p50"].mean()),
+        "iter_p90_over_p50": tail_ratio(tail["iter_ms_p90"], tail["iter_ms_p50"]),
+    }
+    return figures, values
 
 
 def _catalogue_row(group: str, r: dict[str, Any], unstable_ratio: float) -> dict[str, Any]:
