@@ -119,15 +119,17 @@ def test_two_equal_groups_pooled_are_within_noise_of_each_other(tmp_path):
 
 
 def test_a_dropped_prior_ranks_on_this_sweeps_runs_alone(tmp_path):
-    """A confirms; B was 120 in the catalogue and is 100 here: dropped, and within noise of A
-    it runs both repeats and ranks on them alone (no catalogue run in its row); the ranking is
-    still said to be pooled, for A."""
-    root, summary, g = warm_sweep(tmp_path, {"A": [90, 98, 100, 100] + [100] * 6,
-                                             "B": [90, 98] + [100] * 8}, A=100, B=120)  # fmt: skip
+    """A and B confirm; C was 120 in the catalogue and is 100 here: dropped (the median of the
+    three ratios is 1: no shift all groups share), and within noise of A it runs both repeats
+    and ranks on them alone (no catalogue run in its row); the ranking is still said to be
+    pooled, for A and B."""
+    same = [90, 98, 100, 100] + [100] * 6
+    root, summary, g = warm_sweep(tmp_path, {"A": same, "B": same, "C": [90, 98] + [100] * 8},
+                                  A=100, B=100, C=120)  # fmt: skip
     ranked = pd.read_csv(root / "ranked_groups.csv").set_index("group")
-    assert (ranked.loc[g["B"], "runs_ok"], ranked.loc[g["B"], "runs_catalogue"]) == (2, 0)
+    assert (ranked.loc[g["C"], "runs_ok"], ranked.loc[g["C"], "runs_catalogue"]) == (2, 0)
     assert ranked.loc[g["A"], "runs_catalogue"] == 2
-    assert list(summary["pooled"]["groups"]) == [g["A"]]
+    assert list(summary["pooled"]["groups"]) == [g["A"], g["B"]]
 
 
 def test_history_order_and_a_cold_race_rank_on_their_own_runs(tmp_path):

@@ -49,6 +49,7 @@ import pandas as pd
 from platform.analysis.stats import UNSTABLE_RATIO, t_quantile
 
 __all__ = [
+    "BAND_CAP",
     "HISTORY_MODES",
     "NOISE_FLOOR",
     "Prior",
@@ -60,6 +61,7 @@ __all__ = [
     "known_failures",
     "measured_order",
     "prior_line",
+    "prior_noise",
     "race_priors",
     "ratio_band",
     "run_noise",
@@ -67,6 +69,8 @@ __all__ = [
 ]
 
 NOISE_FLOOR = 0.02
+# A confirm band's half-width is at most this many noise floors (Priors.confirms says why).
+BAND_CAP = 3
 # What a warm start takes from the catalogue (the module docstring): the default first.
 HISTORY_MODES = ("confirm", "order", "off")
 # Fewer pooled degrees of freedom than this and the run-to-run term is left out of a band
@@ -269,6 +273,12 @@ class Prior:
     def mean(self) -> float:
         return statistics.fmean(self.run_means)
 
+    def first_mean(self, k: int) -> float:
+        """The mean over its runs of their first ``k`` windows after the warm-up: what a new
+        run's first ``k`` judged windows are predicted at (a run's windows drift as it goes:
+        1,887 then 1,796 samples/s in one H200 run of benchmarks/results/warm_race_2xh200/)."""
+        return statistics.fmean(statistics.fmean(r.windows[:k]) for r in self.runs)
+
     def describe(self) -> str:
         return (f"{self.mean:.1f} samples/s over {len(self.runs)} run(s), {len(self.windows)} "
                 f"windows, sweep(s) {', '.join(self.sweeps)}")  # fmt: skip
@@ -296,7 +306,7 @@ class Priors:
 
     def confirms(self, group: str, here: Sequence[float]) -> tuple[float, float, float]:
         """The mean of ``here`` (a run's first judged windows on this host) over the group's
-        catalogue mean, and the band a new run's first ``len(here)`` windows fall in when the
+        catalogue runs' mean over the same first windows (``Prior.first_mean``), and the band a new run's first ``len(here)`` windows fall in when the
         host is as the catalogue knew it: relative to 1, the widest of
 
         - runs: Student's t at the pooled degrees of freedom x the run-to-run spread pooled
@@ -308,9 +318,15 @@ class Priors:
 
         A prediction band of the catalogue alone: few windows here do not widen it, so a host
         that changed shows as a ratio outside it (the run then races cold), never as a band
-        wide enough to hold anything."""
+        wide enough to hold anything. Its half-width is capped at ``BAND_CAP`` x the noise
+        floor (6 %): a wider band (a group whose catalogue runs or windows spread more) could
+        not tell a host a few percent slower from the one the catalogue knew, the size of the
+        gaps the ranking is there to tell apart; capped, such a group confirms only as close
+        as that, else it runs cold (time spent, never a wrong pooling). A shift every group
+        shares, inside each band, is the race's to catch (platform/control/race.py: the
+        shared shift)."""
         prior = self.groups[group]
-        ratio = statistics.fmean(here) / prior.mean
+        ratio = statistics.fmean(here) / prior.first_mean(len(here))
         q = (1 + self.confidence) / 2
         half = self.floor
         sd, dof = self.noise
@@ -321,6 +337,7 @@ class Priors:
             spread = statistics.stdev(windows) / statistics.fmean(windows)
             width = math.sqrt(1 / len(here) + 1 / len(windows))
             half = max(half, t_quantile(q, len(windows) - 1) * spread * width)
+        half = min(half, BAND_CAP * self.floor)
         return ratio, 1 - half, 1 + half
 
     def record(self) -> dict[str, Any]:
@@ -370,8 +387,16 @@ def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
             sweeps = tuple(dict.fromkeys(r.sweep for r in measured))
             groups[run.group] = Prior(run.group, tuple(measured), sweeps,
                                       jittery.get(key, False))  # fmt: skip
-    noise = run_noise([p.run_means for p in groups.values()])
-    return Priors(groups, noise, floor=plan.noise_floor, confidence=plan.confidence)
+    return Priors(groups, prior_noise(groups.values()), floor=plan.noise_floor,
+                  confidence=plan.confidence)  # fmt: skip
+
+
+def prior_noise(priors) -> tuple[float, int]:
+    """The run-to-run spread of the priors (``run_noise``) over the steady groups' whole runs:
+    a jittery group's runs (one at 80, one at 96) or a partial one (stopped early, its mean
+    over a few windows) would widen every group's band with a spread no steady run shows."""
+    return run_noise([[r.mean for r in p.runs if r.status == "ok"] for p in priors
+                      if not p.jittery])  # fmt: skip
 
 
 def _prior_run(row: dict[str, Any], values: list[float], windows: list[float]) -> PriorRun:

@@ -551,8 +551,8 @@ class Race:
             ratio, low, high = self.priors.confirms(group, [w["samples_per_s"] for w in mine])
             prior = self.priors.groups[group]
             at = f"its first {k} judged window(s) here (to step {mine[-1]['step']})"
-            band = (f"{ratio:.3f}x its catalogue mean {prior.mean:.1f} samples/s (band "
-                    f"{low:.3f}-{high:.3f})")  # fmt: skip
+            band = (f"{ratio:.3f}x its catalogue runs' first {k} judged windows "
+                    f"({prior.first_mean(k):.1f} samples/s; band {low:.3f}-{high:.3f})")  # fmt: skip
             if low <= ratio <= high:
                 self._settle(group, record, f"{at} put it at {band}", ratio)
                 continue
@@ -561,6 +561,40 @@ class Race:
             self.schedule.save()
             self.echo(f"race: group {group}: catalogue prior dropped: {at} put it at {band}; it "
                       "runs as cold, every repeat")  # fmt: skip
+        self._check_shift()
+
+    def _check_shift(self) -> None:
+        """The shift every group shares: once two or more groups were judged against their
+        priors (confirmed or dropped), the median of their ratios here over the catalogue must
+        lie within the noise floor of 1. Outside it, this host measures differently from the
+        catalogue's day as a whole (clocks, a driver, a neighbour: every group 5 % slower fits
+        inside each group's own band, and would pool runs of two hosts): every prior is
+        dropped, the settled groups un-settled, and every group races cold, said in one line
+        (kept in the schedule's ``history``' ``shift``)."""
+        kept = self.schedule.state.get("history") or {}
+        if kept.get("shift"):
+            return
+        ratios = [r["here"] for r in self.prior_state.values() if "here" in r]
+        if len(ratios) < 2:
+            return
+        shift = statistics.median(ratios)
+        floor = self.plan.noise_floor
+        if abs(shift - 1) <= floor:
+            return
+        line = (f"catalogue priors dropped: the {len(ratios)} group(s) judged so far put this "
+                f"host at {shift:.3f}x their catalogue runs' (median), outside the noise floor "
+                f"(+-{floor:.0%}): the host measures differently from the catalogue's day as a "
+                "whole; every group races cold, every repeat")  # fmt: skip
+        kept["shift"] = line
+        self.schedule.state["history"] = kept
+        for group, record in self.prior_state.items():
+            if record["state"] == "confirmed":
+                self._unsettle(group, f"the shift every group shares ({shift:.3f}x)", say=False)
+            elif record["state"] == "held":
+                record.update(state="dropped", line=f"dropped: the shift every group shares "
+                              f"({shift:.3f}x); it ran as cold, every repeat")  # fmt: skip
+        self.schedule.save()
+        self.echo(f"race: {line}")
 
     def _settle(self, group: str, record: dict[str, Any], why: str, ratio: float) -> None:
         """A confirmed prior: the group's runs going stop here, its later repeats are not run
@@ -593,16 +627,19 @@ class Race:
         self.schedule.save()
         self.echo(f"race: group {group}: catalogue prior confirmed: {why}; {stop}, {stands}")
 
-    def _unsettle(self, group: str, why: str) -> None:
-        """A settled group lost the run that confirmed its prior (it failed, or was
-        interrupted, before its stop was recorded): with no measured run here, its catalogue
-        runs would stand in for every run. Its prior is dropped and it races cold: the stop of
-        that run is taken back (a failed run then fails its group, as cold; an interrupted one
-        runs again on --resume) and its repeats the prior skipped are handed out again."""
+    def _unsettle(self, group: str, why: str, say: bool = True) -> None:
+        """A settled group whose prior no longer stands: it lost the run that confirmed it
+        (failed, or interrupted before its stop was told or recorded; with no measured run
+        here its catalogue runs would stand in for every run), or the shift every group
+        shares dropped every prior. Its prior is dropped and it races cold: a stop not told
+        yet is taken back (an interrupted run runs again on --resume), a run told its stop
+        stays stopped (its windows count as a cold race's would), and the repeats the prior
+        skipped are handed out again. ``say``: its own line (the shift says one for all)."""
         record = self.prior_state[group]
         stops, skipped = self.schedule.stops, self.schedule.state["skipped"]
         for run in self.groups[group]:
-            if str(stops.get(run, {}).get("reason", "")).startswith("prior confirmed"):
+            reason = str(stops.get(run, {}).get("reason", ""))
+            if reason.startswith("prior confirmed") and run not in self.told:
                 del stops[run]
         runs = [r for r in self.groups[group] if r in skipped and "catalogue runs stand in"
                 in skipped[r]]  # fmt: skip
@@ -612,8 +649,9 @@ class Race:
         record.update(state="dropped", line=f"{record['line']}; then un-settled: {why}; it "
                       "raced cold, every repeat")  # fmt: skip
         self.schedule.save()
-        self.echo(f"race: group {group}: catalogue prior dropped: {why}; it runs as cold, every "
-                  "repeat")  # fmt: skip
+        if say:
+            self.echo(f"race: group {group}: catalogue prior dropped: {why}; it runs as cold, "
+                      "every repeat")  # fmt: skip
 
     def _stop_on_priors(self) -> None:
         """``--history order``: each held prior of a group the catalogue measured clearly
