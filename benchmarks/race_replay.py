@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import re
 import statistics
 import sys
@@ -234,6 +235,7 @@ def catalogue_rows(runs: list[RunSpec], recorded: Recorded) -> pd.DataFrame:
             "tail_mean_iter_p50_ms": statistics.fmean(w[1] for w in tail),
             "iter_p90_over_p50": P90_OVER_P50, "tail_windows": len(tail),
             "window_samples_per_s": [w[2] for w in ran], "ts": float(i),
+            "config": json.dumps({"log_every": spec.config.log_every}),
         })  # fmt: skip
     return pd.DataFrame(rows)
 

@@ -4,6 +4,7 @@ memory point is skipped with its reason, comparisons carry a noise band, the CLI
 
 from __future__ import annotations
 
+import json
 import math
 import multiprocessing
 import subprocess
@@ -32,10 +33,11 @@ H200 = {"gpu": "NVIDIA H200", "gpus": 2, "driver": "580.159.04", "cuda": "13.0",
 
 
 def row(sweep, run, group, key, sps, status="ok", reason="", host=H200, ts=None, repeat=1,
-        jitter=1.05, windows=None, rank=None):  # fmt: skip
+        jitter=1.05, windows=None, rank=None, log_every=4):  # fmt: skip
     return {"sweep": sweep, "kind": "sweep", "output_root": f"/o/{sweep}", "space": "s",
             "host": fingerprint(host), **host, "run": run, "group": group, "repeat": repeat,
-            "status": status, "failure_reason": reason, "cost_key": key, "config": "{}",
+            "status": status, "failure_reason": reason, "cost_key": key,
+            "config": json.dumps({"log_every": log_every}),
             "tail_samples_per_sec_mean": sps, "iter_p90_over_p50": jitter,
             "ts": ts or time.time(), "window_samples_per_s": windows,
             "tail_windows": None if windows is None else len(windows),
@@ -286,9 +288,15 @@ def test_race_priors_are_this_hosts_runs_of_the_same_config_after_the_warm_up():
         row("new", "x1", g[3], keys[g[3]], 500.0, windows=steady(500),
             host={**H200, "torch": "2.12"}),  # another host: no prior
         row("old", "d1", g[3], keys[g[3]], 0.0, status="failed", reason="boom"),
+        # A warm race's run stopped once confirmed (warm-up + 2 windows), and a run logged
+        # every 8 steps: neither is a prior run.
+        row("warm", "a3", g[0], keys[g[0]], 50.0, status="stopped_early",
+            windows=warmup + steady(50, 2)),
+        row("old", "a4", g[0], keys[g[0]], 50.0, windows=warmup + steady(50), log_every=8),
     ])  # fmt: skip
     priors = race_priors(runs, rows, host, plan)
     assert set(priors.groups) == {g[0], g[1], g[2]}
+    assert [r.run for r in priors.groups[g[0]].runs] == ["a1", "a2"]
     assert priors.groups[g[0]].windows == steady(100) + steady(101)
     assert priors.noise[1] == 2  # two groups with two runs
     assert priors.clearly_slower(g[1], g[0]) and not priors.clearly_slower(g[2], g[0])

@@ -21,8 +21,10 @@ that is the widest of three half-widths, each relative to the ratio:
 Within noise: the band holds 1.
 
 A race's prior (``race_priors``, used by platform/control/race.py): for each group of the race,
-its runs on this host fingerprint with the same configuration (ok or stopped early), each with
-its windows after the race's warm-up and its tail figures as the ranking takes them. What the
+its runs on this host fingerprint with the same configuration (ok or stopped early) that have
+``MIN_TAIL`` (3) windows or more after the race's warm-up and this sweep's ``log_every`` (a
+warm race's run stopped once it confirmed is not fed back as a prior run), each with its
+windows after the warm-up and its tail figures as the ranking takes them. What the
 race does with it is the sweep's history mode (``HISTORY_MODES``, ``--history``):
 
 - ``confirm`` (the default): the catalogue's runs stand in for the group's repeats once its
@@ -38,6 +40,7 @@ race does with it is the sweep's history mode (``HISTORY_MODES``, ``--history``)
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -51,6 +54,7 @@ from platform.analysis.stats import UNSTABLE_RATIO, t_quantile
 __all__ = [
     "BAND_CAP",
     "HISTORY_MODES",
+    "MIN_TAIL",
     "NOISE_FLOOR",
     "Prior",
     "PriorRun",
@@ -69,6 +73,9 @@ __all__ = [
 ]
 
 NOISE_FLOOR = 0.02
+# A catalogue run is a race's prior run only with this many windows or more after the warm-up
+# (race_priors): fewer is a partial run (a warm race's run stopped once it confirmed).
+MIN_TAIL = 3
 # A confirm band's half-width is at most this many noise floors (Priors.confirms says why).
 BAND_CAP = 3
 # What a warm start takes from the catalogue (the module docstring): the default first.
@@ -365,7 +372,10 @@ class Priors:
 def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
     """Each group of ``runs`` (RunSpecs) that the catalogue measured on ``host`` with the same
     configuration (cost key), ok or stopped early, with windows: its runs, each with its windows
-    after ``plan.warmup_windows`` (the race's SchedulerPlan) and its tail figures."""
+    after ``plan.warmup_windows`` (the race's SchedulerPlan) and its tail figures. Only runs
+    with ``plan.warmup_windows`` + ``MIN_TAIL`` windows or more and this sweep's ``log_every``
+    (``_comparable``): a warm race's run stopped once it confirmed (2 judged windows) would
+    come back as an equal prior run, and another ``log_every`` cuts another warm-up."""
     from platform.storage.catalogue import cost_key
 
     if WINDOWS not in rows:
@@ -380,15 +390,27 @@ def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
         measured = []
         for row in here[here["cost_key"] == key].sort_values("ts").to_dict("records"):
             values = _values(row.get(WINDOWS))
-            windows = values[plan.warmup_windows :]
-            if windows:
-                measured.append(_prior_run(row, values, windows))
+            if _comparable(row, values, run.config, plan):
+                measured.append(_prior_run(row, values, values[plan.warmup_windows :]))
         if measured:
             sweeps = tuple(dict.fromkeys(r.sweep for r in measured))
             groups[run.group] = Prior(run.group, tuple(measured), sweeps,
                                       jittery.get(key, False))  # fmt: skip
     return Priors(groups, prior_noise(groups.values()), floor=plan.noise_floor,
                   confidence=plan.confidence)  # fmt: skip
+
+
+def _comparable(row: dict[str, Any], values: list[float], cfg, plan) -> bool:
+    """Whether a catalogue row can be a race's prior run: ``MIN_TAIL`` windows or more after
+    the warm-up, and windows of this sweep's ``log_every`` (its config's; a row without one is
+    left out)."""
+    if len(values) < plan.warmup_windows + MIN_TAIL:
+        return False
+    try:
+        logged = json.loads(row.get("config") or "{}").get("log_every")
+    except (TypeError, ValueError):
+        return False
+    return logged is not None and int(logged) == int(cfg.log_every)
 
 
 def prior_noise(priors) -> tuple[float, int]:
