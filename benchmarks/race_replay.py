@@ -72,6 +72,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "warm_race_2xh200"
 SETS = ["manifest_path=/replay/manifest.tsv", "max_steps=600", "scheduler=race", "max_steps=300"]
 P90_OVER_P50 = 1.2  # the consoles keep no p90
 HOST = "replay"  # the catalogue's host fingerprint of both races (one host)
+COMMIT = "replay"  # race 1 and race 2 ran one commit of the platform, on one corpus
 
 _WINDOW = re.compile(
     r"\] (\S+): step (\d+)/\d+  iter p50 ([\d.]+) ms .*?  ([\d.]+) samples/s  loss"
@@ -236,6 +237,7 @@ def catalogue_rows(runs: list[RunSpec], recorded: Recorded) -> pd.DataFrame:
             "iter_p90_over_p50": P90_OVER_P50, "tail_windows": len(tail),
             "window_samples_per_s": [w[2] for w in ran], "ts": float(i),
             "config": json.dumps({"log_every": spec.config.log_every}),
+            "git_commit": COMMIT, "manifest_path": str(spec.config.manifest_path or ""),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -298,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     warm_space = space.with_overrides(args.warm_set)
     warm_runs = expand_runs(warm_space)
     ordered, _, history = warm_start(warm_runs, rows, HOST)
-    priors = race_priors(ordered, rows, HOST, warm_space.scheduler)
+    priors = race_priors(ordered, rows, HOST, warm_space.scheduler, COMMIT)
     whatifs = [f"--set {' '.join(args.warm_set)}"] if args.warm_set else []
     whatifs += [f"samples/s x {args.warm_scale:g}"] if args.warm_scale != 1.0 else []
     what = f" (what-if: {'; '.join(whatifs)})" if whatifs else ""

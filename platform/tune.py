@@ -169,7 +169,11 @@ def _warm_start(runs, space, mode: str):
     ordered, skips, lines = warm_start(resolved, rows, host)
     priors = None
     if space.scheduler.name == "race":
-        priors = race_priors(resolved, rows, host, space.scheduler)
+        from platform.record.provenance import git_facts
+
+        # Pooled only with runs of this commit of the platform (the catalogue's git_commit).
+        commit = git_facts()["git_commit_hash"]
+        priors = race_priors(resolved, rows, host, space.scheduler, commit)
         lines += prior_line(priors, [r.group for r in resolved], space.scheduler, mode)
     by_name = {r.name: r for r in runs}
     return [by_name[r.name] for r in ordered], skips, lines, priors

@@ -33,7 +33,8 @@ per_run_metrics.csv's ``tail_audio_s_per_s``; its convolution levers the config 
 catalogue's ``compile_in_windows_s`` (seconds compiled inside the timed windows). Issue 58's
 pooled ranking (``--history confirm``) added group_summary.csv's and ranked_groups.csv's
 ``runs_catalogue`` and ``catalogue_sweeps``, best_config.json's ``runs_catalogue`` and
-summary.json's ``pooled``.
+summary.json's ``pooled``; its review the catalogue's ``git_commit`` and ``manifest_path`` (what
+a prior must share with the sweep to be pooled).
 """
 
 from __future__ import annotations

@@ -322,12 +322,48 @@ def test_a_sweeps_rows_keep_each_runs_windows_and_its_groups_rank(tmp_path):
     timing = [{"run": "r1", "group": "g", "rank": rank, "window": w, "attempt": 0,
                "samples_per_s": 100.0 + w + 1000 * rank} for w in (1, 0, 2) for rank in (0, 1)]  # fmt: skip
     results.write_part(root.timing, "r1-0", timing, results.TIMING_SCHEMA)
-    manifest = [{"run": "r1", "group": "g", "repeat": 1, "status": "ok"},
+    manifest = [{"run": "r1", "group": "g", "repeat": 1, "status": "ok",
+                 "git_commit_hash": "c0ffee" * 6 + "ab"},
                 {"run": "r2", "group": "g", "repeat": 2, "status": "skipped"}]  # fmt: skip
-    configs = {"r1": TrialConfig(), "r2": TrialConfig()}
+    configs = {"r1": TrialConfig(manifest_path="/d/train.tsv"), "r2": TrialConfig()}
     rows = rows_of(root, manifest, configs, kind="sweep", space="s", ranks={"g": 1})
     assert rows[0]["window_samples_per_s"] == [100.0, 101.0, 102.0]  # rank 0, in order
     assert rows[1]["window_samples_per_s"] is None and rows[0]["group_rank"] == 1
     append(rows, tmp_path / "cat")
     back = read(tmp_path / "cat").to_pandas().set_index("run")
     assert list(back.loc["r1", "window_samples_per_s"]) == [100.0, 101.0, 102.0]
+    # The commit that ran it and its corpus: what a race's prior must share to be pooled.
+    assert (back.loc["r1", "git_commit"], back.loc["r1", "manifest_path"]) == (
+        "c0ffee" * 6 + "ab", "/d/train.tsv")  # fmt: skip
+    assert back.loc["r2", "git_commit"] == ""
+
+
+def test_a_prior_of_another_corpus_is_none_and_of_another_commit_is_not_pooled():
+    """Rows of the same configuration (cost key) on another corpus are no prior; rows of
+    another platform commit, of an unknown one or of an unknown corpus (rows written before
+    the columns) make a prior that --history confirm uses as order does, saying why."""
+    runs = race_runs()
+    plan = load_space("cpu_race").with_overrides(["scheduler=race"]).scheduler
+    keys = {r.group: cost_key(r.config) for r in runs}
+    g = list(keys)
+    corpus = str(runs[0].config.manifest_path or "")
+    windows = [1.0] * plan.warmup_windows + steady(100)
+
+    def at(run, group, commit="abc", path=corpus):
+        return {**row("old", run, group, keys[group], 100.0, windows=windows),
+                "git_commit": commit, "manifest_path": path}  # fmt: skip
+
+    rows = pd.DataFrame([
+        at("a1", g[0]), at("a2", g[0], path="/other/corpus.tsv"),  # another corpus: left out
+        at("b1", g[1], commit="def"), at("c1", g[2], commit=""), at("d1", g[3], path=None),
+    ])  # fmt: skip
+    priors = race_priors(runs, rows, fingerprint(H200), plan, "abc")
+    assert [r.run for r in priors.groups[g[0]].runs] == ["a1"]
+    assert priors.groups[g[0]].order_only == ""
+    assert priors.groups[g[1]].order_only == "catalogue run(s) of commit def, this sweep abc"
+    assert priors.groups[g[2]].order_only == "catalogue run(s) of an unknown commit"
+    assert priors.groups[g[3]].order_only == "catalogue run(s) of an unknown corpus"
+    unknown = race_priors(runs, rows, fingerprint(H200), plan, None)
+    assert unknown.groups[g[0]].order_only == "this sweep's commit is unknown"
+    (line,) = prior_line(priors, [r.group for r in runs], plan)
+    assert f"; as --history order, never pooled: {g[1]} (catalogue run(s) of commit def" in line

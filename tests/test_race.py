@@ -911,6 +911,27 @@ def test_a_resume_unsettles_a_group_whose_confirmed_run_was_lost(tmp_path):
     assert again.runnable(a2) and again.rerun() == a2 and not again.runnable(b2)
 
 
+def test_a_prior_it_cannot_pool_works_as_history_order_in_confirm(tmp_path):
+    """--history confirm with B's prior of another commit (``order_only``): A (the same
+    commit) confirms and settles; B, measured clearly slower, is never settled nor pooled: it
+    is stopped as --history order stops it, its line saying why."""
+    import dataclasses
+
+    race = warm_race(tmp_path, "confirm", A=100, B=80)
+    a1, b1, *_ = race.names
+    a, b = race.runs[a1].group, race.runs[b1].group
+    why = "catalogue run(s) of commit def, this sweep abc"
+    race.priors.groups[b] = dataclasses.replace(race.priors.groups[b], order_only=why)
+    race.prior_state[b].update(order_only=why)
+    feed(race, a1, [10, 10, 100, 100])
+    assert race.settled == {a}
+    assert feed(race, b1, [8, 8, 80, 80])[-1] and b not in race.settled
+    record = race.prior_state[b]
+    assert record["state"] == "agreed" and race.eliminated[b]["prior"]
+    assert record["line"].startswith(f"as --history order, never pooled ({why}): agreed;")
+    assert "here" not in race.prior_state[a] or race.prior_state[a]["here"] == pytest.approx(1.0)
+
+
 def test_without_history_the_race_is_cold(tmp_path):
     """--no-history hands the race no priors: mode off, nothing of the catalogue in the
     schedule, every run runnable until the bounds decide; its ranking is its own."""
@@ -951,7 +972,7 @@ def test_the_2xh200_races_replayed_cold_and_warm():
     pooled ranking. Warm with --history order (priors only stop the groups measured clearly
     slower): both mb160 groups stopped at step 200 on their priors, 1,600 steps. Each group's
     first judged windows are compared with its catalogue runs' same windows."""
-    from benchmarks.race_replay import RESULTS, SETS, catalogue_rows, read_epochs, read_log
+    from benchmarks.race_replay import COMMIT, RESULTS, SETS, catalogue_rows, read_epochs, read_log
     from benchmarks.race_replay import replay as replay_race
     from platform.analysis.history import race_priors, warm_start
 
@@ -964,7 +985,7 @@ def test_the_2xh200_races_replayed_cold_and_warm():
     cold = replay_race("cold", runs, space, first)
     rows = catalogue_rows(runs, first)
     ordered, _, _ = warm_start(runs, rows, "replay")
-    priors = race_priors(ordered, rows, "replay", space.scheduler)
+    priors = race_priors(ordered, rows, "replay", space.scheduler, COMMIT)
     warm = replay_race("warm", ordered, space, second, priors)
     assert (cold.steps, warm.steps) == (1800, 800)
     assert cold.winner == warm.winner == "sweep_z0_mb192_nw8_pf4"

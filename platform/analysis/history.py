@@ -267,6 +267,9 @@ class Prior:
     runs: tuple[PriorRun, ...]
     sweeps: tuple[str, ...] = ()
     jittery: bool = False
+    # Why its runs cannot be pooled with this sweep's (another or unknown commit, an unknown
+    # corpus): --history confirm then uses it as --history order does; '' when they can.
+    order_only: str = ""
 
     @property
     def run_means(self) -> list[float]:
@@ -361,7 +364,8 @@ class Priors:
             runs = tuple(PriorRun.of_record(r) for r in record.get("catalogue_runs") or ())
             if runs:
                 groups[group] = Prior(group, runs, tuple(record.get("sweeps") or ()),
-                                      bool(record.get("jittery")))  # fmt: skip
+                                      bool(record.get("jittery")),
+                                      str(record.get("order_only") or ""))  # fmt: skip
         if not groups:
             return None
         noise = kept.get("noise") or (0.0, 0)
@@ -369,13 +373,20 @@ class Priors:
                    float(kept.get("floor", NOISE_FLOOR)), float(kept.get("confidence", 0.95)))  # fmt: skip
 
 
-def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
+def race_priors(
+    runs: list, rows: pd.DataFrame, host: str, plan, commit: str | None = None
+) -> Priors:
     """Each group of ``runs`` (RunSpecs) that the catalogue measured on ``host`` with the same
     configuration (cost key), ok or stopped early, with windows: its runs, each with its windows
     after ``plan.warmup_windows`` (the race's SchedulerPlan) and its tail figures. Only runs
     with ``plan.warmup_windows`` + ``MIN_TAIL`` windows or more and this sweep's ``log_every``
     (``_comparable``): a warm race's run stopped once it confirmed (2 judged windows) would
-    come back as an equal prior run, and another ``log_every`` cuts another warm-up."""
+    come back as an equal prior run, and another ``log_every`` cuts another warm-up.
+
+    A row of another corpus (``manifest_path``; cost_key leaves paths out, as costs do not
+    depend on them) is no prior. A prior whose runs are not all of ``commit`` (this sweep's
+    platform commit) and of a known corpus is one ``--history confirm`` does not pool: it works
+    as in ``order`` (``Prior.order_only`` says why)."""
     from platform.storage.catalogue import cost_key
 
     if WINDOWS not in rows:
@@ -387,17 +398,44 @@ def race_priors(runs: list, rows: pd.DataFrame, host: str, plan) -> Priors:
         key = cost_key(run.config)
         if run.group in groups:
             continue
-        measured = []
+        measured, kept = [], []
+        corpus = str(getattr(run.config, "manifest_path", "") or "")
         for row in here[here["cost_key"] == key].sort_values("ts").to_dict("records"):
             values = _values(row.get(WINDOWS))
+            if _text(row.get("manifest_path")) not in (None, corpus):
+                continue  # another corpus under the same configuration
             if _comparable(row, values, run.config, plan):
                 measured.append(_prior_run(row, values, values[plan.warmup_windows :]))
+                kept.append(row)
         if measured:
             sweeps = tuple(dict.fromkeys(r.sweep for r in measured))
             groups[run.group] = Prior(run.group, tuple(measured), sweeps,
-                                      jittery.get(key, False))  # fmt: skip
+                                      jittery.get(key, False), _order_only(kept, commit))  # fmt: skip
     return Priors(groups, prior_noise(groups.values()), floor=plan.noise_floor,
                   confidence=plan.confidence)  # fmt: skip
+
+
+def _text(value: Any) -> str | None:
+    """A catalogue text cell (None for none: a row written before the column)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def _order_only(rows: list[dict[str, Any]], commit: str | None) -> str:
+    """Why a prior's runs cannot be pooled with this sweep's (``--history confirm`` then uses
+    it as ``order`` does): run(s) of another or an unknown platform commit, or of an unknown
+    corpus; '' when they can."""
+    why = []
+    commits = [_text(r.get("git_commit")) or "" for r in rows]
+    if not commit:
+        why.append("this sweep's commit is unknown")
+    elif any(not c for c in commits):
+        why.append("catalogue run(s) of an unknown commit")
+    elif any(c != commit for c in commits):
+        other = next(c for c in commits if c != commit)
+        why.append(f"catalogue run(s) of commit {other[:10]}, this sweep {commit[:10]}")
+    if any(_text(r.get("manifest_path")) is None for r in rows):
+        why.append("catalogue run(s) of an unknown corpus")
+    return "; ".join(why)
 
 
 def _comparable(row: dict[str, Any], values: list[float], cfg, plan) -> bool:
@@ -516,7 +554,7 @@ def prior_line(priors: Priors, groups: list[str], plan, mode: str = "confirm") -
             f"{plan.confirm_windows} judged window(s) here fall in its prior's band stops there "
             "and its catalogue runs stand in for its repeats, the ranking pooling them (said "
             "per group); outside the band it runs as cold (--history order: priors only stop "
-            "groups measured clearly slower; --no-history: none)"
+            "groups measured clearly slower; --no-history: none)" + _order_only_line(priors, have)
         ]
     line += " (not counted as this sweep's measurements)"
     steady = [g for g in have if not priors.groups[g].jittery]
@@ -534,6 +572,14 @@ def prior_line(priors: Priors, groups: list[str], plan, mode: str = "confirm") -
         else:
             line += "; none measured clearly slower than it"
     return [line + " (--no-history: none)"]
+
+
+def _order_only_line(priors: Priors, have: list[str]) -> str:
+    """The confirm line's tail for the priors it cannot pool (``Prior.order_only``)."""
+    held = [(g, priors.groups[g].order_only) for g in have if priors.groups[g].order_only]
+    if not held:
+        return ""
+    return "; as --history order, never pooled: " + "; ".join(f"{g} ({why})" for g, why in held)
 
 
 def warm_start(runs: list, rows: pd.DataFrame, host: str) -> tuple[list, dict[str, str], list[str]]:

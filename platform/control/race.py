@@ -492,7 +492,8 @@ class Race:
                 "windows": len(prior.windows),
                 "sweeps": list(prior.sweeps),
                 "jittery": prior.jittery,
-                "line": _UNJUDGED,
+                "line": _order_line(prior.order_only, _UNJUDGED),
+                "order_only": prior.order_only,
                 "catalogue_runs": [r.record() for r in prior.runs],
             }
         if held:
@@ -531,6 +532,8 @@ class Race:
             return
         if self.history == "confirm":
             self._confirm_priors()
+            if any(r.get("order_only") for r in self.prior_state.values()):
+                self._stop_on_priors()  # the priors it cannot pool, as --history order
         else:
             self._stop_on_priors()
 
@@ -541,7 +544,7 @@ class Race:
         good and it runs as cold, every repeat."""
         k = self.plan.confirm_windows
         for group, record in self.prior_state.items():
-            if record["state"] != "held" or group in self.eliminated:
+            if record["state"] != "held" or group in self.eliminated or record.get("order_only"):
                 continue
             if group not in self.priors.groups:
                 continue
@@ -574,7 +577,8 @@ class Race:
         kept = self.schedule.state.get("history") or {}
         if kept.get("shift"):
             return
-        ratios = [r["here"] for r in self.prior_state.values() if "here" in r]
+        ratios = [r["here"] for r in self.prior_state.values()
+                  if "here" in r and not r.get("order_only")]  # fmt: skip
         if len(ratios) < 2:
             return
         shift = statistics.median(ratios)
@@ -658,27 +662,36 @@ class Race:
         slower than the prior leader, once both have ``confirm_windows`` clean windows here:
         the group's first ones' median over the leader's clean windows' median is its ratio
         here. No higher than the catalogue's band of their ratio allows, it agrees and the
-        group is stopped; higher, its prior is dropped and it races cold."""
+        group is stopped; higher, its prior is dropped and it races cold. In ``confirm``, the
+        priors it cannot pool (``order_only``) alone, each line saying why."""
+        confirm = self.history == "confirm"
         leader = self._prior_leader()
         k = self.plan.confirm_windows
         lead = [w["samples_per_s"] for w in self._clean(leader)] if leader else []
         if len(lead) < k:
             return
         ahead = self.prior_state[leader]
-        if ahead["state"] == "held" and not ahead.get("leads"):
+        if (
+            ahead["state"] == "held"
+            and not ahead.get("leads")
+            and (not confirm or ahead.get("order_only"))
+        ):
             said = "the prior leader: runs its repeats"
-            ahead.update(leads=True, line=said if ahead["line"] == _UNJUDGED
-                         else f"{ahead['line']}; then {said}")  # fmt: skip
+            ahead.update(leads=True, line=_order_line(ahead.get("order_only"), said)
+                         if ahead["line"].endswith(_UNJUDGED) else f"{ahead['line']}; then {said}")  # fmt: skip
         for group, record in self.prior_state.items():
             mine = self._clean(group)[:k]
             if group == leader or group in self.eliminated or record["state"] != "held":
                 continue
+            why = record.get("order_only")
+            if confirm and not why:
+                continue
             ratio, low, high = self.priors.versus(group, leader)
             band = f"{ratio:.2f}x in the catalogue (band {low:.2f}-{high:.2f})"
             if high >= 1.0:  # within noise of the leader there: its repeats run
-                if record["line"] == _UNJUDGED:
-                    record["line"] = (
-                        f"within noise of the leader {leader}: {band}; runs its repeats"
+                if record["line"].endswith(_UNJUDGED):
+                    record["line"] = _order_line(
+                        why, f"within noise of the leader {leader}: {band}; runs its repeats"
                     )
                 continue
             if len(mine) < k:
@@ -686,9 +699,9 @@ class Race:
             here = statistics.median(w["samples_per_s"] for w in mine) / statistics.median(lead)
             at = f"its first {k} judged window(s) here (to step {mine[-1]['step']})"
             if here > high:
-                record.update(state="dropped", here=here, line=(
+                record.update(state="dropped", here=here, line=_order_line(why, (
                     f"dropped: {at} put it at {here:.2f}x the leader {leader}, above {band}; "
-                    "raced cold"))  # fmt: skip
+                    "raced cold")))  # fmt: skip
                 self.schedule.save()
                 self.echo(f"race: group {group}: catalogue prior dropped ({at}: {here:.2f}x the "
                           f"leader {leader}, above {band}); it races cold")  # fmt: skip
@@ -697,7 +710,8 @@ class Race:
                      if r in self.running and self.windows.get(r)]  # fmt: skip
             stop = f"stopped at step {steps[0]}" if steps else "stopped before its next repeat"
             reason = f"{stop}: {here:.2f}x the leader here and {band}; {at} agree"
-            record.update(state="agreed", here=here, line=f"agreed; {reason} (leader {leader})")
+            record.update(state="agreed", here=here,
+                          line=_order_line(why, f"agreed; {reason} (leader {leader})"))  # fmt: skip
             self._eliminate(group, "slower", reason, by=leader, prior=True)
 
     # --- a group that can never be judged ---
@@ -732,6 +746,11 @@ class Race:
         self.schedule.state["unjudged"] = {**unjudged, group: line}
         self.schedule.save()
         self.echo(f"race: group {group} {line}")
+
+
+def _order_line(why: str | None, line: str) -> str:
+    """A prior's line; for one ``--history confirm`` cannot pool (``why``), saying so first."""
+    return f"as --history order, never pooled ({why}): {line}" if why else line
 
 
 def _window(
