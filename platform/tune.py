@@ -179,6 +179,25 @@ def _warm_start(runs, space, mode: str):
     return [by_name[r.name] for r in ordered], skips, lines, priors
 
 
+def _check_resumed_history(root, mode: str) -> None:
+    """--resume with --history or --no-history: a resumed race keeps the mode (and priors) its
+    schedule.json kept, so a flag that disagrees is refused, not ignored."""
+    import json
+
+    try:
+        state = json.loads(root.schedule.read_text())
+    except (OSError, ValueError):
+        return  # nothing decided yet: the resume starts the race as planned
+    kept = (state.get("history") or {}).get("mode", "off")
+    if kept != mode:
+        given = "--no-history" if mode == "off" else f"--history {mode}"
+        raise UsageError(
+            f"--resume: {root.shown} raced with --history {kept} (its schedule.json) and "
+            f"{given} disagrees: a resume keeps its first mode; drop {given}, or start the "
+            "sweep again in a new --output-root"
+        )
+
+
 def _check_budget(seconds: float) -> None:
     """A budget shorter than the sweep's own start and end and a little more: refused (one
     longer, but short of a first run, still runs its first run to the shortest length that
@@ -300,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         for note in baseline_notes(space, runs) + known_cliff_notes(runs) + history_lines:
             print(note, flush=True)
         root, done = prepare_inputs(space, runs, **inputs)
+        if args.resume and (args.history is not None or args.no_history):
+            _check_resumed_history(root, mode)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -271,3 +271,30 @@ def test_resume_refuses_a_root_without_a_sweep_or_with_another_sweep(tmp_path):
     out = tune("--space", "smoke", "--output-root", str(other), "--resume", probe=True)
     assert out.returncode == 2 and "holds a different sweep" in out.stderr
     assert sorted(p.name for p in other.iterdir()) == ["run_manifest.tsv"]  # nothing written
+
+
+def test_resume_refuses_a_history_flag_that_disagrees_with_the_kept_mode(tmp_path):
+    """A resumed race keeps the history mode its schedule.json kept: --history order, or
+    --no-history, against a race kept as confirm is refused in one line naming both and the
+    fix, before anything is written; the same mode, or no flag, is not refused for it."""
+    import json
+
+    from platform.spaces.expand import expand_runs
+    from platform.spaces.load import load_space
+
+    root = tmp_path / "root"
+    root.mkdir()
+    names = [r.name for r in expand_runs(load_space("smoke"))]
+    (root / "run_manifest.tsv").write_text(
+        "run\tstatus\n" + "".join(f"{n}\tpending\n" for n in names)
+    )
+    (root / "schedule.json").write_text(json.dumps({"history": {"mode": "confirm"}}))
+    before = sorted(p.name for p in root.iterdir())
+    for flag, given in ((["--history", "order"], "--history order"),
+                        (["--no-history"], "--no-history")):  # fmt: skip
+        out = tune("--space", "smoke", "--output-root", str(root), "--resume", *flag, probe=True)
+        assert out.returncode == 2 and out.stdout.strip() == "NO_RAY"
+        (line,) = out.stderr.strip().splitlines()
+        assert f"raced with --history confirm (its schedule.json) and {given} disagrees" in line
+        assert f"drop {given}, or start the sweep again in a new --output-root" in line
+    assert sorted(p.name for p in root.iterdir()) == before

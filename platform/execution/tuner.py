@@ -270,7 +270,8 @@ def _search_and_stop(
     """The Tune search algorithm that hands out the runs (``search``), the early-stopping
     scheduler (``scheduler``) and the stopper, all sharing the sweep's ``schedule.json``
     (platform/control/race.py). A resumed warm race races on the priors and the history mode
-    its first attempt kept there, not on the catalogue as it is now."""
+    its first attempt kept there, not on the catalogue as it is now (platform/tune.py refuses
+    a --history or --no-history that disagrees with it)."""
     root, recorder = sweep.root, sweep.recorder
     schedule = Schedule(root, space, runs)
     if resume:
