@@ -366,7 +366,7 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
     for g in ranked.to_dict("records"):
         mark = " (baseline)" if g.get("baseline") else ""
         lines.append(
-            f"| {g['rank']} | {g['group']}{mark} | {g['runs_ok']}/{g['runs']}{_pooled_runs(g)} | "
+            f"| {g['rank']} | {g['group']}{mark} | {_ok_runs(g)} | "
             f"{_sps(g)} | {_fmt(g['tail_samples_per_sec_std'])} | "
             f"{_interval(g)} | {_fmt(g['tail_mean_iter_p50_ms'])} | "
             f"{_fmt(g['unstable_run_ratio'], 2)} | {_fmt(g.get('vs_baseline'), 3)} |"
@@ -390,10 +390,17 @@ def _markdown(summary: dict[str, Any], ranked: pd.DataFrame) -> str:
     return "\n".join(lines + _notes(summary) + written) + "\n"
 
 
-def _pooled_runs(g: dict[str, Any]) -> str:
-    """' (N from the catalogue)' after a pooled group's ok/runs ('' otherwise)."""
+def _ok_runs(g: dict[str, Any]) -> str:
+    """summary.md's ok/runs: a pooled group's split into this sweep's runs and the catalogue's,
+    and the repeats the catalogue's stood in for as not run, not failed ("3/4 (2 from the
+    catalogue)" read like a failed repeat): "1/2 here + 2 from the catalogue (standing in for 1
+    repeat not run)"."""
     n = int(stats.finite(g.get("runs_catalogue")) or 0)
-    return f" ({n} from the catalogue)" if n else ""
+    if not n:
+        return f"{g['runs_ok']}/{g['runs']}"
+    ok, runs = int(g["runs_ok"]) - n, int(g["runs"]) - n
+    cell = f"{ok}/{runs} here + {n} from the catalogue"
+    return cell + (f" (standing in for {runs - ok} repeat(s) not run)" if runs > ok else "")
 
 
 def _capital(text: str) -> str:
