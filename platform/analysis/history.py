@@ -31,7 +31,10 @@ race does with it is the sweep's history mode (``HISTORY_MODES``, ``--history``)
   first judged windows here fall inside the prior's band (``Priors.confirms``): its run stops
   there, its later repeats are not run, and the sweep's ranking pools its run here with those
   catalogue runs (platform/analysis/pooled.py), saying so. Windows outside the band drop the
-  prior: the group runs as cold, every repeat.
+  prior: the group runs as cold, every repeat. A shift every group shares (their ratios'
+  median beyond the noise floor) drops every prior (platform/control/race.py). A prior whose
+  runs are of another or an unknown platform commit, or of an unknown corpus, is never pooled:
+  it works as in ``order`` (``Prior.order_only``).
 - ``order``: the prior only stops early a group the catalogue measured clearly slower than the
   leader (``Priors.versus``, the comparison's band, under 1), once the group's first judged
   windows here agree with it; the ranking is the sweep's own runs alone.

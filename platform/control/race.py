@@ -62,7 +62,14 @@ catalogue runs together (unstable over them, it leaves as unstable instead), and
 reference for the groups still racing, its bounds over those pooled runs. The sweep's ranking
 pools the same runs and says so (platform/analysis/pooled.py). Outside the band, the prior is
 dropped for good and the group runs as cold, every repeat: a host that changed since (clocks, a
-noisy neighbour, a different corpus under the same configuration) is caught per group. A
+noisy neighbour) is caught per group. A change every group shares, small enough to fall inside
+each band alone, is caught across them (``_check_shift``: once two or more groups were judged,
+the median of their ratios must lie within ``noise_floor`` of 1, else every prior is dropped
+and the settled groups un-settled, in one line). A settled group never ranks on its catalogue
+runs alone: when the run that confirmed it fails, or ends before its stop was told (or, on
+--resume, was recorded), it is un-settled (``_unsettle``: its prior dropped, its repeats
+handed out again). A prior the sweep cannot pool (runs of another or an unknown platform
+commit, or an unknown corpus: ``order_only``) is used as ``order`` uses it. A
 settled group is never stopped as slower; its pooled figures rank it. Every point still runs
 here, as in a cold race (no point is ranked on the catalogue alone), but only as long as it
 takes to tell that the host still measures what it measured before.
