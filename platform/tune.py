@@ -191,10 +191,11 @@ def _check_resumed_history(root, mode: str) -> None:
     kept = (state.get("history") or {}).get("mode", "off")
     if kept != mode:
         given = "--no-history" if mode == "off" else f"--history {mode}"
+        how = (f"raced with --history {kept}" if "history" in state
+               else "raced without catalogue priors (--no-history, or none found)")  # fmt: skip
         raise UsageError(
-            f"--resume: {root.shown} raced with --history {kept} (its schedule.json) and "
-            f"{given} disagrees: a resume keeps its first mode; drop {given}, or start the "
-            "sweep again in a new --output-root"
+            f"--resume: {root.shown} {how} (its schedule.json) and {given} disagrees: a resume "
+            f"keeps its first mode; drop {given}, or start the sweep again in a new --output-root"
         )
 
 
@@ -319,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         for note in baseline_notes(space, runs) + known_cliff_notes(runs) + history_lines:
             print(note, flush=True)
         root, done = prepare_inputs(space, runs, **inputs)
-        if args.resume and (args.history is not None or args.no_history):
+        if (
+            args.resume
+            and space.scheduler.name == "race"
+            and (args.history is not None or args.no_history)
+        ):
             _check_resumed_history(root, mode)
     except (UsageError, ConfigError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)

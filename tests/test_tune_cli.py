@@ -284,7 +284,7 @@ def test_resume_refuses_a_history_flag_that_disagrees_with_the_kept_mode(tmp_pat
 
     root = tmp_path / "root"
     root.mkdir()
-    names = [r.name for r in expand_runs(load_space("smoke"))]
+    names = [r.name for r in expand_runs(load_space("smoke").with_overrides(["scheduler=race"]))]
     (root / "run_manifest.tsv").write_text(
         "run\tstatus\n" + "".join(f"{n}\tpending\n" for n in names)
     )
@@ -292,7 +292,8 @@ def test_resume_refuses_a_history_flag_that_disagrees_with_the_kept_mode(tmp_pat
     before = sorted(p.name for p in root.iterdir())
     for flag, given in ((["--history", "order"], "--history order"),
                         (["--no-history"], "--no-history")):  # fmt: skip
-        out = tune("--space", "smoke", "--output-root", str(root), "--resume", *flag, probe=True)
+        out = tune("--space", "smoke", "--set", "scheduler=race", "--output-root", str(root),
+                   "--resume", *flag, probe=True)  # fmt: skip
         assert out.returncode == 2 and out.stdout.strip() == "NO_RAY"
         (line,) = out.stderr.strip().splitlines()
         assert f"raced with --history confirm (its schedule.json) and {given} disagrees" in line
