@@ -881,6 +881,21 @@ def test_a_settled_group_whose_run_then_fails_or_is_cut_races_cold(tmp_path):
     assert race.rerun() == a2 and race.runnable(a2)
 
 
+def test_a_group_knocked_out_by_a_settled_group_comes_back_when_it_is_unsettled(tmp_path):
+    """C (no prior, 20 % slower) left as slower against A's bounds pooled with A's catalogue
+    runs; A's run then fails: A is un-settled, so C comes back (no valid reference is left to
+    stop it again)."""
+    race = warm_race(tmp_path, "confirm", A=100)
+    a1, _, c1, *_ = race.names
+    a, c = race.runs[a1].group, race.runs[c1].group
+    feed(race, a1, [10, 10, 100, 100])
+    assert feed(race, c1, [10, 10, 80, 80, 80])[-1] and race.eliminated[c]["by"] == a
+    race.complete(a1, "error")
+    assert a not in race.settled and c not in race.eliminated
+    assert race.schedule.state["readmitted"][-1]["why"].startswith(
+        f"{a}'s catalogue prior was dropped (its run {a1} did not finish (error)")  # fmt: skip
+
+
 def test_a_resume_unsettles_a_group_whose_confirmed_run_was_lost(tmp_path):
     """The sweep was killed after A confirmed (its stop in schedule.json) but before its run
     was recorded stopped: on --resume no run of A is ok or stopped here, so A is un-settled,

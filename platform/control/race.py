@@ -549,6 +549,8 @@ class Race:
         windows here is judged on their mean over its catalogue mean (``Priors.confirms``).
         Inside the band, the group settles (``_settle``); outside, its prior is dropped for
         good and it runs as cold, every repeat."""
+        if (self.schedule.state.get("history") or {}).get("shift"):
+            return  # every prior dropped (``_check_shift``)
         k = self.plan.confirm_windows
         for group, record in self.prior_state.items():
             if record["state"] != "held" or group in self.eliminated or record.get("order_only"):
@@ -645,7 +647,8 @@ class Race:
         shares dropped every prior. Its prior is dropped and it races cold: a stop not told
         yet is taken back (an interrupted run runs again on --resume), a run told its stop
         stays stopped (its windows count as a cold race's would), and the repeats the prior
-        skipped are handed out again. ``say``: its own line (the shift says one for all)."""
+        skipped are handed out again; the groups it knocked out as slower on its pooled bounds
+        come back (``_readmit``). ``say``: its own line (the shift says one for all)."""
         record = self.prior_state[group]
         stops, skipped = self.schedule.stops, self.schedule.state["skipped"]
         for run in self.groups[group]:
@@ -663,6 +666,9 @@ class Race:
         if say:
             self.echo(f"race: group {group}: catalogue prior dropped: {why}; it runs as cold, "
                       "every repeat")  # fmt: skip
+        # What it knocked out as slower on bounds pooled with its catalogue runs comes back,
+        # judged again against the references still valid.
+        self._readmit(group, f"{group}'s catalogue prior was dropped ({why})")
 
     def _stop_on_priors(self) -> None:
         """``--history order``: each held prior of a group the catalogue measured clearly
