@@ -1,6 +1,7 @@
 """platform.control (race, asha, searchers) without Ray: the race's decisions on made-up windows, ASHA after the
 warm-up, the searchers' order, and the spaces' scheduler, search and conditional keys."""
 
+import dataclasses
 import itertools
 import json
 import re
@@ -747,7 +748,6 @@ def test_the_band_leaves_jittery_groups_and_partial_runs_out_of_the_noise_and_is
     """The run-to-run term pools the steady groups' whole runs only: a jittery group with runs
     at 80 and 96, or a partial run, leaves A's band as it was. A band whose catalogue runs
     spread 6 % apart is capped at 3 noise floors (+-6 %)."""
-    import dataclasses
 
     from platform.analysis.history import BAND_CAP, Prior, PriorRun, Priors, prior_noise
 
@@ -770,7 +770,7 @@ def test_the_band_leaves_jittery_groups_and_partial_runs_out_of_the_noise_and_is
 
 def test_a_shift_every_group_shares_drops_every_prior(tmp_path):
     """A and B each confirm at 0.965x (inside their own band, +-6 %): once both were judged,
-    the median of their ratios, 0.965, is outside the noise floor (2 %): every prior is
+    the median of their ratios, 0.965, is outside the shift tolerance (3 %): every prior is
     dropped in one line, A and B un-settled (A's run, told its stop, stays stopped and its
     repeat runs again; B's run, not told yet, goes on), C's prior dropped before it was judged; all race cold."""
     race = warm_race(tmp_path, "confirm", (-0.03, 0.03), A=100, B=100, C=100)
@@ -790,6 +790,24 @@ def test_a_shift_every_group_shares_drops_every_prior(tmp_path):
     assert race.rerun() == a2 and race.runnable(b2)
     assert not any(feed(race, c1, [10, 10, 100, 100]))  # C races cold: not settled
     assert race.prior_state[c]["state"] == "dropped" and c not in race.settled
+
+
+def test_a_shift_within_the_tolerance_keeps_the_priors(tmp_path):
+    """A and B each confirm at 0.975x: their median is beyond the noise floor (2 %) but within
+    the shift tolerance (3 %), the spread one host shows from one race to the next: both stay
+    settled, no prior is dropped. With the tolerance at 2 %, the same windows drop them all."""
+    for tolerance, kept in ((0.03, True), (0.02, False)):
+        folder = tmp_path / str(tolerance)
+        folder.mkdir()
+        race = warm_race(folder, "confirm", (-0.03, 0.03), A=100, B=100, C=100)
+        race.plan = dataclasses.replace(race.plan, shift_tolerance=tolerance)
+        a1, b1, *_ = race.names
+        a, b = race.runs[a1].group, race.runs[b1].group
+        assert feed(race, a1, [10, 10, 97.5, 97.5])[-1]
+        race.complete(a1, "cut")
+        feed(race, b1, [10, 10, 97.5, 97.5])
+        assert (race.settled == {a, b}) is kept
+        assert ("shift" in (race.schedule.state.get("history") or {})) is not kept
 
 
 def test_a_settled_group_is_a_reference_for_the_groups_racing_cold(tmp_path):
@@ -930,7 +948,6 @@ def test_a_prior_it_cannot_pool_works_as_history_order_in_confirm(tmp_path):
     """--history confirm with B's prior of another commit (``order_only``): A (the same
     commit) confirms and settles; B, measured clearly slower, is never settled nor pooled: it
     is stopped as --history order stops it, its line saying why."""
-    import dataclasses
 
     race = warm_race(tmp_path, "confirm", A=100, B=80)
     a1, b1, *_ = race.names
@@ -1018,7 +1035,7 @@ def test_the_2xh200_races_replayed_cold_and_warm():
     assert 0.85 < order.wall_s / cold.wall_s < 0.95
     assert set(order.ranking["runs_catalogue"]) == {0}
     # A host 5 % slower (--warm-scale 0.95): the mb192 groups confirm alone (0.961x, 0.970x,
-    # inside their +-5.3 % bands), but their median is outside the 2 % floor: every prior is
+    # inside their +-5.3 % bands), but their median is outside the 3 % shift tolerance: every prior is
     # dropped, the race runs cold and names the cold winner, never pooling two hosts' runs.
     from benchmarks.race_replay import scaled
 

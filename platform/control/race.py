@@ -64,7 +64,7 @@ pools the same runs and says so (platform/analysis/pooled.py). Outside the band,
 dropped for good and the group runs as cold, every repeat: a host that changed since (clocks, a
 noisy neighbour) is caught per group. A change every group shares, small enough to fall inside
 each band alone, is caught across them (``_check_shift``: once two or more groups were judged,
-the median of their ratios must lie within ``noise_floor`` of 1, else every prior is dropped
+the median of their ratios must lie within ``shift_tolerance`` of 1, else every prior is dropped
 and the settled groups un-settled, in one line). A settled group never ranks on its catalogue
 runs alone: when the run that confirmed it fails, or ends before its stop was told (or, on
 --resume, was recorded), it is un-settled (``_unsettle``: its prior dropped, its repeats
@@ -578,7 +578,12 @@ class Race:
     def _check_shift(self) -> None:
         """The shift every group shares: once two or more groups were judged against their
         priors (confirmed or dropped), the median of their ratios here over the catalogue must
-        lie within the noise floor of 1. Outside it, this host measures differently from the
+        lie within ``shift_tolerance`` of 1 (3 %: the same host measured the same groups 1-3 %
+        apart from one race to the next, benchmarks/results/warm_race_2xh200, and a median of
+        two or three groups' first windows is no closer than that; a tighter tolerance would
+        send most warm races on an unchanged host cold, a looser one would pool runs of a host
+        that changed. Within it, the pooled groups may sit up to that much off the groups that
+        race cold: the size of the noise the ranking already reports). Outside it, this host measures differently from the
         catalogue's day as a whole (clocks, a driver, a neighbour: every group 5 % slower fits
         inside each group's own band, and would pool runs of two hosts): every prior is
         dropped, the settled groups un-settled, and every group races cold, said in one line
@@ -591,12 +596,12 @@ class Race:
         if len(ratios) < 2:
             return
         shift = statistics.median(ratios)
-        floor = self.plan.noise_floor
-        if abs(shift - 1) <= floor:
+        tolerance = self.plan.shift_tolerance
+        if abs(shift - 1) <= tolerance:
             return
         line = (f"catalogue priors dropped: the {len(ratios)} group(s) judged so far put this "
-                f"host at {shift:.3f}x their catalogue runs' (median), outside the noise floor "
-                f"(+-{floor:.0%}): the host measures differently from the catalogue's day as a "
+                f"host at {shift:.3f}x their catalogue runs' (median), outside the shift "
+                f"tolerance (+-{tolerance:.0%}): the host measures differently from the catalogue's day as a "
                 "whole; every group races cold, every repeat")  # fmt: skip
         kept["shift"] = line
         self.schedule.state["history"] = kept

@@ -65,7 +65,8 @@ class SchedulerPlan:
     (``max_iter_ratio_median``, ``max_iter_ratio_max``, ``max_iter_p50_cv``, as in
     platform.stability) make a group unstable: it is stopped and cannot win. A race warm-started
     from the catalogue stops a group measured there clearly slower than the leader once its first
-    ``confirm_windows`` clean windows agree with what was measured. ``asha``: ``grace_windows``
+    ``confirm_windows`` clean windows agree with what was measured; under ``--history confirm``
+    a shift every judged group shares beyond ``shift_tolerance`` drops every prior. ``asha``: ``grace_windows``
     windows after the warm-up before the first rung, ``reduction_factor``.
     """
 
@@ -75,6 +76,7 @@ class SchedulerPlan:
     confirm_windows: int = 2
     confidence: float = 0.95
     noise_floor: float = 0.02
+    shift_tolerance: float = 0.03
     max_iter_ratio_median: float = 1.5
     max_iter_ratio_max: float = 2.5
     max_iter_p50_cv: float = 0.05
@@ -96,6 +98,8 @@ class SchedulerPlan:
             raise UsageError(f"{where}: scheduler.confidence must be within 0.5-1, e.g. 0.95")
         if not 0 <= plan.noise_floor < 1:
             raise UsageError(f"{where}: scheduler.noise_floor must be within 0-1, e.g. 0.02")
+        if not 0 <= plan.shift_tolerance < 1:
+            raise UsageError(f"{where}: scheduler.shift_tolerance must be within 0-1, e.g. 0.03")
         for key in ("max_iter_ratio_median", "max_iter_ratio_max", "max_iter_p50_cv"):
             if not getattr(plan, key) > 0:
                 raise UsageError(f"{where}: scheduler.{key} must be > 0")
