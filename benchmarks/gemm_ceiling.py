@@ -11,25 +11,13 @@ their FLOPs per layer: the TFLOP/s a layer's GEMMs would reach if nothing else r
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
+from benchmarks.mfu_budget import timed_ms
 from trainables.engine.mfu import peak_tflops
 
-
-def time_ms(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+CUDA = torch.device("cuda")
 
 
 def gemm_rows(name: str, m: int, k: int, n: int, iters: int, dtype) -> list[tuple]:
@@ -44,7 +32,7 @@ def gemm_rows(name: str, m: int, k: int, n: int, iters: int, dtype) -> list[tupl
         ("dgrad", lambda: dy @ w),
         ("wgrad", lambda: dy.t() @ x),
     ):
-        ms = time_ms(fn, iters)
+        ms = timed_ms(fn, CUDA, 3, iters)
         rows.append((f"{name} {kind}", m, k, n, ms, flops / ms / 1e9))
     return rows
 

@@ -19,29 +19,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from benchmarks.mfu_budget import timed_ms
 from trainables.model.extractor import _group_norm_over_time
 
-
-def time_ms(fn: Callable[[], None], iters: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+CUDA = torch.device("cuda")
 
 
 BACKENDS = {
@@ -77,7 +64,7 @@ def _attention_cells(batch: int, seq: int, iters: int) -> list[str]:
             out.backward(grad)
 
         try:
-            cells.append(f"{time_ms(step, iters):.3f}")
+            cells.append(f"{timed_ms(step, CUDA, 3, iters):.3f}")
         except RuntimeError as exc:  # a backend that does not take this shape
             cells.append(f"n/a ({str(exc).splitlines()[0][:40]})")
 
@@ -86,7 +73,7 @@ def _attention_cells(batch: int, seq: int, iters: int) -> list[str]:
         return scores.softmax(-1) @ v
 
     compiled = torch.compile(math)
-    cells.append(f"{time_ms(lambda: compiled(q, k, v).backward(grad), iters):.3f}")
+    cells.append(f"{timed_ms(lambda: compiled(q, k, v).backward(grad), CUDA, 3, iters):.3f}")
     return cells
 
 
@@ -120,7 +107,7 @@ def _groupnorm_cells(norm: nn.GroupNorm, batch: int, rows: int, frames: int, ite
     ms: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(3):  # alternated
         for k, fn in fns.items():
-            ms[k].append(time_ms(lambda fn=fn: fn(x).backward(grad), iters))
+            ms[k].append(timed_ms(lambda fn=fn: fn(x).backward(grad), CUDA, 3, iters))
     return [f"{statistics.median(ms[k]):.3f}" for k in fns]
 
 
@@ -128,7 +115,7 @@ def _bandwidth() -> float:
     """The GPU's memory bandwidth in bytes per second, by a large device-to-device copy."""
     a = torch.empty(2**30, device="cuda", dtype=torch.uint8)
     b = torch.empty_like(a)
-    ms = time_ms(lambda: b.copy_(a), 10)
+    ms = timed_ms(lambda: b.copy_(a), CUDA, 3, 10)
     return 2 * a.numel() / (ms / 1e3)
 
 

@@ -67,17 +67,23 @@ def is_comm(name: str) -> bool:
     return "nccl" in name.lower()
 
 
+def _steps(complete: list[dict], required: bool = True) -> list[tuple[float, float]]:
+    """The trace's ``ProfilerStep#`` spans, in time order (``required``: refused when none)."""
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in complete
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    if required and not steps:
+        raise ValueError("no ProfilerStep# span in the trace: profile with prof.step() per step")
+    return steps
+
+
 def summarise(events: list[dict]) -> dict[str, float]:
     """Milliseconds per step of each column (COLUMNS), averaged over the trace's steps, and
     ``steps``: how many."""
     complete = [e for e in events if e.get("ph") == "X"]
-    steps = [
-        (e["ts"], e["ts"] + e["dur"])
-        for e in complete
-        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
-    ]
-    if not steps:
-        raise ValueError("no ProfilerStep# span in the trace: profile with prof.step() per step")
+    steps = _steps(complete)
     phases = {
         p: [
             (e["ts"], e["ts"] + e["dur"])
@@ -122,12 +128,7 @@ def top_kernels(events: list[dict], n: int = 25) -> list[dict]:
     """The ``n`` kernels with the most GPU time over the trace's steps, by name: calls and
     milliseconds per step, and their share of all kernel time."""
     complete = [e for e in events if e.get("ph") == "X"]
-    steps = sum(
-        1
-        for e in complete
-        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
-    )
-    steps = max(steps, 1)
+    steps = max(len(_steps(complete, required=False)), 1)
     totals: dict[str, list[float]] = {}
     for e in complete:
         if e.get("cat") == "kernel":
@@ -157,13 +158,7 @@ def idle_gaps(events: list[dict], n: int = 15) -> list[dict]:
     launch, on the launching thread), ``ms_per_step``, ``gaps_per_step`` and ``largest_ms``;
     the ``n`` with the most idle time."""
     complete = [e for e in events if e.get("ph") == "X"]
-    steps = sorted(
-        (e["ts"], e["ts"] + e["dur"])
-        for e in complete
-        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
-    )
-    if not steps:
-        raise ValueError("no ProfilerStep# span in the trace: profile with prof.step() per step")
+    steps = _steps(complete)
     launches = {
         e["args"]["correlation"]: e
         for e in complete

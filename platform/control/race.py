@@ -434,14 +434,7 @@ class Race:
             self.eliminated[group]["prior"] = True
         for run in self.groups[group]:
             if run in self.running and run not in self.schedule.stops:
-                last = self.windows.get(run) or [{}]
-                self.schedule.stops[run] = {
-                    "by": "race",
-                    "step": last[-1].get("step"),
-                    "window": len(self.windows.get(run, [])),
-                    "reason": f"{kind}: {reason}",
-                    "ts": time.time(),
-                }
+                self._stop(run, f"{kind}: {reason}")
         self.schedule.save()
         self.echo(f"race: group {group} leaves the race ({kind}): {reason}")
         if kind != "slower":
@@ -634,16 +627,20 @@ class Race:
             self.schedule.save()
             return
         for run in going:
-            last = self.windows.get(run) or [{}]
-            self.schedule.stops[run] = {
-                "by": "race",
-                "step": last[-1].get("step"),
-                "window": len(self.windows.get(run, [])),
-                "reason": f"prior confirmed: {why}; {stands}",
-                "ts": time.time(),
-            }
+            self._stop(run, f"prior confirmed: {why}; {stands}")
         self.schedule.save()
         self.echo(f"race: group {group}: catalogue prior confirmed: {why}; {stop}, {stands}")
+
+    def _stop(self, run: str, reason: str) -> None:
+        """Record the race's stop of ``run`` at its last window (told at its next report)."""
+        last = self.windows.get(run) or [{}]
+        self.schedule.stops[run] = {
+            "by": "race",
+            "step": last[-1].get("step"),
+            "window": len(self.windows.get(run, [])),
+            "reason": reason,
+            "ts": time.time(),
+        }
 
     def _unsettle(self, group: str, why: str, say: bool = True) -> None:
         """A settled group whose prior no longer stands: it lost the run that confirmed it
