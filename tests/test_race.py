@@ -874,6 +874,7 @@ def test_a_group_unstable_over_its_pooled_runs_leaves_as_unstable(tmp_path):
     verdict = race.eliminated[a]
     assert verdict["kind"] == "unstable" and "iter p50 CV" in verdict["reason"]
     assert verdict["reason"].endswith("(over its runs here and in the catalogue)")
+    assert verdict["scale"] == 1.0  # its catalogue iter p50 as it was: A confirmed at 1.000x
     assert race.schedule.stops[a1]["reason"].startswith("unstable:")
 
 

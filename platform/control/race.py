@@ -71,7 +71,7 @@ catalogue runs are scaled by it wherever they count as measured here: a settled 
 bounds (its catalogue windows' samples/s x the factor), its Phase B checks (their iter p50 /
 the factor) and the ranking (platform/analysis/pooled.py); unscaled, a host 2.5 % slower today
 would rank a settled group up to 2.5 % above a group that raced cold. The factor at each
-decision is kept (a settled prior's ``scale``, an elimination on pooled bounds' ``scale``), the
+decision is kept (a settled prior's ``scale``, an elimination on pooled figures' ``scale``), the
 latest in the schedule's ``history``' ``scale``, which the ranking and ``--resume`` read. The
 band test itself stays on the unscaled catalogue: it is what measures the shift. A settled
 group never ranks on its catalogue runs alone: when the run that confirmed it fails, or ends
@@ -423,8 +423,10 @@ class Race:
             if cv > p.max_iter_p50_cv:
                 failures.append(f"iter p50 CV {cv:.4f} > {p.max_iter_p50_cv:g}")
         if failures:
-            pooled = " (over its runs here and in the catalogue)" if group in self.settled else ""
-            self._eliminate(group, "unstable", "; ".join(failures) + pooled)
+            settled = group in self.settled  # its catalogue iter p50 / the factor
+            pooled = " (over its runs here and in the catalogue)" if settled else ""
+            self._eliminate(group, "unstable", "; ".join(failures) + pooled,
+                            scale=self.scale if settled else None)  # fmt: skip
 
     def _phase_b_runs(self, group: str) -> list[dict[str, float]]:
         """The tail figures the Phase B limits judge: the group's finished runs; for a settled
@@ -447,7 +449,8 @@ class Race:
                    prior: bool = False, scale: float | None = None) -> None:  # fmt: skip
         """``group`` leaves the race; ``by``: the leader it is slower than (under its lower
         bound, or with ``prior``: on the catalogue's figures, confirmed here); ``scale``: the
-        factor the leader's pooled catalogue runs were scaled by."""
+        factor the pooled catalogue runs it was judged on (the leader's, or its own for the
+        Phase B limits) were scaled by."""
         self.eliminated[group] = {"kind": kind, "reason": reason, "ts": time.time()}
         if by is not None:
             self.eliminated[group]["by"] = by
