@@ -57,7 +57,7 @@ from ray.tune.search import Searcher
 from platform.analysis.analyze import ranked_groups
 from platform.analysis.confidence import confidence
 from platform.analysis.history import HISTORY_MODES, prior_line, race_priors, warm_start
-from platform.analysis.pooled import pool
+from platform.analysis.pooled import pool, scale_line
 from platform.control.race import Race, Schedule
 from platform.control.searchers import PlannedSearcher
 from platform.spaces.expand import RunSpec, expand_runs
@@ -252,9 +252,14 @@ def describe(r: Replayed) -> list[str]:
     out += [f"   {run}: skipped" for run in r.skipped]
     for group, prior in (r.state.get("priors") or {}).items():
         out.append(f"   prior {group}: {prior['line']}")
-    out.append("   ranking (pooled: a settled group's runs here and from the catalogue):"
-               if "history" in r.state and r.ranking["runs_catalogue"].gt(0).any()
-               else "   ranking (this sweep's runs):")  # fmt: skip
+    if "history" in r.state and r.ranking["runs_catalogue"].gt(0).any():
+        kept = r.state["history"].get("scale") or {}
+        by = scale_line(float(kept.get("factor", 1.0)), int(kept.get("judged", 0)))
+        out.append(
+            f"   ranking (pooled: a settled group's runs here and from the catalogue; {by}):"
+        )
+    else:
+        out.append("   ranking (this sweep's runs):")
     for g in r.ranking.to_dict("records"):
         there = int(g["runs_catalogue"])
         runs = f"{int(g['runs_ok']) - there} here + {there} catalogue" if there else (

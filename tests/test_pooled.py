@@ -23,9 +23,10 @@ from tests.test_race import priors_of, space_from, window
 from tests.test_stats import windows as timing_rows
 
 
-def warm_sweep(tmp_path, here: dict[str, list[float]], history: str = "confirm", **means):
-    """The race fixture's groups A, B, C warm-started from ``priors_of(**means)`` (two runs of
-    each in the catalogue, sweep ``old``), each group's first run fed ``here[group]`` (its
+def warm_sweep(tmp_path, here: dict[str, list[float]], history: str = "confirm",
+               spread=(0.0, 0.0), **means):  # fmt: skip
+    """The race fixture's groups A, B, C warm-started from ``priors_of(spread, **means)`` (two
+    runs of each in the catalogue, sweep ``old``), each group's first run fed ``here[group]`` (its
     windows' samples/s, one at a time, as the searcher hands the runs out: a group's later
     repeats only if the race still wants them, fed the same windows), then analysed."""
     space = space_from(tmp_path)
@@ -34,7 +35,7 @@ def warm_sweep(tmp_path, here: dict[str, list[float]], history: str = "confirm",
     group = {k: names["ABC".index(k)] for k in "ABC"}
     root = OutputRoot(tmp_path / "root")
     schedule = Schedule(root, space, runs)
-    priors = priors_of(**{group[k]: v for k, v in means.items()})
+    priors = priors_of(spread, **{group[k]: v for k, v in means.items()})
     race = Race(runs, space, schedule, lambda _: None, priors, history)
     fed: dict[str, list[float]] = {}
     for run in runs:
@@ -89,8 +90,12 @@ def test_a_clear_winner_confirmed_on_both_sides_ranks_on_its_pooled_runs(tmp_pat
     # The mean of its run here (its tail as the ranking counts a run stopped once confirmed:
     # its windows after the race's 2 warm-up windows, 100 and 101; never the warm-up's 98,
     # which the ordinary cut, the last 4 after the first, would take) and its two catalogue
-    # runs' (100.2 each).
-    assert a["tail_samples_per_sec_mean"] == pytest.approx((100.2 + 100.2 + 100.5) / 3)
+    # runs' (100.2 each), scaled by the shift this host shows: the median of A's and B's
+    # ratios here over the catalogue (1.005 and 0.994).
+    scale = summary["pooled"]["scale"]
+    assert scale == pytest.approx((100.5 / 100 + 79.5 / 80) / 2)
+    assert summary["pooled"]["judged"] == 2
+    assert a["tail_samples_per_sec_mean"] == pytest.approx((2 * 100.2 * scale + 100.5) / 3)
     assert a["p_fastest"] == 1.0 and b["vs_best_high"] < 0.85
     best = json.loads((root / "best_config.json").read_text())
     assert best["group"] == g["A"] and (best["runs_ok"], best["runs_catalogue"]) == (3, 2)
@@ -132,6 +137,50 @@ def test_a_dropped_prior_ranks_on_this_sweeps_runs_alone(tmp_path):
     assert (ranked.loc[g["C"], "runs_ok"], ranked.loc[g["C"], "runs_catalogue"]) == (2, 0)
     assert ranked.loc[g["A"], "runs_catalogue"] == 2
     assert list(summary["pooled"]["groups"]) == [g["A"], g["B"]]
+
+
+def test_the_catalogue_runs_are_scaled_by_the_shift_this_host_shows(tmp_path):
+    """This host runs every group 2.5 % slower today than the catalogue knew it (inside the
+    3 % shift tolerance): A (prior 100, its runs 3 % apart) confirms at 0.975x and settles; C
+    (no prior), truly as fast as A, races cold at 97.5. Scaled by the shift (A's own ratio,
+    the one judged group), A's pooled mean sits at this host's level and the two are within
+    noise; the factor is in the schedule, summary.json and the pooled line. The same sweep
+    ranked unscaled (a schedule without the factor) puts A first, its pooled mean ~2 % above
+    C's (its catalogue runs 2.8 % above)."""
+    same = [87.5, 95.5] + [97.0, 98.0] * 4
+    root, summary, g = warm_sweep(tmp_path, {"A": same, "C": same}, spread=(-0.03, 0.03), A=100)
+    schedule = json.loads(root.schedule.read_text())
+    assert schedule["priors"][g["A"]]["state"] == "confirmed"
+    assert schedule["history"]["scale"] == {"factor": pytest.approx(0.975), "judged": 1}
+    assert schedule["priors"][g["A"]]["scale"] == pytest.approx(0.975)
+    pooled = summary["pooled"]
+    assert (pooled["scale"], pooled["judged"]) == (pytest.approx(0.975), 1)
+    assert pooled["line"].endswith(
+        "catalogue runs scaled by 0.975, the shift this host shows "
+        "(the one judged group's ratio here over its catalogue runs)"
+    )
+    assert f"{pooled['line'][1:]}.**" in summary["text"]
+    ranked = pd.read_csv(root / "ranked_groups.csv").set_index("group")
+    a, c = ranked.loc[g["A"]], ranked.loc[g["C"]]
+    assert (a["runs_catalogue"], c["runs_catalogue"], c["runs_ok"]) == (2, 0, 2)
+    assert a["tail_samples_per_sec_mean"] == pytest.approx(97.5, rel=0.005)
+    assert a["tail_samples_per_sec_mean"] == pytest.approx(
+        c["tail_samples_per_sec_mean"], rel=0.005
+    )
+    sure = summary["confidence"]
+    assert sure["within_noise"] and 0.1 < sure["p_fastest"] < 0.9
+    # The catalogue's rows and the per-run figures stay as measured.
+    assert schedule["priors"][g["A"]]["catalogue_runs"][0]["samples_per_s"] == pytest.approx(97.2)
+    per_run = pd.read_csv(root / "per_run_metrics.csv")
+    assert not per_run["run"].str.startswith("old/").any()
+    # Unscaled (a schedule of an earlier version): A ranks first, ~2 % above C.
+    del schedule["history"]["scale"]
+    results.write_json(root.schedule, schedule)
+    unscaled = analyze(root)
+    first, second = unscaled["ranking"][:2]
+    assert first["group"] == g["A"] and second["group"] == g["C"]
+    assert first["tail_samples_per_sec_mean"] / second["tail_samples_per_sec_mean"] > 1.015
+    assert unscaled["pooled"]["scale"] == 1.0 and "unscaled" in unscaled["pooled"]["line"]
 
 
 def test_history_order_and_a_cold_race_rank_on_their_own_runs(tmp_path):

@@ -822,6 +822,45 @@ def test_a_settled_group_is_a_reference_for_the_groups_racing_cold(tmp_path):
     assert feed(race, c1, [10, 10, 80, 80, 80]) == [False] * 4 + [True]
     assert race.eliminated[c]["kind"] == "slower" and race.eliminated[c]["by"] == a
     assert race.bounds(a)["runs"] == 3  # 1 here + 2 from the catalogue
+    assert race.eliminated[c]["scale"] == 1.0  # A's ratio here: its catalogue runs as they were
+    assert race.eliminated[c]["reason"].endswith("(its catalogue runs scaled by 1.000)")
+
+
+def test_a_settled_groups_pooled_bounds_sit_at_this_hosts_level_and_a_resume_keeps_the_factor(
+    tmp_path,
+):
+    """Every group 2.5 % slower here today (inside the shift tolerance): A (prior 100, runs 3 %
+    apart) settles at 0.975x, and its bounds pool its catalogue windows x 0.975 (the shift this
+    host shows: A's own ratio, one group judged), so their mean is this host's 97.5, not the
+    catalogue's 100; the Phase B checks take its catalogue iter p50 / 0.975. The factor is kept
+    in the schedule; a resumed race (schedule.json read back) uses the kept one."""
+    from platform.analysis.history import Priors
+
+    race = warm_race(tmp_path, "confirm", (-0.03, 0.03), A=100, C=100)
+    a1, _, c1, *_ = race.names
+    a = race.runs[a1].group
+    assert feed(race, a1, [10, 10, 97.5, 97.5])[-1] and race.settled == {a}
+    assert race.scale == pytest.approx(0.975)
+    assert race.schedule.state["history"]["scale"] == {"factor": pytest.approx(0.975), "judged": 1}
+    assert race.prior_state[a]["scale"] == pytest.approx(0.975)
+    assert race.bounds(a)["mean"] == pytest.approx(97.5, rel=0.005)
+    assert [d["iter_p50"] for d in race._phase_b_runs(a)][-2:] == [pytest.approx(10 / 0.975)] * 2
+    # C judged too, at 0.985x: the factor is the median of the two, 0.98.
+    feed(race, c1, [10, 10, 98.5, 98.5])
+    assert race.scale == pytest.approx(0.98)
+    assert race.prior_state[a]["scale"] == pytest.approx(0.975)  # as it settled
+    space = space_from(tmp_path)
+    runs = expand_runs(space)
+    schedule = Schedule(OutputRoot(tmp_path), space, runs)
+    schedule.load()
+    again = Race(runs, space, schedule, lambda _: None, Priors.of_schedule(schedule.state),
+                 schedule.state["history"]["mode"])  # fmt: skip
+    assert again.scale == pytest.approx(0.98)
+    assert again.schedule.state["history"]["scale"]["judged"] == 2
+    # A's run here not restored (no timing given): its catalogue runs (97 and 103) x 0.98.
+    assert again.bounds(a)["mean"] == pytest.approx(100 * 0.98)
+    again.windows[a1] = race.windows[a1]
+    assert again.bounds(a)["mean"] == pytest.approx((97 * 0.98 + 103 * 0.98 + 97.5) / 3)
 
 
 def test_a_group_unstable_over_its_pooled_runs_leaves_as_unstable(tmp_path):
@@ -835,6 +874,7 @@ def test_a_group_unstable_over_its_pooled_runs_leaves_as_unstable(tmp_path):
     verdict = race.eliminated[a]
     assert verdict["kind"] == "unstable" and "iter p50 CV" in verdict["reason"]
     assert verdict["reason"].endswith("(over its runs here and in the catalogue)")
+    assert verdict["scale"] == 1.0  # its catalogue iter p50 as it was: A confirmed at 1.000x
     assert race.schedule.stops[a1]["reason"].startswith("unstable:")
 
 

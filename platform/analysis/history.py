@@ -32,7 +32,9 @@ race does with it is the sweep's history mode (``HISTORY_MODES``, ``--history``)
   there, its later repeats are not run, and the sweep's ranking pools its run here with those
   catalogue runs (platform/analysis/pooled.py), saying so. Windows outside the band drop the
   prior: the group runs as cold, every repeat. A shift every group shares (their ratios'
-  median beyond the noise floor) drops every prior (platform/control/race.py). A prior whose
+  median, ``host_shift``, beyond the shift tolerance) drops every prior
+  (platform/control/race.py); within it, the catalogue runs' figures are scaled by it wherever
+  they are pooled with this host's (the race's bounds, the pooled ranking). A prior whose
   runs are of another or an unknown platform commit, or of an unknown corpus, is never pooled:
   it works as in ``order`` (``Prior.order_only``).
 - ``order``: the prior only stops early a group the catalogue measured clearly slower than the
@@ -65,6 +67,7 @@ __all__ = [
     "RUN_NOISE_MIN_DOF",
     "compare",
     "history",
+    "host_shift",
     "known_failures",
     "measured_order",
     "prior_line",
@@ -374,6 +377,18 @@ class Priors:
         noise = kept.get("noise") or (0.0, 0)
         return cls(groups, (float(noise[0]), int(noise[1])),
                    float(kept.get("floor", NOISE_FLOOR)), float(kept.get("confidence", 0.95)))  # fmt: skip
+
+
+def host_shift(records: dict[str, dict[str, Any]]) -> tuple[float, int]:
+    """The shift this host shows against the catalogue, and over how many groups: the median
+    of the judged groups' ratios here over their catalogue runs (each prior record's ``here``
+    in a race's schedule, ``Priors.confirms``' ratio, confirmed or dropped; not a prior used
+    as ``order`` uses it, whose ratio is against a leader), one group's own ratio, (1.0, 0)
+    before any was judged. The race judges it against the shift tolerance and scales the
+    catalogue runs it pools by it (platform/control/race.py, platform/analysis/pooled.py)."""
+    ratios = [float(r["here"]) for r in records.values()
+              if "here" in r and not r.get("order_only")]  # fmt: skip
+    return (statistics.median(ratios), len(ratios)) if ratios else (1.0, 0)
 
 
 def race_priors(

@@ -10,6 +10,15 @@ dropped because this host measured it outside the band) ranks on this sweep's ru
 ranking's rules do not change: the mean and robust mean over the group's runs, the 95 % interval
 over them, the jittery flag, P(fastest) over their tail windows (platform/analysis/confidence.py).
 
+The catalogue runs enter at this host's level today: their tail samples/s means and tail
+windows multiplied by the shift this host shows (the race's ``scale`` in the schedule's
+``history``: the median of the judged groups' ratios here over their catalogue runs; one
+group's own ratio), their tail iter p50 divided by it. Within the race's shift tolerance
+(3 %) a host a few percent slower today would otherwise rank a settled group that much above
+a group that raced cold, measured here alone. A schedule of an earlier version, with no
+``scale``, pools them unscaled, as it raced. The catalogue's rows and this sweep's
+per_run_metrics.csv stay as measured; only the pooled ranking scales.
+
 A confirmed group never ranks on catalogue runs alone: one with no measured run here (its run
 failed, or was interrupted, after it confirmed; the race then un-settles it, but a schedule of
 an earlier version may still say confirmed) is not pooled and ranks on this sweep's runs.
@@ -31,7 +40,7 @@ import pandas as pd
 
 from platform.analysis.stats import UNSTABLE_RATIO, in_order_and_tail, tail_ratio
 
-__all__ = ["CATALOGUE", "HERE", "Pooling", "counted_tail", "pool"]
+__all__ = ["CATALOGUE", "HERE", "Pooling", "counted_tail", "pool", "scale_line"]
 
 HERE, CATALOGUE = "here", "catalogue"  # a pooled run's ``source``
 _MEASURED = ("ok", "stopped_early")  # a confirmed group's runs here that count, as far as they ran
@@ -43,13 +52,16 @@ class Pooling:
     that ran counted as measured, and the catalogue runs, each with its ``source`` and
     ``sweep``), per confirmed group its runs here and from the catalogue (``groups``), the
     catalogue runs' tail windows (``windows``), this sweep's runs counted though a scheduler
-    stopped them (``counted``) and those runs' tail windows (``tails``: after the warm-up)."""
+    stopped them (``counted``) and those runs' tail windows (``tails``: after the warm-up);
+    the catalogue runs' figures scaled by ``scale``, the shift over ``judged`` groups."""
 
     per_run: pd.DataFrame
     groups: dict[str, dict[str, Any]]
     windows: dict[str, list[np.ndarray]] = field(default_factory=dict)
     counted: tuple[str, ...] = ()
     tails: dict[str, np.ndarray] = field(default_factory=dict)
+    scale: float = 1.0  # the catalogue runs' samples/s x this (the module docstring)
+    judged: int = 0  # the groups whose ratios' median it is
 
     @property
     def sweeps(self) -> list[str]:
@@ -65,7 +77,8 @@ class Pooling:
             f"confirmed) and {there} earlier run(s) of the same configuration on this host "
             f"fingerprint from the catalogue (sweep(s) {', '.join(self.sweeps)}); the winner, "
             "P(fastest) and the 95 % intervals are over those pooled runs; the others rank on "
-            "this sweep's runs alone (--history order ranks every group on this sweep's runs)"
+            "this sweep's runs alone (--history order ranks every group on this sweep's runs); "
+            f"{scale_line(self.scale, self.judged)}"
         )
 
     def summary(self) -> dict[str, Any]:
@@ -77,8 +90,18 @@ class Pooling:
                 for g, v in self.groups.items()
             },
             "sweeps": self.sweeps,
+            "scale": self.scale,
+            "judged": self.judged,
             "line": self.line(),
         }
+
+
+def scale_line(scale: float, judged: int) -> str:
+    """What the catalogue runs were scaled by, and why (the pooled line's end)."""
+    over = (f"median of {judged} judged groups' ratios here over their catalogue runs"
+            if judged > 1 else "the one judged group's ratio here over its catalogue runs"
+            if judged == 1 else "no shift recorded: unscaled")  # fmt: skip
+    return f"catalogue runs scaled by {scale:.3f}, the shift this host shows ({over})"
 
 
 def pool(
@@ -105,6 +128,8 @@ def pool(
     extra = []
     warmup = int((schedule.get("scheduler") or {}).get("warmup_windows") or 0)
     tails: dict[str, np.ndarray] = {}
+    kept = schedule["history"].get("scale") or {}  # none before the race scaled: unscaled
+    scale, judged = float(kept.get("factor", 1.0)), int(kept.get("judged", 0))
     for group, record in confirmed.items():
         mine = out[(out["group"] == group) & out["status"].isin(_MEASURED)]
         mine = mine[pd.to_numeric(mine["tail_samples_per_sec_mean"], errors="coerce").notna()]
@@ -120,8 +145,8 @@ def pool(
                 tails[run] = values
         runs = record.get("catalogue_runs") or []
         for r in runs:
-            extra.append(_catalogue_row(group, r, unstable_ratio))
-        windows[group] = [np.asarray(r["tail"], float) for r in runs if r.get("tail")]
+            extra.append(_catalogue_row(group, r, unstable_ratio, scale))
+        windows[group] = [np.asarray(r["tail"], float) * scale for r in runs if r.get("tail")]
         groups[group] = {
             "here": list(mine["run"]),
             "catalogue": [f"{r['sweep']}/{r['run']}" for r in runs],
@@ -131,7 +156,7 @@ def pool(
         return None
     out.loc[out["run"].isin(counted), "status"] = "ok"  # measured here, as far as it ran
     pooled = pd.concat([out, pd.DataFrame(extra)], ignore_index=True) if extra else out
-    return Pooling(pooled, groups, windows, tuple(counted), tails)
+    return Pooling(pooled, groups, windows, tuple(counted), tails, scale, judged)
 
 
 def counted_tail(timing: pd.DataFrame, run: str, warmup: int) -> tuple[dict[str, Any], np.ndarray]:
@@ -160,16 +185,19 @@ def counted_tail(timing: pd.DataFrame, run: str, warmup: int) -> tuple[dict[str,
     return figures, values
 
 
-def _catalogue_row(group: str, r: dict[str, Any], unstable_ratio: float) -> dict[str, Any]:
-    """One catalogue run as a row of per_run (its tail figures as its sweep recorded them)."""
+def _catalogue_row(
+    group: str, r: dict[str, Any], unstable_ratio: float, scale: float
+) -> dict[str, Any]:
+    """One catalogue run as a row of per_run: its tail figures as its sweep recorded them, at
+    this host's level (samples/s x ``scale``, iter p50 / ``scale``; its p90/p50 as it was)."""
     ratio = _number(r.get("iter_ratio"))
     return {
         "run": f"{r['sweep']}/{r['run']}",
         "group": group,
         "status": "ok",
         "tail_windows": len(r.get("tail") or ()),
-        "tail_samples_per_sec_mean": _number(r.get("samples_per_s")),
-        "tail_mean_iter_p50_ms": _number(r.get("iter_p50_ms")),
+        "tail_samples_per_sec_mean": _number(r.get("samples_per_s")) * scale,
+        "tail_mean_iter_p50_ms": _number(r.get("iter_p50_ms")) / scale,
         "iter_p90_over_p50": ratio,
         "unstable_run_flag": bool(math.isfinite(ratio) and ratio > unstable_ratio),
         "source": CATALOGUE,

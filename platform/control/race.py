@@ -65,10 +65,18 @@ dropped for good and the group runs as cold, every repeat: a host that changed s
 noisy neighbour) is caught per group. A change every group shares, small enough to fall inside
 each band alone, is caught across them (``_check_shift``: once two or more groups were judged,
 the median of their ratios must lie within ``shift_tolerance`` of 1, else every prior is dropped
-and the settled groups un-settled, in one line). A settled group never ranks on its catalogue
-runs alone: when the run that confirmed it fails, or ends before its stop was told (or, on
---resume, was recorded), it is un-settled (``_unsettle``: its prior dropped, its repeats
-handed out again). A prior the sweep cannot pool (runs of another or an unknown platform
+and the settled groups un-settled, in one line). Within it, that median (``host_shift``; one
+judged group's own ratio) is the level this host shows against the catalogue today, and the
+catalogue runs are scaled by it wherever they count as measured here: a settled group's pooled
+bounds (its catalogue windows' samples/s x the factor), its Phase B checks (their iter p50 /
+the factor) and the ranking (platform/analysis/pooled.py); unscaled, a host 2.5 % slower today
+would rank a settled group up to 2.5 % above a group that raced cold. The factor at each
+decision is kept (a settled prior's ``scale``, an elimination on pooled figures' ``scale``), the
+latest in the schedule's ``history``' ``scale``, which the ranking and ``--resume`` read. The
+band test itself stays on the unscaled catalogue: it is what measures the shift. A settled
+group never ranks on its catalogue runs alone: when the run that confirmed it fails, or ends
+before its stop was told (or, on --resume, was recorded), it is un-settled (``_unsettle``: its
+prior dropped, its repeats handed out again). A prior the sweep cannot pool (runs of another or an unknown platform
 commit, or an unknown corpus: ``order_only``) is used as ``order`` uses it. A
 settled group is never stopped as slower; its pooled figures rank it. Every point still runs
 here, as in a cold race (no point is ranked on the catalogue alone), but only as long as it
@@ -106,7 +114,7 @@ from dataclasses import asdict
 from typing import Any
 
 from platform.analysis import stats
-from platform.analysis.history import Priors
+from platform.analysis.history import Priors, host_shift
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace
 from platform.storage import results
@@ -209,6 +217,14 @@ class Race:
     def prior_state(self) -> dict[str, dict[str, Any]]:
         """Group -> its prior's record in the schedule (``priors``; empty without a warm start)."""
         return self.schedule.state.get("priors", {})
+
+    @property
+    def scale(self) -> float:
+        """The factor the catalogue runs' samples/s are scaled by where they count as measured
+        here (the shift this host shows, kept in the schedule's ``history``: ``_rescale``; 1
+        before any group was judged)."""
+        kept = (self.schedule.state.get("history") or {}).get("scale") or {}
+        return float(kept.get("factor", 1.0))
 
     @property
     def settled(self) -> set[str]:
@@ -318,7 +334,8 @@ class Race:
             for run in self.groups[group]
         ]
         if group in self.settled and self.priors is not None:  # pooled, as its ranking is
-            per_run += [list(r.windows) for r in self.priors.groups[group].runs]
+            scale = self.scale  # at this host's level today (the module docstring)
+            per_run += [[x * scale for x in r.windows] for r in self.priors.groups[group].runs]
         per_run = [v for v in per_run if v]
         values = [x for v in per_run for x in v]
         if len(values) < self.plan.min_windows:
@@ -357,13 +374,16 @@ class Race:
                 continue
             b = self.bounds(group)
             if b is not None and b["high"] < low:
+                pooled = best in settled  # its bounds pool catalogue runs, scaled
                 self._eliminate(
                     group,
                     "slower",
                     f"upper bound {b['high']:.2f} samples/s (mean {b['mean']:.2f}, "
                     f"{b['windows']} windows of {b['runs']} run(s)) < {best}'s lower bound "
-                    f"{low:.2f}",
+                    f"{low:.2f}"
+                    + (f" (its catalogue runs scaled by {self.scale:.3f})" if pooled else ""),
                     by=best,
+                    scale=self.scale if pooled else None,
                 )
 
     def _check_unstable_midway(self, run: str) -> None:
@@ -403,8 +423,10 @@ class Race:
             if cv > p.max_iter_p50_cv:
                 failures.append(f"iter p50 CV {cv:.4f} > {p.max_iter_p50_cv:g}")
         if failures:
-            pooled = " (over its runs here and in the catalogue)" if group in self.settled else ""
-            self._eliminate(group, "unstable", "; ".join(failures) + pooled)
+            settled = group in self.settled  # its catalogue iter p50 / the factor
+            pooled = " (over its runs here and in the catalogue)" if settled else ""
+            self._eliminate(group, "unstable", "; ".join(failures) + pooled,
+                            scale=self.scale if settled else None)  # fmt: skip
 
     def _phase_b_runs(self, group: str) -> list[dict[str, float]]:
         """The tail figures the Phase B limits judge: the group's finished runs; for a settled
@@ -417,21 +439,25 @@ class Race:
                 figures = _tail_figures(self.windows[run], self.runs[run].config)
                 if figures:
                     done.append(figures)
+        scale = self.scale  # at this host's level today: an iter p50 / the factor
         for r in self.priors.groups[group].runs:
             if math.isfinite(r.iter_ratio) and math.isfinite(r.iter_p50_ms):
-                done.append({"iter_ratio": r.iter_ratio, "iter_p50": r.iter_p50_ms})
+                done.append({"iter_ratio": r.iter_ratio, "iter_p50": r.iter_p50_ms / scale})
         return done
 
-    def _eliminate(
-        self, group: str, kind: str, reason: str, by: str | None = None, prior: bool = False
-    ) -> None:
+    def _eliminate(self, group: str, kind: str, reason: str, by: str | None = None,
+                   prior: bool = False, scale: float | None = None) -> None:  # fmt: skip
         """``group`` leaves the race; ``by``: the leader it is slower than (under its lower
-        bound, or with ``prior``: on the catalogue's figures, confirmed here)."""
+        bound, or with ``prior``: on the catalogue's figures, confirmed here); ``scale``: the
+        factor the pooled catalogue runs it was judged on (the leader's, or its own for the
+        Phase B limits) were scaled by."""
         self.eliminated[group] = {"kind": kind, "reason": reason, "ts": time.time()}
         if by is not None:
             self.eliminated[group]["by"] = by
         if prior:
             self.eliminated[group]["prior"] = True
+        if scale is not None:
+            self.eliminated[group]["scale"] = scale
         for run in self.groups[group]:
             if run in self.running and run not in self.schedule.stops:
                 self._stop(run, f"{kind}: {reason}")
@@ -477,7 +503,8 @@ class Race:
     def _hold_priors(self, priors: Priors) -> None:
         """Each group's prior into the schedule (``priors``: its figures, the catalogue runs it
         holds, held until judged here; a resumed sweep's as its first attempt left them) and
-        the mode and noise (``history``): what the analysis pools and ``--resume`` rebuilds."""
+        the mode and noise (``history``): what the analysis pools and ``--resume`` rebuilds (a
+        resumed race keeps what its ``history`` holds besides: the shift, the scale)."""
         before = self.schedule.state.get("priors") or {}
         held = {}
         for group in self.groups:
@@ -498,7 +525,8 @@ class Race:
             }
         if held:
             self.schedule.state["priors"] = held
-            self.schedule.state["history"] = {"mode": self.history, **priors.record()}
+            kept = self.schedule.state.get("history") or {}
+            self.schedule.state["history"] = {**kept, "mode": self.history, **priors.record()}
             self.schedule.save()
 
     def _clean(self, group: str) -> list[dict[str, Any]]:
@@ -563,6 +591,7 @@ class Race:
                 continue
             record.update(state="dropped", here=ratio, line=(
                 f"dropped: {at} put it at {band}; it ran as cold, every repeat"))  # fmt: skip
+            self._rescale()
             self.schedule.save()
             self.echo(f"race: group {group}: catalogue prior dropped: {at} put it at {band}; it "
                       "runs as cold, every repeat")  # fmt: skip
@@ -575,8 +604,9 @@ class Race:
         apart from one race to the next, benchmarks/results/warm_race_2xh200, and a median of
         two or three groups' first windows is no closer than that; a tighter tolerance would
         send most warm races on an unchanged host cold, a looser one would pool runs of a host
-        that changed. Within it, the pooled groups may sit up to that much off the groups that
-        race cold: the size of the noise the ranking already reports). Outside it, this host measures differently from the
+        that changed. Within it, the catalogue runs are scaled by the shift wherever they are
+        pooled, ``_rescale``, so the pooled groups sit at this host's level, as the groups
+        that race cold do). Outside it, this host measures differently from the
         catalogue's day as a whole (clocks, a driver, a neighbour: every group 5 % slower fits
         inside each group's own band, and would pool runs of two hosts): every prior is
         dropped, the settled groups un-settled, and every group races cold, said in one line
@@ -584,15 +614,13 @@ class Race:
         kept = self.schedule.state.get("history") or {}
         if kept.get("shift"):
             return
-        ratios = [r["here"] for r in self.prior_state.values()
-                  if "here" in r and not r.get("order_only")]  # fmt: skip
-        if len(ratios) < 2:
+        shift, judged = host_shift(self.prior_state)
+        if judged < 2:
             return
-        shift = statistics.median(ratios)
         tolerance = self.plan.shift_tolerance
         if abs(shift - 1) <= tolerance:
             return
-        line = (f"catalogue priors dropped: the {len(ratios)} group(s) judged so far put this "
+        line = (f"catalogue priors dropped: the {judged} group(s) judged so far put this "
                 f"host at {shift:.3f}x their catalogue runs' (median), outside the shift "
                 f"tolerance (+-{tolerance:.0%}): the host measures differently from the catalogue's day as a "
                 "whole; every group races cold, every repeat")  # fmt: skip
@@ -621,6 +649,7 @@ class Race:
         stands = (f"its {len(prior.runs)} catalogue run(s) (sweep(s) {', '.join(prior.sweeps)}) "
                   "stand in for its repeats, pooled in the ranking")  # fmt: skip
         record.update(state="confirmed", here=ratio, line=f"confirmed: {why}; {stop}; {stands}")
+        record["scale"] = self._rescale()  # its pooled figures' factor, as it settled
         self._check_unstable(group)
         if group in self.eliminated:  # its run was stopped as unstable
             record["line"] += "; then left the race as unstable over those runs"
@@ -630,6 +659,16 @@ class Race:
             self._stop(run, f"prior confirmed: {why}; {stands}")
         self.schedule.save()
         self.echo(f"race: group {group}: catalogue prior confirmed: {why}; {stop}, {stands}")
+
+    def _rescale(self) -> float:
+        """The shift this host shows now (``host_shift`` over the groups judged so far),
+        kept in the schedule's ``history`` as ``scale`` (its ``factor`` and the groups it is
+        the median of, ``judged``): the factor the catalogue runs are scaled by wherever they
+        count as measured here, in the race and in the ranking (the module docstring)."""
+        factor, judged = host_shift(self.prior_state)
+        kept = self.schedule.state.setdefault("history", {})
+        kept["scale"] = {"factor": factor, "judged": judged}
+        return factor
 
     def _stop(self, run: str, reason: str) -> None:
         """Record the race's stop of ``run`` at its last window (told at its next report)."""
