@@ -4,15 +4,19 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
 - ``attention``: scaled_dot_product_attention at the encoders' shapes (speech frames at 2 s and
   3 s, text tokens) on each SDPA backend (flash, cuDNN, efficient, math) and math compiled;
 - ``groupnorm``: the GEMM feature encoder's first-layer GroupNorm + GELU (per item and channel,
-  over time, on (batch, rows, channels)) as ``trainables.model.extractor`` runs it, eager and
-  compiled, beside the time its memory traffic needs at the copy bandwidth measured here.
+  over time, on (batch, rows, channels)) as ``trainables.model.extractor`` runs it with torch
+  ops (eager, compiled) and as ``trainables.model.norm_gelu``'s Triton kernels (eager,
+  compiled), each checked against eager, beside the time its memory traffic needs at the copy
+  bandwidth measured here; ``--trace N`` lists each form's top kernels;
+- ``tiles``: the Triton kernels' tiles, each reduction tile, then each apply tile, timed.
   Forms measured no faster, so not kept (2026-11-29, one H200, mb 256, 2 s / 3 s, compiled,
   ms): as built 12.82 / 25.55; the sums in two stages over blocks of 64 rows 17.47 / 30.72; on
   a transposed copy (time contiguous) 12.76 / 25.50; one autograd function keeping only its
   bfloat16 input and the statistics, its backward written out, 12.53 / 26.72 (eager 80.9
   against 57.9 at 2 s) (benchmarks/results/mfu_levers_1xh200/).
 
-    python -m benchmarks.kernel_probes [attention] [groupnorm] [--micro-batch 256] [--iters 20]
+    python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [--micro-batch 256] [--iters 20]
+        [--trace N]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.mfu_budget import timed_ms
 from trainables.model.extractor import _group_norm_over_time
+from trainables.model.norm_gelu import group_norm_gelu
 
 CUDA = torch.device("cuda")
 
@@ -84,31 +89,171 @@ def _group_norm_gelu(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm) -> t
 
 def groupnorm(args: argparse.Namespace) -> None:
     norm = nn.GroupNorm(512, 512).cuda()
+    with torch.no_grad():  # trained-looking affine parameters, so a wrong gradient shows
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
     bandwidth = _bandwidth()
-    print("| GroupNorm + GELU, first layer (fwd+bwd) | eager ms | compiled ms | floor ms |")
-    print("| --- | --- | --- | --- |")
+    forms = ("eager", "compiled", "triton", "triton compiled")
+    print(f"| GroupNorm + GELU, first layer (fwd+bwd), ms | {' | '.join(forms)} | floor |")
+    print("| --- |" + " --- |" * (len(forms) + 1))
     for name, frames in {"2 s": 6399, "3 s": 9599}.items():
         rows = -(-frames // 64) * 64
-        cells = _groupnorm_cells(norm, args.micro_batch, rows, frames, args.iters)
+        cells = _groupnorm_cells(norm, args.micro_batch, rows, frames, args.iters, args.trace)
         # The floor: forward reads x twice (statistics, normalisation) and writes y; backward
         # reads x and the gradient twice (sums, input gradient) and writes it; in bfloat16.
-        floor = 9 * args.micro_batch * rows * 512 * 2 / bandwidth * 1e3
+        floor = 8 * args.micro_batch * rows * 512 * 2 / bandwidth * 1e3
         print(f"| {name} ({args.micro_batch} x {rows} x 512) | {' | '.join(cells)} | {floor:.2f} |")
 
 
-def _groupnorm_cells(norm: nn.GroupNorm, batch: int, rows: int, frames: int, iters: int):
-    x = torch.randn(batch, rows, 512, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+def _groupnorm_cells(
+    norm: nn.GroupNorm, batch: int, rows: int, frames: int, iters: int, trace: int
+):
+    x = torch.randn(batch, rows, 512, device="cuda", dtype=torch.bfloat16) * 3 + 5
+    x.requires_grad_(True)
     grad = torch.randn_like(x)
 
     def eager(h):
         return _group_norm_gelu(h, frames, norm)
 
-    fns = {"eager": eager, "compiled": torch.compile(eager)}
+    def fused(h):
+        return group_norm_gelu(h, norm.weight, norm.bias, frames, norm.eps)
+
+    fns = {
+        "eager": eager,
+        "compiled": torch.compile(eager),
+        "triton": fused,
+        "triton compiled": torch.compile(fused),
+    }
+    _agree(fns, x, grad, norm)
     ms: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(3):  # alternated
         for k, fn in fns.items():
             ms[k].append(timed_ms(lambda fn=fn: fn(x).backward(grad), CUDA, 3, iters))
+    if trace:
+        for k in ("compiled", "triton"):
+            _kernels(lambda fn=fns[k]: fn(x).backward(grad), f"{k}, {batch} x {rows}", trace)
     return [f"{statistics.median(ms[k]):.3f}" for k in fns]
+
+
+def _agree(fns, x, grad, norm) -> None:
+    """Each form's output and gradients against eager's, as the largest difference over the
+    largest value (a wrong kernel shows here, before its time is printed)."""
+    results = {}
+    for k, fn in fns.items():
+        for p in (x, norm.weight, norm.bias):
+            p.grad = None
+        y = fn(x)
+        y.backward(grad)
+        results[k] = [y.detach(), x.grad.clone(), norm.weight.grad.clone(), norm.bias.grad.clone()]
+    ref = results["eager"]
+    for k, got in results.items():
+        diffs = [
+            f"{n} {(a.float() - b.float()).abs().max().item() / b.float().abs().max().item():.1e}"
+            for n, a, b in zip(("y", "dx", "dw", "db"), got, ref, strict=True)
+        ]
+        print(f"<!-- {k} vs eager (max diff / max): {', '.join(diffs)} -->")
+    for p in (x, norm.weight, norm.bias):
+        p.grad = None
+
+
+def _kernels(step, label: str, top: int) -> None:
+    """The kernels of ``step`` by GPU time, per call (torch.profiler over 5 calls)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+
+    rows = [e for e in prof.key_averages() if getattr(e, "device_type", None) == DeviceType.CUDA]
+    rows.sort(key=lambda e: -e.device_time_total)
+    print(f"\n{label}: kernels, ms per call of the step")
+    for e in rows[:top]:
+        print(f"  {e.device_time_total / 5 / 1e3:7.3f}  x{e.count // 5:<3} {e.key[:110]}")
+    print()
+
+
+REDUCE_TILES = (
+    (32, 128, 4, 2048),
+    (32, 64, 4, 4096),
+    (32, 128, 8, 4096),
+    (16, 128, 4, 4096),
+    (32, 128, 8, 8192),
+    (16, 128, 8, 8192),
+    (32, 64, 4, 8192),
+    (64, 128, 8, 4096),
+)
+APPLY_TILES = (
+    (32, 128, 4),
+    (64, 64, 4),
+    (16, 128, 4),
+    (32, 128, 2),
+    (16, 128, 2),
+    (32, 64, 2),
+    (16, 256, 4),
+    (8, 256, 2),
+)
+
+
+def tiles(args: argparse.Namespace) -> None:
+    """norm_gelu's tiles: each reduction tile with the apply tile fixed, then each apply tile
+    with the best reduction tile, forward and backward at 2 s and 3 s (sum of the two)."""
+    from trainables.model import norm_gelu
+
+    norm = nn.GroupNorm(512, 512).cuda()
+    shapes = {}
+    for frames in (6399, 9599):
+        x = (
+            torch.randn(
+                args.micro_batch, -(-frames // 64) * 64, 512, device="cuda", dtype=torch.bfloat16
+            )
+            * 3
+            + 5
+        )
+        shapes[frames] = (x.requires_grad_(True), torch.randn_like(x))
+
+    def run(frames):
+        x, grad = shapes[frames]
+        x.grad = None
+        y = group_norm_gelu(x, norm.weight, norm.bias, frames, norm.eps)
+        y.backward(grad)
+        return y.detach(), x.grad
+
+    def measure(label):
+        cells, diffs = [], []
+        for frames in shapes:
+            y, dx = run(frames)
+            ref = reference.setdefault(frames, (y.float(), dx.float()))
+            diffs.append(
+                max(
+                    (y.float() - ref[0]).abs().max().item(),
+                    (dx.float() - ref[1]).abs().max().item(),
+                )
+            )
+            cells.append(timed_ms(lambda f=frames: run(f), CUDA, 3, args.iters))
+        print(
+            f"| {label} | {cells[0]:.3f} | {cells[1]:.3f} | {sum(cells):.3f} | {max(diffs):.1e} |"
+        )
+        return sum(cells)
+
+    reference: dict = {}
+    print("| tile (rows, cols, warps[, programs]) | 2 s ms | 3 s ms | sum | max diff |")
+    print("| --- | --- | --- | --- | --- |")
+    found = {}
+    for tile in REDUCE_TILES:
+        norm_gelu.TILES["reduce"] = norm_gelu.Tile(*tile)
+        found[tile] = measure(f"reduce {tile}")
+    best_reduce = min(found, key=found.get)
+    norm_gelu.TILES["reduce"] = norm_gelu.Tile(*best_reduce)
+    found = {}
+    for tile in APPLY_TILES:
+        norm_gelu.TILES["apply"] = norm_gelu.Tile(*tile)
+        found[tile] = measure(f"apply {tile}")
+    best_apply = min(found, key=found.get)
+    print(f"\nbest: reduce {best_reduce}, apply {best_apply}: {found[best_apply]:.3f} ms")
 
 
 def _bandwidth() -> float:
@@ -121,11 +266,12 @@ def _bandwidth() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.kernel_probes", description=__doc__.split("\n")[0])
-    p.add_argument("probes", nargs="*", help="attention, groupnorm (default: both)")
+    p.add_argument("probes", nargs="*", help="attention, groupnorm, tiles (default: the first two)")
     p.add_argument("--micro-batch", type=int, default=256)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--trace", type=int, default=0, help="groupnorm: list each form's N top kernels")
     args = p.parse_args(argv)
-    probes = {"attention": attention, "groupnorm": groupnorm}
+    probes = {"attention": attention, "groupnorm": groupnorm, "tiles": tiles}
     unknown = [name for name in args.probes if name not in probes]
     if unknown:
         p.error(f"probes: {', '.join(unknown)} unknown; choose from {', '.join(probes)}")
@@ -133,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print("kernel_probes: no CUDA device; run it on a GPU")
         return 2
     print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    for name in args.probes or list(probes):
+    for name in args.probes or ["attention", "groupnorm"]:
         probes[name](args)
     return 0
 

@@ -83,6 +83,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("channels_first", "channels_last", "matmul"),
         help="wav2vec2's feature encoder layout (the extractor_layout key)",
     )
+    p.add_argument(
+        "--extractor-norm",
+        default="torch",
+        choices=("torch", "triton", "auto"),
+        help="the matmul encoder's first GroupNorm + GELU (the extractor_norm key)",
+    )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(
         "--no-masks",
@@ -143,7 +149,9 @@ class Point:
         # transformers' modules, on which FLOPs are counted whatever computes them
         self.plain = (model.speech.encoder.pos_conv_embed, model.speech.feature_extractor)
         use_pos_conv(model.speech, args.pos_conv)
-        use_extractor_layout(model.speech, args.extractor_layout)
+        self.extractor_norm = use_extractor_layout(
+            model.speech, args.extractor_layout, args.extractor_norm
+        )
         self.model.speech.config.mask_time_prob = 0.0  # the platform trains without SpecAugment
         b, n = args.micro_batch, int(args.audio_s * SAMPLE_RATE)
         gen = torch.Generator(device="cpu").manual_seed(0)
@@ -552,7 +560,7 @@ def table(rows: list[dict], args: argparse.Namespace, peak: float) -> str:
         f"MFU budget: {args.model_size}, micro-batch {args.micro_batch}, {args.audio_s} s audio, "
         f"{args.text_tokens} tokens, compile {args.compile}, sdpa {args.sdpa}, cudnn benchmark "
         f"{args.cudnn_benchmark}, masks {not args.no_masks}, dropout {args.dropout}, pos_conv "
-        f"{args.pos_conv}, extractor {args.extractor_layout}; "
+        f"{args.pos_conv}, extractor {args.extractor_layout} (norm {args.extractor_norm}); "
         f"peak {peak:.0f} TFLOP/s"
     )
     cols = (

@@ -34,7 +34,8 @@ catalogue's ``compile_in_windows_s`` (seconds compiled inside the timed windows)
 pooled ranking (``--history confirm``) added group_summary.csv's and ranked_groups.csv's
 ``runs_catalogue`` and ``catalogue_sweeps``, best_config.json's ``runs_catalogue`` and
 summary.json's ``pooled``; its review the catalogue's ``git_commit`` and ``manifest_path`` (what
-a prior must share with the sweep to be pooled).
+a prior must share with the sweep to be pooled). Issue 56's Triton GroupNorm added the config key
+``extractor_norm`` and the manifest's ``extractor_norm_effective``.
 """
 
 from __future__ import annotations

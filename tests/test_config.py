@@ -64,6 +64,7 @@ def test_int_accepted_for_float_and_converted():
             "extractor_layout",
             "under zero_stage 3 set extractor_layout=channels_first",
         ),
+        ({"extractor_norm": "triton"}, "extractor_norm", "set extractor_layout=matmul"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):

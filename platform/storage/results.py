@@ -51,6 +51,7 @@ EFFECTIVE_KEYS = (
     "compile_effective",
     "telemetry_effective",
     "intra_op_threads_effective",
+    "extractor_norm_effective",
     "fallbacks",
     "missing_files",
     "resident_group",

@@ -140,6 +140,11 @@ def _check_strategy(cfg) -> None:
                     f"module's forward, where ZeRO-3 has not gathered them; under zero_stage 3 "
                     f"set {key}={plain}"
                 )
+    if cfg.extractor_norm == "triton" and cfg.extractor_layout != "matmul":
+        raise ConfigError(
+            "extractor_norm: triton runs inside the GEMM feature encoder; set "
+            "extractor_layout=matmul (or extractor_norm=auto)"
+        )
     if cfg.ddp_comm_hook != "none" and (cfg.strategy != "ddp" or cfg.use_gpu is False):
         raise ConfigError(
             f"ddp_comm_hook: {cfg.ddp_comm_hook} needs strategy ddp on GPUs; set ddp_comm_hook=none"

@@ -31,6 +31,7 @@ __all__ = [
     "Executor",
     "PosConv",
     "ExtractorLayout",
+    "ExtractorNorm",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
@@ -69,3 +70,4 @@ PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 Executor = Literal["auto", "resident", "fresh"]
 PosConv = Literal["conv", "matmul"]
 ExtractorLayout = Literal["channels_first", "channels_last", "matmul"]
+ExtractorNorm = Literal["torch", "triton", "auto"]

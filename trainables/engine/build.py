@@ -82,7 +82,7 @@ def build_engine(
     # After the count: FLOPs are the convolutions' whatever computes them (the documented
     # formula), and the parameters the same either way.
     use_pos_conv(model.speech, cfg.pos_conv)
-    use_extractor_layout(model.speech, cfg.extractor_layout)
+    extractor_norm = use_extractor_layout(model.speech, cfg.extractor_layout, cfg.extractor_norm)
     peak = peak_tflops(device, precision)
     optimizer = build_optimizer(cfg, model.parameters(), on_gpu)
     effective = {
@@ -90,6 +90,7 @@ def build_engine(
         "strategy_effective": cfg.strategy,
         "model_load_dtype_effective": load_dtype,
         "compile_effective": "off",
+        "extractor_norm_effective": extractor_norm,
         **attention,
     }
     compile_kwargs, compiled = setup_compile(cfg, on_gpu, effective)

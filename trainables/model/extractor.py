@@ -25,6 +25,8 @@ counted on the convolutions:
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -81,6 +83,30 @@ class MatmulFeatureEncoder(_FeatureEncoder):
         super().__init__(original)
         if self.conv_layers[0].conv.in_channels != 1:
             raise ValueError("extractor_layout matmul: the first convolution must read raw audio")
+        # The first GroupNorm and GELU as one function (norm_gelu's Triton kernels), or None.
+        self.fused_norm = None
+
+    def use_norm(self, norm: str, device: torch.device) -> str:
+        """The extractor_norm key: ``triton`` or ``auto`` run the first layer's GroupNorm and
+        GELU as norm_gelu's Triton kernels where they can run on ``device`` and the layer is
+        what they compute (one group per channel, exact GELU); ``torch``, or where they cannot,
+        as torch ops. Returns which. (Triton is imported only where it may run: 0.4 s.)"""
+        layer = self.conv_layers[0]
+        group = getattr(layer, "layer_norm", None)
+        self.fused_norm = None
+        if (
+            norm != "torch"
+            and len(self.conv_layers) > 1
+            and isinstance(group, nn.GroupNorm)
+            and group.num_groups == group.num_channels
+            and _exact_gelu(layer.activation)
+            and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+        ):
+            from trainables.model import norm_gelu
+
+            if norm_gelu.available(device):
+                self.fused_norm = norm_gelu.group_norm_gelu
+        return "torch" if self.fused_norm is None else "triton"
 
     def forward(self, input_values: torch.Tensor) -> torch.Tensor:
         """(batch, samples) -> (batch, channels, frames), as the original; the result's memory
@@ -96,7 +122,13 @@ class MatmulFeatureEncoder(_FeatureEncoder):
         dtype = compute_dtype(input_values)
         hidden = _first_conv(input_values.to(dtype), convs[0], rows)
         last = len(self.conv_layers) - 1
+        first = 0 if self.fused_norm is None else 1
+        if first:
+            group = self.conv_layers[0].layer_norm
+            hidden = self.fused_norm(hidden, group.weight, group.bias, frames[1], group.eps)
         for i, layer in enumerate(self.conv_layers):
+            if i < first:
+                continue
             if i > 0:
                 hidden = _strided_conv(hidden, layer.conv, dtype)
                 rows //= layer.conv.stride[0]
@@ -171,12 +203,24 @@ def _group_norm_over_time(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm)
     return torch.where(kept, x, 0.0)
 
 
-def use_extractor_layout(speech: nn.Module, layout: str) -> str:
+def _exact_gelu(activation: nn.Module) -> bool:
+    """Whether ``activation`` is the erf GELU (transformers' ``gelu``, torch's ``nn.GELU()``)."""
+    if isinstance(activation, nn.GELU):
+        return activation.approximate == "none"
+    return getattr(activation, "act", None) is F.gelu
+
+
+def use_extractor_layout(speech: nn.Module, layout: str, norm: str = "torch") -> str:
     """Put the feature encoder of ``layout`` into a transformers ``Wav2Vec2Model``:
-    ``channels_first`` (transformers' own), ``channels_last`` or ``matmul``. Returns what it
-    used."""
+    ``channels_first`` (transformers' own), ``channels_last`` or ``matmul``, the latter's first
+    GroupNorm and GELU by ``norm`` (the extractor_norm key) on the parameters' device. Returns
+    the norm it runs (the extractor_norm_effective column): ``triton`` where asked for and
+    runnable, else ``torch``."""
     kinds = {"channels_last": ChannelsLastFeatureEncoder, "matmul": MatmulFeatureEncoder}
     kind = kinds.get(layout)
     if kind is not None and not isinstance(speech.feature_extractor, kind):
         speech.feature_extractor = kind(speech.feature_extractor)
-    return layout
+    encoder = speech.feature_extractor
+    if not isinstance(encoder, MatmulFeatureEncoder):
+        return "torch"
+    return encoder.use_norm(norm, next(encoder.parameters()).device)
