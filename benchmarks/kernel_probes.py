@@ -8,14 +8,17 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
   ops (eager, compiled) and as ``trainables.model.norm_gelu``'s Triton kernels (eager,
   compiled), each checked against eager, beside the time its memory traffic needs at the copy
   bandwidth measured here; ``--trace N`` lists each form's top kernels;
-- ``tiles``: the Triton kernels' tiles, each reduction tile, then each apply tile, timed.
+- ``tiles``: the Triton kernels' tiles, each reduction tile, then each apply tile, timed;
+- ``posconv``: wav2vec2's positional convolution, cuDNN's against the block-Toeplitz products
+  at block_for's block lengths, at 2 and 3 s.
   Forms measured no faster, so not kept (2026-11-29, one H200, mb 256, 2 s / 3 s, compiled,
   ms): as built 12.82 / 25.55; the sums in two stages over blocks of 64 rows 17.47 / 30.72; on
   a transposed copy (time contiguous) 12.76 / 25.50; one autograd function keeping only its
   bfloat16 input and the statistics, its backward written out, 12.53 / 26.72 (eager 80.9
   against 57.9 at 2 s) (benchmarks/results/mfu_levers_1xh200/).
 
-    python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [--micro-batch 256] [--iters 20]
+    python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [posconv] [--micro-batch 256]
+        [--iters 20]
         [--trace N]
 """
 
@@ -176,6 +179,52 @@ def _kernels(step, label: str, top: int) -> None:
     print()
 
 
+POSCONV_BLOCKS = (16, 32)  # block_for's choices at mb 256 and 512
+POSCONV_FRAMES = (99, 149)  # 2 s and 3 s
+
+
+def posconv(args: argparse.Namespace) -> None:
+    """wav2vec2-base's positional convolution (768 channels, 16 groups, kernel 128), compiled,
+    forward and backward at the speech frames of 2 and 3 s: transformers' convolution (cuDNN)
+    and the block-Toeplitz products at block_for's block lengths. (A dense form, one block
+    holding every frame and reading no neighbour, measured 46.6 / 142.6 ms against block 16's
+    4.8 / 5.7: its Toeplitz matrix of every frame costs far more than its products save;
+    benchmarks/results/extractor_norm_1xh200/posconv_call7.md.)"""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    from trainables.model.pos_conv import MatmulPositionalConv, block_for
+
+    conv = Wav2Vec2Model(Wav2Vec2Config()).encoder.pos_conv_embed.cuda()
+    matmul = MatmulPositionalConv(conv)
+    cols = ["conv"] + [str(b) for b in POSCONV_BLOCKS]
+    print(f"| pos conv (fwd+bwd, compiled), ms | {' | '.join(cols)} | block_for |")
+    print("| --- |" + " --- |" * (len(cols) + 1))
+    for frames in POSCONV_FRAMES:
+        x = torch.randn(args.micro_batch, frames, 768, device="cuda", dtype=torch.bfloat16)
+        x.requires_grad_(True)
+        grad = torch.randn_like(x)
+        blocks = {"conv": None, **{str(b): b for b in POSCONV_BLOCKS}}
+        fns = {}
+        for name, block in blocks.items():
+            module = conv if block is None else matmul
+
+            def fn(h, module=module, block=block):
+                matmul.block = block
+                with torch.autocast("cuda", dtype=torch.bfloat16):  # as the model runs it
+                    return module(h)
+
+            fns[name] = torch.compile(fn, dynamic=False)
+        ms: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(3):  # alternated
+            for k, fn in fns.items():
+                step = lambda fn=fn, x=x, grad=grad: fn(x).backward(grad)  # noqa: E731
+                ms[k].append(timed_ms(step, CUDA, 3, args.iters))
+        cells = [f"{statistics.median(ms[k]):.3f}" for k in fns]
+        chosen = block_for(args.micro_batch, frames, 128, 768, 16)
+        print(f"| {frames} frames | {' | '.join(cells)} | {chosen} |")
+        torch._dynamo.reset()
+
+
 REDUCE_TILES = (
     (32, 128, 4, 2048),
     (32, 64, 4, 4096),
@@ -266,12 +315,14 @@ def _bandwidth() -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.kernel_probes", description=__doc__.split("\n")[0])
-    p.add_argument("probes", nargs="*", help="attention, groupnorm, tiles (default: the first two)")
+    p.add_argument(
+        "probes", nargs="*", help="attention, groupnorm, tiles, posconv (default: the first two)"
+    )
     p.add_argument("--micro-batch", type=int, default=256)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--trace", type=int, default=0, help="groupnorm: list each form's N top kernels")
     args = p.parse_args(argv)
-    probes = {"attention": attention, "groupnorm": groupnorm, "tiles": tiles}
+    probes = {"attention": attention, "groupnorm": groupnorm, "tiles": tiles, "posconv": posconv}
     unknown = [name for name in args.probes if name not in probes]
     if unknown:
         p.error(f"probes: {', '.join(unknown)} unknown; choose from {', '.join(probes)}")

@@ -83,6 +83,7 @@ class MatmulPositionalConv(nn.Module):
         self.conv = original.conv
         self.padding = original.padding
         self.activation = original.activation
+        self.block: int | None = None  # a fixed block length (benchmarks); None: block_for's
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(batch, frames, channels) -> (batch, frames, channels), as the original."""
@@ -91,7 +92,7 @@ class MatmulPositionalConv(nn.Module):
         groups = conv.groups
         per_group = channels // groups
         kernel = conv.kernel_size[0]
-        block = block_for(batch, frames, kernel, channels, groups)
+        block = self.block or block_for(batch, frames, kernel, channels, groups)
         left, right = _reach(kernel, block)
         window = (left + 1 + right) * block
         blocks = math.ceil(frames / block)
