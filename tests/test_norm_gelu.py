@@ -22,6 +22,17 @@ pytest.importorskip("triton", reason="the dev extras install Triton (its interpr
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# A feature encoder of three 64-channel layers, the first with its GroupNorm (one per channel).
+SMALL = dict(
+    hidden_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(64,) * 3,
+    conv_kernel=(10, 3, 2),
+    conv_stride=(5, 2, 2),
+)
+
 INTERPRETED = textwrap.dedent(
     """
     import copy
@@ -63,10 +74,7 @@ INTERPRETED = textwrap.dedent(
     compare(4, 130, 128, 129, 3.0, torch.bfloat16, 2e-2)
 
     # The encoder with the kernels equals the encoder without, gradients included.
-    config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                            intermediate_size=64, conv_dim=(64,) * 3, conv_kernel=(10, 3, 2),
-                            conv_stride=(5, 2, 2))
-    plain = Wav2Vec2Model(config).feature_extractor
+    plain = Wav2Vec2Model(Wav2Vec2Config(**SMALL)).feature_extractor
     with torch.no_grad():
         plain.conv_layers[0].layer_norm.weight.uniform_(0.5, 1.5)
         plain.conv_layers[0].layer_norm.bias.uniform_(-0.5, 0.5)
@@ -88,7 +96,7 @@ INTERPRETED = textwrap.dedent(
 def test_the_triton_kernels_equal_the_torch_form_and_its_gradients():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", INTERPRETED],
+        [sys.executable, "-c", f"SMALL = {SMALL!r}\n{INTERPRETED}"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -99,43 +107,18 @@ def test_the_triton_kernels_equal_the_torch_form_and_its_gradients():
     assert "interpreted ok" in done.stdout
 
 
-def _encoder(norm: str = "group", activation: str = "gelu") -> MatmulFeatureEncoder:
-    config = Wav2Vec2Config(
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        conv_dim=(64,) * 3,
-        conv_kernel=(10, 3, 2),
-        conv_stride=(5, 2, 2),
-        feat_extract_norm=norm,
-        feat_extract_activation=activation,
-    )
-    return MatmulFeatureEncoder(Wav2Vec2Model(config).feature_extractor)
+def _encoder(**config) -> MatmulFeatureEncoder:
+    return MatmulFeatureEncoder(Wav2Vec2Model(Wav2Vec2Config(**SMALL, **config)).feature_extractor)
 
 
 def test_without_a_gpu_or_interpreter_the_norm_falls_back_to_torch_and_says_so(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    speech = Wav2Vec2Model(
-        Wav2Vec2Config(
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=64,
-            conv_dim=(64,) * 3,
-            conv_kernel=(10, 3, 2),
-            conv_stride=(5, 2, 2),
-        )
-    )
+    speech = Wav2Vec2Model(Wav2Vec2Config(**SMALL))
     assert use_extractor_layout(speech, "matmul", "triton") == "torch"
     assert speech.feature_extractor.fused_norm is None
     assert use_extractor_layout(speech, "matmul", "auto") == "torch"
     # the layout it does not apply to: the torch GroupNorm, whatever was asked
-    other = Wav2Vec2Model(
-        Wav2Vec2Config(
-            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
-        )
-    )
+    other = Wav2Vec2Model(Wav2Vec2Config(**SMALL))
     assert use_extractor_layout(other, "channels_first", "auto") == "torch"
 
 
@@ -144,5 +127,5 @@ def test_the_kernels_are_used_only_for_the_layer_they_compute(monkeypatch):
     cpu = torch.device("cpu")
     assert _encoder().use_norm("auto", cpu) == "triton"
     assert _encoder().use_norm("torch", cpu) == "torch"
-    assert _encoder(norm="layer").use_norm("triton", cpu) == "torch"  # LayerNorm, every layer
-    assert _encoder(activation="gelu_new").use_norm("triton", cpu) == "torch"  # tanh GELU
+    assert _encoder(feat_extract_norm="layer").use_norm("triton", cpu) == "torch"  # LayerNorms
+    assert _encoder(feat_extract_activation="gelu_new").use_norm("triton", cpu) == "torch"  # tanh
