@@ -79,33 +79,6 @@ if triton is not None:
         return z * cdf, cdf + z * pdf
 
     @triton.jit
-    def _reduction(rows, frames, per_split, C: tl.constexpr, BC: tl.constexpr):
-        """A reduction program's item, channels (and which are real), and its slice of the
-        item's kept rows."""
-        b = tl.program_id(0).to(tl.int64)
-        cols = tl.program_id(1) * BC + tl.arange(0, BC)
-        start = tl.program_id(2) * per_split
-        return b, cols, cols < C, start, tl.minimum(start + per_split, frames)
-
-    @triton.jit
-    def _tile(rows, C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
-        """An apply program's item, rows, channels, which are real, and their offsets."""
-        b = tl.program_id(0).to(tl.int64)
-        r = tl.program_id(1) * BR + tl.arange(0, BR)
-        cols = tl.program_id(2) * BC + tl.arange(0, BC)
-        ok = cols < C
-        at = b * rows * C + r[:, None].to(tl.int64) * C + cols[None, :]
-        return b, r, cols, ok, (r < rows)[:, None] & ok[None, :], at
-
-    @triton.jit
-    def _channel(b, cols, ok, mean_ptr, rstd_ptr, w_ptr, bias_ptr, C: tl.constexpr):
-        """The item's statistics and the affine parameters of ``cols``, as rows to broadcast."""
-        mean = tl.load(mean_ptr + b * C + cols, mask=ok)[None, :]
-        rstd = tl.load(rstd_ptr + b * C + cols, mask=ok)[None, :]
-        w = tl.load(w_ptr + cols, mask=ok)[None, :]
-        return mean, rstd, w, tl.load(bias_ptr + cols, mask=ok)[None, :]
-
-    @triton.jit
     def _stats(
         x_ptr,
         sum_ptr,
@@ -118,11 +91,16 @@ if triton is not None:
         BR: tl.constexpr,
         BC: tl.constexpr,
     ):
-        b, cols, ok, start, end = _reduction(rows, frames, per_split, C, BC)
+        b = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BC + tl.arange(0, BC)
+        ok = cols < C
+        split = tl.program_id(2)
         base = x_ptr + b * rows * C
         shift = tl.load(base + cols, mask=ok).to(tl.float32)[None, :]
         acc = tl.zeros([BR, BC], dtype=tl.float32)
         acc2 = tl.zeros([BR, BC], dtype=tl.float32)
+        start = split * per_split
+        end = tl.minimum(start + per_split, frames)
         for r0 in range(start, end, BR):
             r = r0 + tl.arange(0, BR)
             keep = (r < end)[:, None] & ok[None, :]
@@ -130,7 +108,7 @@ if triton is not None:
             d = tl.where(keep, x.to(tl.float32) - shift, 0.0)
             acc += d
             acc2 += d * d
-        out = (b * splits + tl.program_id(2)) * C + cols
+        out = (b * splits + split) * C + cols
         tl.store(sum_ptr + out, tl.sum(acc, axis=0), mask=ok)
         tl.store(sq_ptr + out, tl.sum(acc2, axis=0), mask=ok)
 
@@ -148,10 +126,17 @@ if triton is not None:
         BR: tl.constexpr,
         BC: tl.constexpr,
     ):
-        b, r, cols, ok, inside, at = _tile(rows, C, BR, BC)
+        b = tl.program_id(0).to(tl.int64)
+        r = tl.program_id(1) * BR + tl.arange(0, BR)
+        cols = tl.program_id(2) * BC + tl.arange(0, BC)
+        ok = cols < C
+        inside = (r < rows)[:, None] & ok[None, :]
+        at = b * rows * C + r[:, None].to(tl.int64) * C + cols[None, :]
         x = tl.load(x_ptr + at, mask=inside).to(tl.float32)
-        mean, rstd, w, bias = _channel(b, cols, ok, mean_ptr, rstd_ptr, w_ptr, bias_ptr, C)
-        y, _ = _gelu_parts((x - mean) * rstd * w + bias)
+        mean = tl.load(mean_ptr + b * C + cols, mask=ok)[None, :]
+        rstd = tl.load(rstd_ptr + b * C + cols, mask=ok)[None, :]
+        w = tl.load(w_ptr + cols, mask=ok)[None, :]
+        y, _ = _gelu_parts((x - mean) * rstd * w + tl.load(bias_ptr + cols, mask=ok)[None, :])
         y = tl.where((r < frames)[:, None], y, 0.0)
         tl.store(y_ptr + at, y.to(y_ptr.dtype.element_ty), mask=inside)
 
@@ -173,10 +158,18 @@ if triton is not None:
         BR: tl.constexpr,
         BC: tl.constexpr,
     ):
-        b, cols, ok, start, end = _reduction(rows, frames, per_split, C, BC)
-        mean, rstd, w, bias = _channel(b, cols, ok, mean_ptr, rstd_ptr, w_ptr, bias_ptr, C)
+        b = tl.program_id(0).to(tl.int64)
+        cols = tl.program_id(1) * BC + tl.arange(0, BC)
+        ok = cols < C
+        split = tl.program_id(2)
+        mean = tl.load(mean_ptr + b * C + cols, mask=ok)[None, :]
+        rstd = tl.load(rstd_ptr + b * C + cols, mask=ok)[None, :]
+        w = tl.load(w_ptr + cols, mask=ok)[None, :]
+        bias = tl.load(bias_ptr + cols, mask=ok)[None, :]
         acc = tl.zeros([BR, BC], dtype=tl.float32)
         acc2 = tl.zeros([BR, BC], dtype=tl.float32)
+        start = split * per_split
+        end = tl.minimum(start + per_split, frames)
         for r0 in range(start, end, BR):
             r = r0 + tl.arange(0, BR)
             keep = (r < end)[:, None] & ok[None, :]
@@ -188,7 +181,7 @@ if triton is not None:
             g = tl.where(keep, dy * slope, 0.0)
             acc += g
             acc2 += g * xhat
-        out = (b * splits + tl.program_id(2)) * C + cols
+        out = (b * splits + split) * C + cols
         tl.store(g_ptr + out, tl.sum(acc, axis=0), mask=ok)
         tl.store(gx_ptr + out, tl.sum(acc2, axis=0), mask=ok)
 
@@ -209,14 +202,22 @@ if triton is not None:
         BR: tl.constexpr,
         BC: tl.constexpr,
     ):
-        b, r, cols, ok, inside, at = _tile(rows, C, BR, BC)
+        b = tl.program_id(0).to(tl.int64)
+        r = tl.program_id(1) * BR + tl.arange(0, BR)
+        cols = tl.program_id(2) * BC + tl.arange(0, BC)
+        ok = cols < C
+        inside = (r < rows)[:, None] & ok[None, :]
+        at = b * rows * C + r[:, None].to(tl.int64) * C + cols[None, :]
         x = tl.load(x_ptr + at, mask=inside).to(tl.float32)
         dy = tl.load(dy_ptr + at, mask=inside).to(tl.float32)
-        mean, rstd, w, bias = _channel(b, cols, ok, mean_ptr, rstd_ptr, w_ptr, bias_ptr, C)
+        stat = b * C + cols
+        mean = tl.load(mean_ptr + stat, mask=ok)[None, :]
+        rstd = tl.load(rstd_ptr + stat, mask=ok)[None, :]
+        w = tl.load(w_ptr + cols, mask=ok)[None, :]
         xhat = (x - mean) * rstd
-        _, slope = _gelu_parts(xhat * w + bias)
-        mg = tl.load(mg_ptr + b * C + cols, mask=ok)[None, :]
-        mgx = tl.load(mgx_ptr + b * C + cols, mask=ok)[None, :]
+        _, slope = _gelu_parts(xhat * w + tl.load(bias_ptr + cols, mask=ok)[None, :])
+        mg = tl.load(mg_ptr + stat, mask=ok)[None, :]
+        mgx = tl.load(mgx_ptr + stat, mask=ok)[None, :]
         dx = tl.where((r < frames)[:, None], rstd * w * (dy * slope - mg - xhat * mgx), 0.0)
         tl.store(dx_ptr + at, dx.to(dx_ptr.dtype.element_ty), mask=inside)
 
