@@ -64,8 +64,9 @@ FSDP2 = {"strategy": "fsdp2", "export_model": "final"}
     [
         {"strategy": "deepspeed", "zero_stage": 1, "grad_accum_steps": 2},
         {"strategy": "deepspeed", "zero_stage": 3},
-        # The save of step 4 is still being written when rank 1 is killed at step 5.
-        {**FSDP2, "grad_accum_steps": 2, "inject_save_delay_s": 8.0},
+        # The save of step 4 is still being written when rank 1 is killed at step 5: each save
+        # waits 3 s before it writes, and the kill comes one step after that save started.
+        {**FSDP2, "grad_accum_steps": 2, "inject_save_delay_s": 3.0},
     ],
     ids=["zero1-accum2", "zero3", "fsdp2-accum2-cut-mid-save"],
 )

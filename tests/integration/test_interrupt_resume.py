@@ -1,8 +1,10 @@
 """Faults with real processes and signals on one sweep, each followed by --resume: a Ray Train
-worker killed with SIGKILL, then the driver stopped by Ctrl-C and by SIGKILL (SIGTERM, which
-becomes the same graceful stop as Ctrl-C, is tested in tests/test_resume.py).
-Nothing measured is lost, nothing is recorded twice, every file reads back, and each --resume
-runs exactly the runs that did not finish ok.
+worker killed with SIGKILL, then the driver stopped by Ctrl-C, by SIGKILL, and by a batch
+scheduler's SIGTERM to its whole process group (issue 43 item 13: ``timeout``, Slurm's
+``scancel`` and a job's time limit send it, and it reaches Ray's own processes too; a SIGTERM to
+the driver alone, which becomes the same graceful stop as Ctrl-C, is tested in
+tests/test_resume.py). Nothing measured is lost, nothing is recorded twice, every file reads
+back, and each --resume runs exactly the runs that did not finish ok.
 
 The sweep's output root is a bucket on a real S3-compatible server (moto in a subprocess,
 issue 26): the driver stages it and mirrors it there, the workers upload their run folders from
@@ -67,11 +69,13 @@ class Bucket:
 
 
 class Sweep(LiveCli):
-    """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes."""
+    """``python -m platform.tune --space smoke`` in a subprocess, its output read as it comes
+    (``own_group``: leading a process group of its own, as a batch job's command does)."""
 
-    def __init__(self, root: str, *flags: str):
+    def __init__(self, root: str, *flags: str, own_group: bool = False):
         args = ["--space", "smoke", "--output-root", str(root)]
-        super().__init__("platform.tune", *args, *[a for s in SETS for a in ("--set", s)], *flags)
+        sets = [a for s in SETS for a in ("--set", s)]
+        super().__init__("platform.tune", *args, *sets, *flags, own_group=own_group)
 
 
 def manifest(root: Path) -> pd.DataFrame:
@@ -86,7 +90,7 @@ def windows(df: pd.DataFrame, run: str) -> list[int]:
     return sorted(df.loc[df["run"] == run, "window"])
 
 
-def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bucket):
+def test_killed_worker_ctrl_c_sigkill_and_group_sigterm_each_resumed_without_loss(tmp_path, bucket):
     remote = Bucket(bucket, tmp_path)
     full = list(range(6))  # 30 steps / 5
 
@@ -144,7 +148,31 @@ def test_killed_worker_ctrl_c_and_sigkill_each_resumed_without_loss(tmp_path, bu
         for part in (root / dataset).glob("*.parquet"):
             pd.read_parquet(part)  # no part file is truncated
 
-    # 3. --resume finishes exactly the missing run: complete, no duplicate rows.
+    # 3. --resume in a process group of its own, and SIGTERM to that whole group once the
+    #    missing run started: the driver still writes the rows, ranking, summary and report of
+    #    what finished, mirrors them to the bucket within seconds, and exits 143.
+    sweep = Sweep(bucket, "--resume", own_group=True)
+    sweep.wait_for(f"[2/2] {SECOND}: started", timeout_s=120)
+    os.killpg(sweep.proc.pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    sweep.finish(timeout_s=120)
+    took = time.monotonic() - t0
+    assert sweep.proc.returncode == 143, sweep.out[-3000:]
+    assert took < 15, (took, sweep.out[-3000:])  # not Tune's minute of waiting on a dead GCS
+    print(f"SIGTERM to exit: {took:.1f} s")
+    assert "resuming: 1 runs finished ok are kept, 1 run again" in sweep.out
+    assert "interrupted by SIGTERM: 1 of 2 run(s) finished, 1 cut short" in sweep.out
+    root = remote.copy()
+    ranked = pd.read_csv(root / "ranked_groups.csv").set_index("group")
+    assert ranked.loc[FIRST.removesuffix("_r1"), "rank"] == 1  # the finished run, ranked
+    assert ranked.loc[FIRST.removesuffix("_r1"), "runs_ok"] == 1
+    assert ranked.loc[SECOND.removesuffix("_r1"), "runs_ok"] == 0
+    # This stop's summary and report, not the ones the Ctrl-C of step 1 left in the bucket.
+    assert "2 runs (1 ok, 1 interrupted)" in (root / "summary.md").read_text()
+    assert "1 of 2 groups measured" in (root / "report.html").read_text()
+    assert list(manifest(root)["status"]) == ["ok", "interrupted"]
+
+    # 4. --resume finishes exactly the missing run: complete, no duplicate rows.
     sweep = Sweep(bucket, "--resume")
     sweep.finish()
     assert sweep.proc.returncode == 0, sweep.out[-4000:]

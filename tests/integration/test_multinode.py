@@ -1,5 +1,5 @@
 """A real multi-node cluster on one machine (tests/integration/cluster.py): a head raylet with no
-CPU and two worker raylets of one CPU each, started as separate ``ray start`` processes, each
+CPU and two worker raylets of two CPUs each, started as separate ``ray start`` processes, each
 worker node in a mount namespace that hides this checkout and the head's log folder. The CLIs
 join it with ``--address`` (or run on it as a Ray Job) as a user's would.
 
@@ -8,7 +8,7 @@ Each sweep carries checks that need a sweep anyway, so that the suite pays for f
 raises on a worker node, a missing audio file) with the workload options
 (local checkpoints loaded in the workers, every rank's windows); the Ray Job
 runs every strategy (``cpu_strategies``: DDP, FSDP2 and ZeRO 0-3 across the two nodes), which
-must train the same model.
+must train the same model. The two sweeps run at once (a rank of each fits every worker node).
 """
 
 import json
@@ -74,6 +74,56 @@ def corpus(tmp_path_factory):
     return path
 
 
+def submit_strategies_job(cluster, root: Path) -> subprocess.CompletedProcess:
+    """``ray job submit`` of the ``cpu_strategies`` sweep into ``root``, until the job ends.
+
+    The driver runs on the head, in the job's copy of the working directory; the corpus is
+    generated and prepared with Ray Data on the worker nodes (the head has no CPU). Each run
+    puts its 2 ranks on the 2 worker nodes: DDP, FSDP2 and DeepSpeed ZeRO 0-3 across nodes."""
+    return subprocess.run(
+        [
+            "ray",
+            "job",
+            "submit",
+            f"--address={cluster.dashboard}",
+            "--working-dir",
+            str(ROOT),
+            "--",
+            "python",
+            "-m",
+            "platform.tune",
+            "--space",
+            "cpu_strategies",
+            "--output-root",
+            str(root),
+            "--set",
+            "max_steps=5",
+            "--set",
+            "placement_strategy=STRICT_SPREAD",
+            "--set",
+            "nodes=2",
+        ],  # fmt: skip
+        cwd=ROOT,
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def strategies_job(cluster, tmp_path_factory):
+    """The Ray Job that test_every_strategy_across_two_nodes_as_a_ray_job checks, submitted in
+    the background by the first test that uses this fixture: (its output root, the future of
+    its ``ray job submit``). The faults sweep uses it, so that the two sweeps run at once: each
+    of their runs puts one rank on each worker node, whose 2 CPUs hold one rank of each. One
+    after the other they took ~113 s on 2 cores, at once ~82 s: much of either is waiting
+    (the hung rank's 8 s to its stall, worker start-ups, DeepSpeed's import on each node)."""
+    root = tmp_path_factory.mktemp("job") / "job-out"
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        yield root, pool.submit(submit_strategies_job, cluster, root)
+
+
 def tune(cluster, space: str, root: Path, *sets: str, timeout: int = 500):
     args = [a for item in sets for a in ("--set", item)]
     return run_module(
@@ -90,6 +140,7 @@ def tune(cluster, space: str, root: Path, *sets: str, timeout: int = 500):
     )
 
 
+@pytest.mark.usefixtures("strategies_job")  # the Ray Job of every strategy runs meanwhile
 def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     tmp_path, cluster, corpus, checkpoints
 ):
@@ -211,40 +262,9 @@ def test_a_sweep_across_two_nodes_with_faults_and_workload_options(
     assert "Traceback" not in out.stdout + out.stderr
 
 
-def test_every_strategy_across_two_nodes_as_a_ray_job(tmp_path, cluster):
-    root = tmp_path / "job-out"
-    # The driver runs on the head, in the job's copy of the working directory; the corpus is
-    # generated and prepared with Ray Data on the worker nodes (the head has no CPU). Each run
-    # puts its 2 ranks on the 2 worker nodes: DDP, FSDP2 and DeepSpeed ZeRO 0-3 across nodes.
-    out = subprocess.run(
-        [
-            "ray",
-            "job",
-            "submit",
-            f"--address={cluster.dashboard}",
-            "--working-dir",
-            str(ROOT),
-            "--",
-            "python",
-            "-m",
-            "platform.tune",
-            "--space",
-            "cpu_strategies",
-            "--output-root",
-            str(root),
-            "--set",
-            "max_steps=5",
-            "--set",
-            "placement_strategy=STRICT_SPREAD",
-            "--set",
-            "nodes=2",
-        ],  # fmt: skip
-        cwd=ROOT,
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def test_every_strategy_across_two_nodes_as_a_ray_job(strategies_job):
+    root, job = strategies_job
+    out = job.result()
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "succeeded" in out.stdout + out.stderr
     # The results landed in the output root.
