@@ -66,7 +66,7 @@ def sweep(tmp_path_factory):
         "max_steps=84",  # 12 windows: at lr 0.002 the loss leaves ln 8 after ~50 steps
         "log_every=7",
         "heartbeat_every_s=2",
-        "host_telemetry_interval_s=1",
+        "host_telemetry_interval_s=0.5",  # 20+ rows a run: a fast host's run lasts ~10 s
         # Window 7 (steps 43-49) sleeps 0.6 s per step: its iter p50 jumps ~3x.
         "inject_sleep_at_step=43",
         "inject_sleep_steps=7",
@@ -116,7 +116,7 @@ def test_host_telemetry_rows_are_sane_and_counted(sweep):
     assert (host["mem_available_mib"] > 0).all() and (host["load_1"] >= 0).all()
     assert set(host["trainer_pids"]) == {2} and (host["trainer_procs"] >= 2).all()
     assert (host["trainer_rss_mib"] > 100).all()  # two torch processes
-    assert host["ts"].diff().dropna().median() == pytest.approx(1.0, abs=0.2)
+    assert host["ts"].diff().dropna().median() == pytest.approx(0.5, abs=0.1)
     # No GPU here: no GPU rows, said in the manifest, and not flagged as missing.
     assert int(manifest["gpu_telemetry_rows"].iloc[0]) == 0
     assert str(manifest["gpu_telemetry_empty_flag"].iloc[0]) == "False"
