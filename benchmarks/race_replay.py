@@ -19,7 +19,7 @@ How: the space expanded as the races ran it (``--set``s as they were), a ``Race`
 (the last one handed again with ``done``, as Tune does), then ends; a run of a group out of the
 race, or settled on its confirmed prior, is skipped. Cold: race 1's windows, the space's order,
 no catalogue. Warm: race 2's windows, the order and the priors that ``warm_start`` and
-``race_priors`` (platform/analysis/history.py) take from catalogue rows made of race 1's runs
+``race_priors`` (platform/analysis/priors.py) take from catalogue rows made of race 1's runs
 (all 8 ran ok), in the history mode ``--history`` (default ``confirm``, the platform's default).
 The winner is the sweep's ranking (platform.analysis.analyze.ranked_groups: pooled with the
 catalogue runs for the groups a ``confirm`` race settled, platform/analysis/pooled.py) over the
@@ -56,8 +56,8 @@ from ray.tune.search import Searcher
 
 from platform.analysis.analyze import ranked_groups
 from platform.analysis.confidence import confidence
-from platform.analysis.history import HISTORY_MODES, prior_line, race_priors, warm_start
 from platform.analysis.pooled import pool, scale_line
+from platform.analysis.priors import HISTORY_MODES, prior_line, race_priors, warm_start
 from platform.control.race import Race, Schedule
 from platform.control.searchers import PlannedSearcher
 from platform.spaces.expand import RunSpec, expand_runs

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from platform.analysis.history import HISTORY_MODES
+from platform.analysis.priors import HISTORY_MODES
 from platform.analysis.verdicts.cliffs import known_cliff_notes
 from platform.errors import EXIT_USAGE, UsageError
 from platform.execution.inputs import check_inputs_only, prepare_inputs
@@ -151,10 +151,10 @@ def _history_mode(args: argparse.Namespace) -> str:
 
 def _warm_start(runs, space, mode: str):
     """The runs ordered by what this host measured before, those known to fail here
-    (platform/analysis/history.py: warm_start), and for a race each group's figures there as
+    (platform/analysis/priors.py: warm_start), and for a race each group's figures there as
     its prior (race_priors; None otherwise), from the machine's catalogue; ``mode``: the
     history mode the race uses them in (its line says what it does)."""
-    from platform.analysis.history import prior_line, race_priors, warm_start
+    from platform.analysis.priors import prior_line, race_priors, warm_start
     from platform.storage.catalogue import fingerprint, host_now, read, store
 
     configured = configured_cache(r.config for r in runs)

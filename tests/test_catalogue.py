@@ -1,5 +1,5 @@
-"""The catalogue (platform/storage/catalogue.py, platform/analysis/history.py, platform.catalogue):
-two writers at once lose no row, a host's fingerprint changes with its torch, a known out of
+"""The catalogue (platform/storage/catalogue.py, platform/analysis/history.py and priors.py,
+platform.catalogue): two writers at once lose no row, a host's fingerprint changes with its torch, a known out of
 memory point is skipped with its reason, comparisons carry a noise band, the CLI's lines."""
 
 from __future__ import annotations
@@ -14,15 +14,8 @@ import time
 import pandas as pd
 import pytest
 
-from platform.analysis.history import (
-    compare,
-    known_failures,
-    prior_line,
-    race_priors,
-    ratio_band,
-    sweeps,
-    warm_start,
-)
+from platform.analysis.history import compare, ratio_band, sweeps
+from platform.analysis.priors import known_failures, prior_line, race_priors, warm_start
 from platform.execution.resources import resolve_executors
 from platform.spaces.expand import expand_runs
 from platform.spaces.load import load_space

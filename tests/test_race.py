@@ -603,7 +603,8 @@ def test_a_run_too_short_to_judge_is_said_before_it_starts(tmp_path):
 def priors_of(spread=(0.0, 0.0), **means):
     """Priors for the race fixture's groups A, B, C: two earlier runs each (sweep ``old``),
     windows +-1 about the mean, the runs ``spread`` apart (relative to it), iter p50 10 ms."""
-    from platform.analysis.history import Prior, PriorRun, Priors, run_noise
+    from platform.analysis.history import run_noise
+    from platform.analysis.priors import Prior, PriorRun, Priors
 
     groups = {}
     for group, mean in means.items():
@@ -749,7 +750,7 @@ def test_the_band_leaves_jittery_groups_and_partial_runs_out_of_the_noise_and_is
     at 80 and 96, or a partial run, leaves A's band as it was. A band whose catalogue runs
     spread 6 % apart is capped at 3 noise floors (+-6 %)."""
 
-    from platform.analysis.history import BAND_CAP, Prior, PriorRun, Priors, prior_noise
+    from platform.analysis.priors import BAND_CAP, Prior, PriorRun, Priors, prior_noise
 
     steady = priors_of((-0.01, 0.01), A=100, B=80)
     band = steady.confirms("A", [100.0, 100.0])
@@ -834,7 +835,7 @@ def test_a_settled_groups_pooled_bounds_sit_at_this_hosts_level_and_a_resume_kee
     host shows: A's own ratio, one group judged), so their mean is this host's 97.5, not the
     catalogue's 100; the Phase B checks take its catalogue iter p50 / 0.975. The factor is kept
     in the schedule; a resumed race (schedule.json read back) uses the kept one."""
-    from platform.analysis.history import Priors
+    from platform.analysis.priors import Priors
 
     race = warm_race(tmp_path, "confirm", (-0.03, 0.03), A=100, C=100)
     a1, _, c1, *_ = race.names
@@ -882,7 +883,7 @@ def test_a_resumed_warm_race_keeps_its_priors_and_what_they_decided(tmp_path):
     """--resume rebuilds the priors and the mode from schedule.json (Priors.of_schedule), not
     from the catalogue as it is now: A, confirmed before the interrupt, stays settled and its
     repeat is not handed out; B's prior, held, is judged as before."""
-    from platform.analysis.history import Priors
+    from platform.analysis.priors import Priors
 
     race = warm_race(tmp_path, "confirm", A=100, B=80)
     a1, b1, _, a2, *_ = race.names
@@ -961,7 +962,7 @@ def test_a_resume_unsettles_a_group_whose_confirmed_run_was_lost(tmp_path):
     stays settled."""
     import pandas as pd
 
-    from platform.analysis.history import Priors
+    from platform.analysis.priors import Priors
 
     race = warm_race(tmp_path, "confirm", A=100, B=80)
     a1, b1, _, a2, b2, _ = race.names
@@ -1046,7 +1047,7 @@ def test_the_2xh200_races_replayed_cold_and_warm():
     first judged windows are compared with its catalogue runs' same windows."""
     from benchmarks.race_replay import COMMIT, RESULTS, SETS, catalogue_rows, read_epochs, read_log
     from benchmarks.race_replay import replay as replay_race
-    from platform.analysis.history import race_priors, warm_start
+    from platform.analysis.priors import race_priors, warm_start
 
     space = load_space("4090_mainline").with_overrides(SETS)
     runs = expand_runs(space)

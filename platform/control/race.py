@@ -63,7 +63,7 @@ from dataclasses import asdict
 from typing import Any
 
 from platform.analysis import stats
-from platform.analysis.history import Priors
+from platform.analysis.priors import Priors
 from platform.control.race_priors import WarmStart
 from platform.spaces.expand import RunSpec
 from platform.spaces.space import SearchSpace

@@ -1,7 +1,7 @@
 """The race's warm start (platform/control/race.py's ``Race`` inherits ``WarmStart``): what
 the machine's catalogue decides in a race on a host fingerprint seen before.
 
-Priors (a warm start, platform/analysis/history.py: ``race_priors``). On a host fingerprint seen
+Priors (a warm start, platform/analysis/priors.py: ``race_priors``). On a host fingerprint seen
 before, a group may come with what the catalogue measured of the same configuration there: its
 earlier runs, their windows after the warm-up and their tail figures. What the race does with
 them is the sweep's history mode (``--history``, kept in the schedule's ``history``):
@@ -62,7 +62,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from platform.analysis.history import Priors, host_shift
+from platform.analysis.priors import Priors, host_shift
 
 __all__ = ["WarmStart"]
 

@@ -38,7 +38,7 @@ from platform.storage.mirror import RootMirror, drop_staging, staged_note
 from stage1_common.output_root import OutputRoot
 
 if TYPE_CHECKING:
-    from platform.analysis.history import Priors
+    from platform.analysis.priors import Priors
 
 __all__ = ["LaunchRequest", "launch"]
 
@@ -76,9 +76,9 @@ class LaunchRequest:
     loggers: Sequence[str] = ()
     """The --logger series (platform/record/loggers.py)."""
     skips: dict[str, str] = field(default_factory=dict)
-    """Runs not to run, and why (platform/analysis/history.py: warm_start's known failures)."""
+    """Runs not to run, and why (platform/analysis/priors.py: warm_start's known failures)."""
     priors: Priors | None = None
-    """A warm race's figures from the catalogue (platform/analysis/history.py: race_priors)."""
+    """A warm race's figures from the catalogue (platform/analysis/priors.py: race_priors)."""
     history: str = "confirm"
     """What a warm race does with ``priors`` (``--history``: confirm or order; history.py)."""
     budget_s: float | None = None

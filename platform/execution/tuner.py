@@ -18,7 +18,7 @@ from typing import Any
 from ray import tune
 
 from platform.analysis.analyze import group_ranks
-from platform.analysis.history import Priors
+from platform.analysis.priors import Priors
 from platform.control.asha import WarmASHA
 from platform.control.budget import Budget
 from platform.control.costs import Costs, read_memory
@@ -186,7 +186,7 @@ def build_sweep(
     ``done`` (the runs an earlier attempt finished ok); writes the first manifest. ``pool``:
     the resident groups, when the launch started them already (``start_pool``). ``budget``:
     --budget's seconds and when the command started (time.time). ``priors``: a warm race's
-    figures from the catalogue (platform/analysis/history.py: race_priors), and ``history``
+    figures from the catalogue (platform/analysis/priors.py: race_priors), and ``history``
     what the race does with them (confirm or order)."""
     facts = git_facts()
     recorder = SweepRecorder(root, runs, facts=facts, loggers=loggers)
@@ -279,7 +279,7 @@ def _search_and_stop(
         if priors is None:
             priors = Priors.of_schedule(schedule.state)
             history = (schedule.state.get("history") or {}).get("mode", history)
-    schedule.state["skipped"].update(skips)  # known to fail here (platform/analysis/history.py)
+    schedule.state["skipped"].update(skips)  # known to fail here (platform/analysis/priors.py)
     schedule.save()
     recorder.schedule = schedule
     trial_runs = recorder.trial_runs

@@ -11,7 +11,7 @@ that pyarrow reads already. A row holds the host's fingerprint (GPU model and co
 CUDA, torch, Ray, DeepSpeed and the platform's version), the space, the run's config (whole, as
 JSON, and its cost key), its status and failure reason, its tail figures, its windows'
 samples/s (rank 0, in order: a race's prior and a comparison's noise band,
-platform/analysis/history.py), its group's place in the sweep's own ranking, the platform's
+platform/analysis/priors.py and history.py), its group's place in the sweep's own ranking, the platform's
 git commit that ran it and its corpus (``manifest_path``), and its start-up
 (and whether the run started a worker group) and compile costs: what a ``--budget`` plans with
 on the host (platform/control/costs.py).
@@ -68,7 +68,7 @@ SCHEMA = pa.schema(
     + [("group_rank", pa.int64()), ("window_samples_per_s", pa.list_(pa.float64()))]
     # The platform's git commit that ran it (the fingerprint's ``platform`` is the package
     # version, the same across commits) and its corpus (cost_key leaves paths out): what a
-    # race's prior must share with the sweep to be pooled (platform/analysis/history.py).
+    # race's prior must share with the sweep to be pooled (platform/analysis/priors.py).
     + [("git_commit", pa.string()), ("manifest_path", pa.string())]
 )
 
