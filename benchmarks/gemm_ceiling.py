@@ -2,8 +2,10 @@
 can be held against (issue 56). A transformer layer at ``tokens`` rows is its four GEMM shapes
 (q/k/v/o at hidden x hidden, the FFN's two at hidden x 4 hidden), each timed forward
 (``x @ W.T``) and as its two backward GEMMs (input gradient and weight gradient), by CUDA events,
-median of ``--iters``; the extractor's strided GEMMs likewise. The last lines weigh the shapes by
-their FLOPs per layer: the TFLOP/s a layer's GEMMs would reach if nothing else ran.
+median of ``--iters``; the extractor's strided GEMMs likewise, and q/k/v as one GEMM of three
+times the width (compile_fuse_linears). The last lines weigh the shapes by their FLOPs per
+layer, as built and with q/k/v fused: the TFLOP/s a layer's GEMMs would reach if nothing else
+ran.
 
     python -m benchmarks.gemm_ceiling [--micro-batch 256] [--audio-s 2.0] [--text-tokens 64]
 """
@@ -58,9 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         ("speech qkvo", speech, h, h),
         ("speech ffn_in", speech, h, 4 * h),
         ("speech ffn_out", speech, 4 * h, h),
+        ("speech qkv_fused", speech, h, 3 * h),
         ("text qkvo", text, h, h),
         ("text ffn_in", text, h, 4 * h),
         ("text ffn_out", text, 4 * h, h),
+        ("text qkv_fused", text, h, 3 * h),
         ("extractor conv0 (k10)", args.micro_batch * (samples // 5), 10, 512),
         ("extractor k3 s2 tap", args.micro_batch * (samples // 10), 1024, 512),
         ("extractor k2 s2 tap", args.micro_batch * frames, 1024, 512),
@@ -71,24 +75,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| GEMM | M | K | N | ms | TFLOP/s | % of peak |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    per_kind: dict[str, list[tuple[float, float]]] = {}
+    passes: dict[str, tuple[float, float]] = {}  # a shape's three passes: FLOPs, ms
     for name, m, k, n in shapes:
+        flops = ms = 0.0
         for row in gemm_rows(name, m, k, n, args.iters, dtype):
-            label, m_, k_, n_, ms, tflops = row
+            label, m_, k_, n_, ms_, tflops = row
             share = 100 * tflops / peak
-            print(f"| {label} | {m_} | {k_} | {n_} | {ms:.3f} | {tflops:.0f} | {share:.1f} |")
-            per_kind.setdefault(name.split()[0], []).append((2 * m_ * k_ * n_, ms))
-    # A layer: q, k, v and o (4 x the qkvo GEMMs: forward, input and weight gradient), then the
-    # FFN's two (once each).
-    weights = (4, 4, 4, 1, 1, 1, 1, 1, 1)
+            print(f"| {label} | {m_} | {k_} | {n_} | {ms_:.3f} | {tflops:.0f} | {share:.1f} |")
+            flops, ms = flops + 2 * m_ * k_ * n_, ms + ms_
+        passes[name] = (flops, ms)
+    # A layer: q, k, v and o (4 x the qkvo GEMMs) and the FFN's two; with compile_fuse_linears,
+    # q, k and v as one GEMM of 3 x the width (trainables/engine/linear_fusion.py), o alone.
+    layers = {
+        "": {"qkvo": 4, "ffn_in": 1, "ffn_out": 1},
+        ", q/k/v fused": {"qkv_fused": 1, "qkvo": 1, "ffn_in": 1, "ffn_out": 1},
+    }
     for enc in ("speech", "text"):
-        rows = per_kind[enc]
-        flops = sum(w * f for w, (f, _) in zip(weights, rows, strict=True))
-        ms = sum(w * t for w, (_, t) in zip(weights, rows, strict=True))
-        print(
-            f"{enc} layer's GEMMs: {flops / 1e9:.0f} GFLOP in {ms:.3f} ms, "
-            f"{flops / ms / 1e9:.0f} TFLOP/s, {100 * flops / ms / 1e9 / peak:.1f} % of peak"
-        )
+        for label, counts in layers.items():
+            flops = sum(c * passes[f"{enc} {part}"][0] for part, c in counts.items())
+            ms = sum(c * passes[f"{enc} {part}"][1] for part, c in counts.items())
+            print(
+                f"{enc} layer's GEMMs{label}: {flops / 1e9:.0f} GFLOP in {ms:.3f} ms, "
+                f"{flops / ms / 1e9:.0f} TFLOP/s, {100 * flops / ms / 1e9 / peak:.1f} % of peak"
+            )
     return 0
 
 

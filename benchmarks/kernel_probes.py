@@ -179,7 +179,7 @@ def _kernels(step, label: str, top: int) -> None:
     print()
 
 
-POSCONV_BLOCKS = (16, 32)  # block_for's choices at mb 256 and 512
+POSCONV_BLOCKS = (8, 16, 32)  # block_for picks 16 at mb 256, 32 at mb 512
 POSCONV_FRAMES = (99, 149)  # 2 s and 3 s
 
 

@@ -28,7 +28,7 @@ with ``--profile TRACE.json`` (benchmarks.step_profile's columns ``comm_exposed`
     python -m benchmarks.mfu_budget --micro-batch 256 --audio-s 2.0 --text-tokens 64 \\
         [--compile none|default|reduce-overhead] [--pos-conv conv|matmul] \\
         [--extractor-layout channels_first|channels_last] [--json OUT.json] \\
-        [--profile TRACE.json]
+        [--fuse-linears] [--profile TRACE.json]
 
 The analytic FLOP formula the counts are checked against is in docs (``flops_formula``).
 """
@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from trainables.engine.linear_fusion import set_linear_fusion
 from trainables.engine.mfu import counter, peak_tflops
 from trainables.engine.precision import resolve_precision
 from trainables.model.extractor import use_extractor_layout
@@ -91,6 +92,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(
+        "--fuse-linears",
+        action="store_true",
+        help="compile_fuse_linears: q, k and v as one GEMM (needs --compile)",
+    )
+    p.add_argument(
         "--no-masks",
         action="store_true",
         help="no attention masks (none is needed when no row is padded, as under crop buckets)",
@@ -122,6 +128,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.micro_batch < 2 or args.audio_s <= 0 or args.text_tokens < 2:
         p.error("--micro-batch >= 2, --audio-s > 0 and --text-tokens >= 2")
+    if args.fuse_linears and args.compile == "none":
+        p.error("--fuse-linears is an Inductor pass: add --compile default (or reduce-overhead)")
     if args.profile is not None and not args.profile.is_file():
         p.error(f"--profile {args.profile}: no such file (a profile-rank0.json of a run)")
     return args
@@ -168,6 +176,7 @@ class Point:
             self.model.parameters(), lr=1e-4, fused=True if device.type == "cuda" else None
         )
         self.compile = args.compile
+        set_linear_fusion(args.fuse_linears)
 
     def autocast(self):
         if self.precision == "fp32":

@@ -130,6 +130,11 @@ def _check_strategy(cfg) -> None:
             "compile_scope: fsdp2 compiles layer by layer (its hooks sit between the layers); "
             "set compile_scope=layers"
         )
+    if cfg.compile_fuse_linears and not (cfg.torch_compile and cfg.compile_backend == "inductor"):
+        raise ConfigError(
+            "compile_fuse_linears: an Inductor pass, it runs only in compiled code; set "
+            "torch_compile=true with compile_backend=inductor (or compile_fuse_linears=false)"
+        )
     if cfg.strategy == "deepspeed" and cfg.zero_stage == 3:
         # Both read a convolution's weight outside that convolution's forward, where ZeRO-3
         # has not gathered it.

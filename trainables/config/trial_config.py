@@ -279,6 +279,15 @@ class TrialConfig:
         "code, so a shape compiles in a fraction of the time, and DDP's hooks stay eager).",
         default="model",
     )
+    compile_fuse_linears: bool = _doc(
+        "An Inductor pass (trainables/engine/linear_fusion.py): the linears of a compiled "
+        "region that read one input (every attention's q, k and v) run as one GEMM on their "
+        "weights concatenated, a wider shape the tensor cores run faster; same math and "
+        "parameters. Needs torch_compile with the inductor backend. On an H200 at mb 256, 2 s: "
+        "a layer's GEMMs 8 % (speech) and 12 % (text) faster, the compiled best's step 1.030x "
+        "(benchmarks/results/fuse_linears_1xh200/).",
+        default=False,
+    )
     compile_warmup: bool = _doc(
         "With torch_compile and known shapes (crop_buckets_s, batching duration, or a synthetic "
         "dataset), compile every shape in a forward and backward pass before the first timed "

@@ -164,6 +164,9 @@ def setup_compile(
     effective["compile_effective"] = f"{cfg.compile_backend}/{cfg.compile_mode}"
     if cfg.compile_scope == "layers":
         effective["compile_effective"] += "/layers"
+    from trainables.engine.linear_fusion import set_linear_fusion  # imports inductor's config
+
+    set_linear_fusion(cfg.compile_fuse_linears)
     compiled: dict[str, Any] = {
         "_compile_errors": _compile_errors(),
         "_cudagraphs": cfg.compile_mode == "reduce-overhead" and on_gpu,

@@ -25,13 +25,17 @@ __all__ = ["MatmulPositionalConv", "block_for", "compute_dtype", "use_pos_conv"]
 
 # Block lengths tried per frame count.
 _BLOCKS = (8, 16, 32, 64)
-# The cost model that picks one: a multiply-add at a tensor core's bf16 rate (about 1e15 FLOP/s
-# on an H100/H200) against the copies made of the input (the windows) and of the kernel (the
-# block-Toeplitz matrix), each written, read, and the same again in the backward: about 8 bytes
-# an element at about 5e12 B/s. Short blocks waste fewer products on the zeros of the window's
-# corners and build a smaller matrix; long blocks copy the input fewer times.
-_SECONDS_PER_FLOP = 1e-15
-_SECONDS_PER_COPIED_ELEMENT = 8 / 5e12
+# The cost model that picks one, fitted to the compiled forward and backward on an H200 (blocks
+# 8, 16 and 32 at mb 256 and 512, 99 and 149 frames: 3.4-14.3 ms, each predicted within 15 %;
+# benchmarks/results/fuse_linears_1xh200/): the products at about 290 TFLOP/s, each element of
+# the input's windows (written, read, and its gradient summed back) at about 1.9 ps, and each
+# element of the block-Toeplitz matrix at about 52 ps: its backward (``unfold``'s, into the
+# kernel taps) dominates. Short blocks waste fewer products on the zeros of the window's
+# corners and build a smaller matrix; long blocks copy the input fewer times. Block 8 is the
+# fastest at every measured shape (block 16 the model's old choice at mb 256: 1.4x slower).
+_SECONDS_PER_FLOP = 3.4e-15
+_SECONDS_PER_WINDOW_ELEMENT = 1.9e-12
+_SECONDS_PER_MATRIX_ELEMENT = 5.2e-11
 
 
 def block_for(batch: int, frames: int, kernel: int, channels: int, groups: int) -> int:
@@ -44,7 +48,11 @@ def block_for(batch: int, frames: int, kernel: int, channels: int, groups: int) 
         windows = batch * math.ceil(frames / block) * window * channels
         matrix = window * block * channels * per_group
         flops = 2 * windows * block * per_group
-        return flops * _SECONDS_PER_FLOP + (windows + matrix) * _SECONDS_PER_COPIED_ELEMENT
+        return (
+            flops * _SECONDS_PER_FLOP
+            + windows * _SECONDS_PER_WINDOW_ELEMENT
+            + matrix * _SECONDS_PER_MATRIX_ELEMENT
+        )
 
     # A loop, not min(key=...): dynamo traces it where the frames are symbolic (dynamic shapes).
     best = _BLOCKS[0]
