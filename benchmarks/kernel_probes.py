@@ -10,15 +10,17 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
   bandwidth measured here; ``--trace N`` lists each form's top kernels;
 - ``tiles``: the Triton kernels' tiles, each reduction tile, then each apply tile, timed;
 - ``posconv``: wav2vec2's positional convolution, cuDNN's against the block-Toeplitz products
-  at block_for's block lengths, at 2 and 3 s.
+  at block lengths 4, 8 and 16, the matrix built by the skew trick and by ``unfold``;
+- ``autotune``: a speech layer, a text layer and the GEMM feature encoder compiled by default
+  and with max-autotune-no-cudagraphs (the ``compile_mode`` lever), q, k and v fused.
   Forms measured no faster, so not kept (2026-11-29, one H200, mb 256, 2 s / 3 s, compiled,
   ms): as built 12.82 / 25.55; the sums in two stages over blocks of 64 rows 17.47 / 30.72; on
   a transposed copy (time contiguous) 12.76 / 25.50; one autograd function keeping only its
   bfloat16 input and the statistics, its backward written out, 12.53 / 26.72 (eager 80.9
   against 57.9 at 2 s) (benchmarks/results/mfu_levers_1xh200/).
 
-    python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [posconv] [--micro-batch 256]
-        [--iters 20]
+    python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [posconv] [autotune]
+        [--micro-batch 256] [--frames 99 149] [--iters 20]
         [--trace N]
 """
 
@@ -179,37 +181,50 @@ def _kernels(step, label: str, top: int) -> None:
     print()
 
 
-POSCONV_BLOCKS = (8, 16, 32)  # block_for picks 16 at mb 256, 32 at mb 512
-POSCONV_FRAMES = (99, 149)  # 2 s and 3 s
+POSCONV_BLOCKS = (4, 8, 16)  # block_for picks 8 at the best point; 16 was its old choice
+
+
+def _toeplitz_unfold(weight: torch.Tensor, block: int, window: int, left: int) -> torch.Tensor:
+    """The block-Toeplitz matrix as pos_conv built it before the skew trick: sliding windows
+    of the padded kernel (``unfold``), whose backward scatters into the taps."""
+    kernel = weight.shape[-1]
+    before = left * block - kernel // 2 + block - 1
+    after = block - 1 + window - before - kernel
+    return F.pad(weight, (before, after)).unfold(-1, window, 1).flip(-2)
 
 
 def posconv(args: argparse.Namespace) -> None:
     """wav2vec2-base's positional convolution (768 channels, 16 groups, kernel 128), compiled,
-    forward and backward at the speech frames of 2 and 3 s: transformers' convolution (cuDNN)
-    and the block-Toeplitz products at block_for's block lengths. (A dense form, one block
-    holding every frame and reading no neighbour, measured 46.6 / 142.6 ms against block 16's
-    4.8 / 5.7: its Toeplitz matrix of every frame costs far more than its products save;
+    forward and backward at ``--frames``: transformers' convolution (cuDNN) and the
+    block-Toeplitz products at block lengths 4, 8, 16, with the matrix built by the skew trick
+    (as pos_conv does) and by ``unfold`` (as it did). (A dense form, one block holding every
+    frame and reading no neighbour, measured 46.6 / 142.6 ms against block 16's 4.8 / 5.7: its
+    Toeplitz matrix of every frame costs far more than its products save;
     benchmarks/results/extractor_norm_1xh200/posconv_call7.md.)"""
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
     from trainables.model.pos_conv import MatmulPositionalConv, block_for
 
+    class UnfoldPositionalConv(MatmulPositionalConv):
+        toeplitz = staticmethod(_toeplitz_unfold)
+
     conv = Wav2Vec2Model(Wav2Vec2Config()).encoder.pos_conv_embed.cuda()
-    matmul = MatmulPositionalConv(conv)
-    cols = ["conv"] + [str(b) for b in POSCONV_BLOCKS]
-    print(f"| pos conv (fwd+bwd, compiled), ms | {' | '.join(cols)} | block_for |")
-    print("| --- |" + " --- |" * (len(cols) + 1))
-    for frames in POSCONV_FRAMES:
+    forms: dict[str, nn.Module] = {"conv": conv}
+    for block in POSCONV_BLOCKS:
+        for form, cls in (("skew", MatmulPositionalConv), ("unfold", UnfoldPositionalConv)):
+            forms[f"{block} {form}"] = module = cls(conv)  # the same parameters
+            module.block = block
+    head = f"| pos conv (fwd+bwd, compiled), ms, mb {args.micro_batch} | {' | '.join(forms)} |"
+    print(head + " block_for |")
+    print("| --- |" + " --- |" * (len(forms) + 1))
+    for frames in args.frames:
         x = torch.randn(args.micro_batch, frames, 768, device="cuda", dtype=torch.bfloat16)
         x.requires_grad_(True)
         grad = torch.randn_like(x)
-        blocks = {"conv": None, **{str(b): b for b in POSCONV_BLOCKS}}
         fns = {}
-        for name, block in blocks.items():
-            module = conv if block is None else matmul
+        for name, module in forms.items():
 
-            def fn(h, module=module, block=block):
-                matmul.block = block
+            def fn(h, module=module):
                 with torch.autocast("cuda", dtype=torch.bfloat16):  # as the model runs it
                     return module(h)
 
@@ -221,7 +236,60 @@ def posconv(args: argparse.Namespace) -> None:
                 ms[k].append(timed_ms(step, CUDA, 3, args.iters))
         cells = [f"{statistics.median(ms[k]):.3f}" for k in fns]
         chosen = block_for(args.micro_batch, frames, 128, 768, 16)
-        print(f"| {frames} frames | {' | '.join(cells)} | {chosen} |")
+        print(f"| {frames} frames | {' | '.join(cells)} | {chosen} |", flush=True)
+        torch._dynamo.reset()
+
+
+def autotune(args: argparse.Namespace) -> None:
+    """Each part of the best point (a speech layer at ``--frames[0]`` frames, a text layer at 64
+    tokens, the GEMM feature encoder on that much audio; q, k and v fused), compiled by default
+    and with max-autotune-no-cudagraphs (Inductor times Triton GEMM templates against cuBLAS for
+    every GEMM shape and can fuse pointwise work into them), forward and backward, ms,
+    alternated; each line as soon as its part is measured, with both compile times."""
+    import time
+
+    from trainables.engine.linear_fusion import set_linear_fusion
+    from trainables.model.extractor import use_extractor_layout
+    from trainables.model.stage1 import build_model
+
+    set_linear_fusion(True)
+    model = build_model("base", 256, dropout=0.0).cuda()
+    use_extractor_layout(model.speech, "matmul", "auto")
+    mb, frames = args.micro_batch, args.frames[0]
+    audio_samples = (frames + 1) * 320
+    parts = {
+        "speech layer": (model.speech.encoder.layers[0], (mb, frames, 768)),
+        "text layer": (model.text.encoder.layer[0], (mb, 64, 768)),
+        "feature encoder": (model.speech.feature_extractor, (mb, audio_samples)),
+    }
+    print(
+        f"| part, mb {mb} (fwd+bwd, ms) | default | max-autotune-no-cudagraphs | ratio | compile s |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for name, (module, shape) in parts.items():
+        x = torch.randn(*shape, device="cuda")
+        x.requires_grad_(name != "feature encoder")
+
+        def fn(h, module=module):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = module(h)
+            return out[0] if isinstance(out, tuple) else out
+
+        fns, compile_s = {}, {}
+        for mode in ("default", "max-autotune-no-cudagraphs"):
+            fns[mode] = torch.compile(fn, mode=None if mode == "default" else mode, dynamic=False)
+            t0 = time.perf_counter()
+            fns[mode](x).float().square().mean().backward()
+            torch.cuda.synchronize()
+            compile_s[mode] = time.perf_counter() - t0
+        ms: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(3):  # alternated
+            for k, f in fns.items():
+                step = lambda f=f, x=x: f(x).float().square().mean().backward()  # noqa: E731
+                ms[k].append(timed_ms(step, CUDA, 3, args.iters))
+        a, b = (statistics.median(ms[k]) for k in fns)
+        seconds = " / ".join(f"{compile_s[k]:.0f}" for k in fns)
+        print(f"| {name} | {a:.3f} | {b:.3f} | {a / b:.3f} | {seconds} |", flush=True)
         torch._dynamo.reset()
 
 
@@ -316,13 +384,28 @@ def _bandwidth() -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="benchmarks.kernel_probes", description=__doc__.split("\n")[0])
     p.add_argument(
-        "probes", nargs="*", help="attention, groupnorm, tiles, posconv (default: the first two)"
+        "probes",
+        nargs="*",
+        help="attention, groupnorm, tiles, posconv, autotune (default: the first two)",
     )
     p.add_argument("--micro-batch", type=int, default=256)
+    p.add_argument(
+        "--frames",
+        type=int,
+        nargs="+",
+        default=[99, 149],
+        help="posconv: speech frames (99: 2 s, 149: 3 s); autotune: the first",
+    )
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--trace", type=int, default=0, help="groupnorm: list each form's N top kernels")
     args = p.parse_args(argv)
-    probes = {"attention": attention, "groupnorm": groupnorm, "tiles": tiles, "posconv": posconv}
+    probes = {
+        "attention": attention,
+        "groupnorm": groupnorm,
+        "tiles": tiles,
+        "posconv": posconv,
+        "autotune": autotune,
+    }
     unknown = [name for name in args.probes if name not in probes]
     if unknown:
         p.error(f"probes: {', '.join(unknown)} unknown; choose from {', '.join(probes)}")

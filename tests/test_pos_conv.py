@@ -124,3 +124,21 @@ def test_matmul_traces_in_one_graph_with_dynamic_frames():
     for frames in (30, 41):
         x = torch.randn(2, frames, 32, dtype=torch.float64)
         torch.testing.assert_close(compiled(x), matmul(x))
+
+
+@pytest.mark.parametrize("block", [1, 4, 8, 32])
+def test_every_block_length_computes_the_convolution(block):
+    """The block-Toeplitz matrix (the skew trick) at block lengths block_for would not pick
+    here: shorter and longer than the kernel's reach, and a block of one frame."""
+    conv = _pos_conv(**SMALL, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    matmul = MatmulPositionalConv(conv)
+    matmul.block = block
+    x = torch.randn(3, 37, conv.conv.in_channels, dtype=torch.float64, requires_grad=True)
+    params = [x, *conv.parameters()]
+    y_conv = conv(x)
+    grads_conv = torch.autograd.grad(y_conv.pow(2).sum(), params)
+    y_matmul = matmul(x)
+    grads_matmul = torch.autograd.grad(y_matmul.pow(2).sum(), params)
+    torch.testing.assert_close(y_matmul, y_conv, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(grads_matmul, grads_conv, strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)

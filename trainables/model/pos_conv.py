@@ -71,20 +71,31 @@ def _reach(kernel: int, block: int) -> tuple[int, int]:
 def _toeplitz(weight: torch.Tensor, block: int, window: int, left: int) -> torch.Tensor:
     """(out, in, kernel) -> (out, in, block, window): for output position ``l`` of a block and
     window position ``w``, the kernel tap that joins them (zero where out of reach). Row ``l``
-    is the kernel, zero-padded, read from offset ``block - 1 - l``: sliding windows of the
-    padded kernel (``unfold``, a view), flipped. No index gather: inductor's CPU code for the
-    gather's backward corrupted memory (torch 2.13)."""
+    is the kernel, zero-padded, read from offset ``block - 1 - l``: the rows ``r`` of
+    ``padded[r : r + window]``, flipped.
+
+    Built by the skew trick, not by ``unfold``: the padded kernel (length ``P``) repeated
+    ``block`` times and viewed as rows of ``P + 1`` starts row ``r`` at element ``r`` (no row
+    wraps: ``r + w < P``). Its backward is a sum over the repeats, where ``unfold``'s scattered
+    every element's gradient back into the kernel taps (about 52 ps an element on an H200, most
+    of this product's time; benchmarks/results/fuse_linears_1xh200/). No index gather either:
+    inductor's CPU code for the gather's backward corrupted memory (torch 2.13)."""
     kernel = weight.shape[-1]
     before = left * block - kernel // 2 + block - 1
     after = block - 1 + window - before - kernel
     padded = nn.functional.pad(weight, (before, after))
-    return padded.unfold(-1, window, 1).flip(-2)
+    length = padded.shape[-1]  # window + block - 1
+    repeated = padded.repeat(*([1] * (padded.dim() - 1)), block)
+    rows = nn.functional.pad(repeated, (0, block)).unflatten(-1, (block, length + 1))
+    return rows[..., :window].flip(-2)
 
 
 class MatmulPositionalConv(nn.Module):
     """wav2vec2's ``Wav2Vec2PositionalConvEmbedding`` with the convolution computed as block-
     Toeplitz products; holds the original's modules under their names (``conv``, ``padding``,
     ``activation``), so its parameters keep theirs."""
+
+    toeplitz = staticmethod(_toeplitz)  # how the matrix is built (a benchmark swaps it)
 
     def __init__(self, original: nn.Module):
         super().__init__()
@@ -107,7 +118,7 @@ class MatmulPositionalConv(nn.Module):
 
         dtype = compute_dtype(hidden_states)
         weight = conv.weight.to(dtype).view(groups, per_group, per_group, kernel)  # g, out, in, tap
-        matrix = _toeplitz(weight, block, window, left)  # g, out, in, block, window
+        matrix = self.toeplitz(weight, block, window, left)  # g, out, in, block, window
         matrix = matrix.permute(0, 4, 2, 3, 1).reshape(groups, window * per_group, -1)
 
         x = hidden_states.to(dtype)
