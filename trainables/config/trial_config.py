@@ -269,7 +269,10 @@ class TrialConfig:
     )
     compile_mode: choices.CompileMode = _doc(
         "torch.compile mode; `reduce-overhead` adds CUDA graphs (one per shape, recorded in the "
-        "compile warm-up; GPU only: the CPU falls back to eager launches, recorded).",
+        "compile warm-up; GPU only: the CPU falls back to eager launches, recorded). The "
+        "max-autotune modes time Inductor's Triton GEMM templates against cuBLAS per shape: on "
+        "an H200 cuBLAS won 10 of a speech layer's 11 GEMM shapes, and timing them took over "
+        "2 minutes for one layer at one shape (benchmarks/results/fuse_linears_1xh200/).",
         default="default",
     )
     compile_scope: choices.CompileScope = _doc(

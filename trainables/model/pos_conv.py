@@ -31,8 +31,11 @@ _BLOCKS = (8, 16, 32, 64)
 # the input's windows (written, read, and its gradient summed back) at about 1.9 ps, and each
 # element of the block-Toeplitz matrix at about 52 ps: its backward (``unfold``'s, into the
 # kernel taps) dominates. Short blocks waste fewer products on the zeros of the window's
-# corners and build a smaller matrix; long blocks copy the input fewer times. Block 8 is the
+# corners and build a smaller matrix; long blocks copy the input fewer times. Block 8 was the
 # fastest at every measured shape (block 16 the model's old choice at mb 256: 1.4x slower).
+# Fitted with the matrix built by ``unfold``; built by the skew trick since (_toeplitz), the
+# matrix costs less and blocks 8 and 16 tie at the best point (2.82 / 2.79 ms at mb 256, 99
+# frames), so 8 still holds there; a refit needs the skew form's times at more shapes.
 _SECONDS_PER_FLOP = 3.4e-15
 _SECONDS_PER_WINDOW_ELEMENT = 1.9e-12
 _SECONDS_PER_MATRIX_ELEMENT = 5.2e-11
