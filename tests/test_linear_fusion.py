@@ -79,6 +79,31 @@ def test_linears_of_different_inputs_or_bias_kinds_are_left_apart():
     torch.testing.assert_close(out, block(x))
 
 
+@pytest.mark.parametrize("between", ["in_place_add", "no_grad"])
+def test_linears_with_a_mutation_or_a_mode_switch_between_them_are_left_apart(between):
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = x * 2
+            a = self.a(h)
+            if between == "in_place_add":
+                h.add_(1)  # b reads the changed h: one GEMM at a's place would not
+                b = self.b(h)
+            else:
+                with torch.no_grad():
+                    b = self.b(h)
+            return a.sum(-1) + b.sum(-1)
+
+    torch.manual_seed(0)
+    block, x = Block(), torch.randn(3, 8)
+    out, fused = _traced_with_the_pass(block, x)
+    assert sum(fused) == 0
+    torch.testing.assert_close(out, block(x))
+
+
 def test_the_pass_is_installed_per_run_and_has_a_cache_key():
     import torch._inductor.config as inductor_config
 

@@ -38,8 +38,12 @@ SMALL = dict(
 @pytest.mark.parametrize("frames", [1, 7, 50, 100, 257])
 def test_matmul_equals_the_convolution_and_its_gradients(config, frames):
     conv = _pos_conv(**config)
-    matmul = MatmulPositionalConv(conv)
     x = torch.randn(2, frames, conv.conv.in_channels, dtype=torch.float64, requires_grad=True)
+    _assert_computes_the_convolution(MatmulPositionalConv(conv), conv, x)
+
+
+def _assert_computes_the_convolution(matmul, conv, x) -> None:
+    """``matmul(x)`` equals ``conv(x)``, and so do the gradients of x and every parameter."""
     params = [x, *conv.parameters()]
     y_conv = conv(x)
     grads_conv = torch.autograd.grad(y_conv.pow(2).sum(), params)
@@ -134,11 +138,4 @@ def test_every_block_length_computes_the_convolution(block):
     matmul = MatmulPositionalConv(conv)
     matmul.block = block
     x = torch.randn(3, 37, conv.conv.in_channels, dtype=torch.float64, requires_grad=True)
-    params = [x, *conv.parameters()]
-    y_conv = conv(x)
-    grads_conv = torch.autograd.grad(y_conv.pow(2).sum(), params)
-    y_matmul = matmul(x)
-    grads_matmul = torch.autograd.grad(y_matmul.pow(2).sum(), params)
-    torch.testing.assert_close(y_matmul, y_conv, rtol=1e-10, atol=1e-10)
-    for mine, theirs in zip(grads_matmul, grads_conv, strict=True):
-        torch.testing.assert_close(mine, theirs, rtol=1e-9, atol=1e-9)
+    _assert_computes_the_convolution(matmul, conv, x)

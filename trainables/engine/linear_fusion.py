@@ -37,7 +37,8 @@ class FuseSharedInputLinears(CustomGraphPass):
     fused = 0
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        order = {node: i for i, node in enumerate(graph.nodes)}
+        nodes_in_order = list(graph.nodes)
+        order = {node: i for i, node in enumerate(nodes_in_order)}
         groups: dict[tuple[Any, bool], list[torch.fx.Node]] = defaultdict(list)
         for node in graph.nodes:
             parts = _linear_parts(node)
@@ -46,7 +47,11 @@ class FuseSharedInputLinears(CustomGraphPass):
                 groups[(source, bias is None)].append(node)
         self.fused = 0
         for nodes in groups.values():
-            if len(nodes) > 1 and _fusable(nodes, order):
+            if (
+                len(nodes) > 1
+                and _fusable(nodes, order)
+                and _nothing_between(nodes, order, nodes_in_order)
+            ):
                 _fuse(graph, sorted(nodes, key=order.__getitem__))
                 self.fused += 1
 
@@ -84,6 +89,25 @@ def _fusable(nodes: list[torch.fx.Node], order: dict[torch.fx.Node, int]) -> boo
     if len({(w.dtype, w.shape[1], w.device) for w in weights}) != 1:
         return False
     return all(b is None or b.dtype == weights[0].dtype for b in biases)
+
+
+def _nothing_between(
+    nodes: list[torch.fx.Node], order: dict[torch.fx.Node, int], in_order: list[torch.fx.Node]
+) -> bool:
+    """Between the first and the last of the linears, nothing that would make them differ once
+    moved to the first one's place: no grad-mode or autocast switch, no in-place op on their
+    input (dynamo's graph is not functional; ops named ``..._`` mutate their first argument)."""
+    source = _linear_parts(nodes[0])[0]
+    first, last = min(order[n] for n in nodes), max(order[n] for n in nodes)
+    for node in in_order[first + 1 : last]:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if "grad_enabled" in name or "autocast" in name:
+            return False
+        if name.endswith("_") and not name.endswith("__") and node.args and node.args[0] is source:
+            return False
+    return True
 
 
 def _example(node: Any) -> torch.Tensor | None:
