@@ -35,7 +35,8 @@ pooled ranking (``--history confirm``) added group_summary.csv's and ranked_grou
 ``runs_catalogue`` and ``catalogue_sweeps``, best_config.json's ``runs_catalogue`` and
 summary.json's ``pooled``; its review the catalogue's ``git_commit`` and ``manifest_path`` (what
 a prior must share with the sweep to be pooled). Issue 56's Triton GroupNorm added the config key
-``extractor_norm`` and the manifest's ``extractor_norm_effective``.
+``extractor_norm`` and the manifest's ``extractor_norm_effective``; its q/k/v fusion the config
+key ``compile_fuse_linears``.
 """
 
 from __future__ import annotations
