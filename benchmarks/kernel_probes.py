@@ -11,6 +11,9 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
 - ``tiles``: the Triton kernels' tiles, each reduction tile, then each apply tile, timed;
 - ``posconv``: wav2vec2's positional convolution, cuDNN's against the block-Toeplitz products
   at block lengths 4, 8 and 16, the matrix built by the skew trick and by ``unfold``;
+- ``firstlayer``: the feature encoder's whole first layer (convolution, GroupNorm, GELU),
+  unfolded (torch ops; norm_gelu's kernels) and folded (folded_layer), beside the folded form's
+  floor; ``--tiles`` times folded_layer's tiles;
 - ``autotune``: a speech layer, a text layer and the GEMM feature encoder compiled by default
   and with max-autotune-no-cudagraphs (the ``compile_mode`` lever), q, k and v fused.
   Forms measured no faster, so not kept (2026-11-29, one H200, mb 256, 2 s / 3 s, compiled,
@@ -20,8 +23,7 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
   against 57.9 at 2 s) (benchmarks/results/mfu_levers_1xh200/).
 
     python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [posconv] [autotune]
-        [--micro-batch 256] [--frames 99 149] [--iters 20]
-        [--trace N]
+        [firstlayer] [--micro-batch 256] [--frames 99 149] [--iters 20] [--trace N] [--tiles]
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.mfu_budget import timed_ms
-from trainables.model.extractor import _group_norm_over_time
-from trainables.model.norm_gelu import group_norm_gelu
+from trainables.model.extractor import _first_conv, _group_norm_over_time
+from trainables.model.norm_gelu import Tile, group_norm_gelu
 
 CUDA = torch.device("cuda")
 
@@ -179,6 +181,103 @@ def _kernels(step, label: str, top: int) -> None:
     for e in rows[:top]:
         print(f"  {e.device_time_total / 5 / 1e3:7.3f}  x{e.count // 5:<3} {e.key[:110]}")
     print()
+
+
+FOLD_TILES = {  # (rows, cols, warps[, programs]) of folded_layer's forward / backward kernel
+    "forward": ((64, 128, 4), (128, 128, 8), (32, 128, 4), (128, 64, 4), (64, 256, 8)),
+    "backward": ((64, 128, 8, 4096), (64, 128, 4, 4096), (32, 128, 4, 4096), (128, 128, 8, 4096),
+                 (64, 64, 4, 8192), (64, 128, 8, 16384)),
+}  # fmt: skip
+
+
+def firstlayer(args: argparse.Namespace) -> None:
+    """The GEMM feature encoder's whole first layer (convolution, GroupNorm, GELU), forward and
+    backward, at mb ``--micro-batch`` on 2 s and 3 s of audio: unfolded as the encoder runs it
+    with torch ops (compiled) and with norm_gelu's kernels (compiled), and folded
+    (folded_layer's kernels; eager, compiled), each checked against the unfolded form in
+    float32 first; beside the folded form's floor (one bfloat16 write of the output forward, one
+    read of its gradient backward, at the copy bandwidth measured here). ``--tiles``: each of
+    folded_layer's tiles (FOLD_TILES) in turn, the others fixed."""
+    from trainables.model import folded_layer
+
+    conv = nn.Conv1d(1, 512, 10, 5, bias=False).cuda()
+    norm = nn.GroupNorm(512, 512).cuda()
+    with torch.no_grad():  # trained-looking affine parameters, so a wrong gradient shows
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    params = [conv.weight, norm.weight, norm.bias]
+    bandwidth = _bandwidth()
+    bf16 = torch.bfloat16
+
+    def unfolded(audio, rows, frames, dtype=bf16):
+        hidden = _first_conv(audio.to(dtype), conv, rows)
+        return F.gelu(_group_norm_over_time(hidden, frames, norm)).to(dtype)
+
+    def triton_norm(audio, rows, frames):
+        hidden = _first_conv(audio.to(bf16), conv, rows)
+        return group_norm_gelu(hidden, norm.weight, norm.bias, frames, norm.eps)
+
+    def folded(audio, rows, frames):
+        return folded_layer.folded_conv_norm_gelu(audio, conv, norm, rows, frames, bf16)
+
+    fns = {
+        "unfolded compiled": torch.compile(unfolded, dynamic=False),
+        "triton compiled": torch.compile(triton_norm, dynamic=False),
+        "folded": folded,
+        "folded compiled": torch.compile(folded, dynamic=False),
+    }
+    print(f"| first layer (fwd+bwd), ms, mb {args.micro_batch} | {' | '.join(fns)} | floor |")
+    print("| --- |" + " --- |" * (len(fns) + 1))
+    for name, seconds in {"2 s": 2, "3 s": 3}.items():
+        samples = 16000 * seconds
+        frames = (samples - 10) // 5 + 1
+        rows = -(-frames // 64) * 64
+        audio = torch.randn(args.micro_batch, samples, device="cuda") * 0.1
+        grad = torch.randn(args.micro_batch, rows, 512, device="cuda", dtype=bf16)
+        steps = {k: _first_layer_step(fn, audio, rows, frames, grad) for k, fn in fns.items()}
+        want = [unfolded(audio, rows, frames, torch.float32)]
+        want += torch.autograd.grad(want[0], params, grad.float())
+        for k, fn in fns.items():
+            got = [fn(audio, rows, frames)]
+            got += torch.autograd.grad(got[0], params, grad)
+            diffs = [
+                f"{n} {(a.float() - b).abs().max().item() / b.abs().max().item():.1e}"
+                for n, a, b in zip(("y", "dw", "dgamma", "dbeta"), got, want, strict=True)
+            ]
+            print(f"<!-- {k} vs float32 unfolded (max diff / max): {', '.join(diffs)} -->")
+        del want
+        ms: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(3):  # alternated
+            for k, step in steps.items():
+                ms[k].append(timed_ms(step, CUDA, 3, args.iters))
+        floor = 2 * args.micro_batch * rows * 512 * 2 / bandwidth * 1e3
+        cells = " | ".join(f"{statistics.median(ms[k]):.3f}" for k in fns)
+        print(f"| {name} ({args.micro_batch} x {rows} x 512) | {cells} | {floor:.2f} |", flush=True)
+        if args.trace:
+            for k in ("triton compiled", "folded compiled"):
+                _kernels(steps[k], f"{k}, {name}", args.trace)
+        if args.tiles:
+            _fold_tiles(steps["folded"], args.iters)
+        torch._dynamo.reset()
+
+
+def _first_layer_step(fn, audio, rows, frames, grad):
+    """One forward and backward of a first-layer form on these inputs."""
+    return lambda: fn(audio, rows, frames).backward(grad)
+
+
+def _fold_tiles(step, iters: int) -> None:
+    """Each forward tile, then each backward tile (the other kernel's as built), eager."""
+    from trainables.model import folded_layer
+
+    built = dict(folded_layer.TILES)
+    for kind, options in FOLD_TILES.items():
+        for tile in options:
+            folded_layer.TILES[kind] = Tile(*tile)
+            print(
+                f"<!-- tile {kind} {tile}: {timed_ms(step, CUDA, 3, iters):.3f} ms -->", flush=True
+            )
+        folded_layer.TILES.update(built)
 
 
 POSCONV_BLOCKS = (4, 8, 16)  # block_for picks 8 at the best point; 16 was its old choice
@@ -386,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "probes",
         nargs="*",
-        help="attention, groupnorm, tiles, posconv, autotune (default: the first two)",
+        help="attention, groupnorm, tiles, posconv, autotune, firstlayer (default: the first two)",
     )
     p.add_argument("--micro-batch", type=int, default=256)
     p.add_argument(
@@ -397,7 +496,10 @@ def main(argv: list[str] | None = None) -> int:
         help="posconv: speech frames (99: 2 s, 149: 3 s); autotune: the first",
     )
     p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--trace", type=int, default=0, help="groupnorm: list each form's N top kernels")
+    p.add_argument(
+        "--trace", type=int, default=0, help="groupnorm, firstlayer: list each form's N top kernels"
+    )
+    p.add_argument("--tiles", action="store_true", help="firstlayer: time folded_layer's tiles")
     args = p.parse_args(argv)
     probes = {
         "attention": attention,
@@ -405,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         "tiles": tiles,
         "posconv": posconv,
         "autotune": autotune,
+        "firstlayer": firstlayer,
     }
     unknown = [name for name in args.probes if name not in probes]
     if unknown:

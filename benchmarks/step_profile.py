@@ -126,16 +126,29 @@ def summarise(events: list[dict]) -> dict[str, float]:
 
 def top_kernels(events: list[dict], n: int = 25) -> list[dict]:
     """The ``n`` kernels with the most GPU time over the trace's steps, by name: calls and
-    milliseconds per step, and their share of all kernel time."""
+    milliseconds per step, their share of all kernel time, and ``op``: the innermost host op
+    around their launches that holds most of their time (an eager op, or the compiled graph
+    or CUDA graph replay that launched them)."""
     complete = [e for e in events if e.get("ph") == "X"]
     steps = max(len(_steps(complete, required=False)), 1)
-    totals: dict[str, list[float]] = {}
+    launches = {
+        e["args"]["correlation"]: e
+        for e in complete
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    host = _HostOps(complete)
+    totals: dict[str, list] = {}
     for e in complete:
         if e.get("cat") == "kernel":
-            entry = totals.setdefault(str(e.get("name", "")), [0, 0.0])
+            entry = totals.setdefault(str(e.get("name", "")), [0, 0.0, {}])
             entry[0] += 1
             entry[1] += e["dur"]
-    all_us = sum(us for _, us in totals.values()) or 1.0
+            launch = launches.get(e.get("args", {}).get("correlation"))
+            op = "(no launch recorded)"
+            if launch is not None:
+                op = host._innermost(launch.get("tid"), launch["ts"]) or str(launch["name"])
+            entry[2][op] = entry[2].get(op, 0.0) + e["dur"]
+    all_us = sum(us for _, us, _ in totals.values()) or 1.0
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][1])[:n]
     return [
         {
@@ -143,8 +156,9 @@ def top_kernels(events: list[dict], n: int = 25) -> list[dict]:
             "calls_per_step": calls / steps,
             "ms_per_step": us / steps / 1e3,
             "share": us / all_us,
+            "op": max(ops, key=ops.get)[:80],
         }
-        for name, (calls, us) in ranked
+        for name, (calls, us, ops) in ranked
     ]
 
 
@@ -272,11 +286,15 @@ def table(rows: dict[str, dict[str, float]]) -> str:
 
 def kernel_table(rows: list[dict]) -> str:
     """Markdown of ``top_kernels`` rows."""
-    lines = ["| kernel | calls/step | ms/step | share |", "| --- | --- | --- | --- |"]
+    lines = [
+        "| kernel | calls/step | ms/step | share | launched in (host op) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
-        name = r["kernel"].replace("|", "/")
+        name, op = r["kernel"].replace("|", "/"), r.get("op", "").replace("|", "/")
         lines.append(
-            f"| {name} | {r['calls_per_step']:.0f} | {r['ms_per_step']:.2f} | {r['share']:.3f} |"
+            f"| {name} | {r['calls_per_step']:.0f} | {r['ms_per_step']:.2f} | {r['share']:.3f} "
+            f"| {op} |"
         )
     return "\n".join(lines)
 

@@ -65,6 +65,7 @@ def test_int_accepted_for_float_and_converted():
             "under zero_stage 3 set extractor_layout=channels_first",
         ),
         ({"extractor_norm": "triton"}, "extractor_norm", "set extractor_layout=matmul"),
+        ({"extractor_norm": "folded"}, "extractor_norm", "set extractor_layout=matmul"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):

@@ -53,6 +53,28 @@ def test_top_kernels_rank_by_gpu_time_per_step():
     assert [r["kernel"] for r in rows] == ["sm90_gemm_backward", "ncclDevKernel_AllReduce_Sum_f32"]
     assert rows[0]["calls_per_step"] == 1 and rows[0]["ms_per_step"] == pytest.approx(0.3)
     assert rows[0]["share"] == pytest.approx(300 / 650)  # of all kernel time
+    assert rows[0]["op"] == "cudaLaunchKernel"  # no host op around its launch: the launch
+
+
+def test_top_kernels_name_the_host_op_holding_most_of_their_time():
+    # A copy kernel launched by two host ops: aten::copy_ (in step 0, 40 us) and a compiled
+    # graph's call (in step 1, 300 us): the kernel's row names the latter.
+    events = [
+        _x("user_annotation", "ProfilerStep#0", 0, 1000),
+        _x("user_annotation", "ProfilerStep#1", 1000, 1000),
+        _x("cpu_op", "aten::copy_", 100, 50),
+        _x("cuda_runtime", "cudaLaunchKernel", 110, 5, correlation=1),
+        _x("kernel", "memcpy32_post", 200, 40, correlation=1),
+        _x("cpu_op", "## Call CompiledFxGraph f1 ##", 1100, 200),
+        _x("cpu_op", "aten::copy_", 1150, 100),  # inside the graph: the innermost op
+        _x("cuda_runtime", "cudaLaunchKernel", 1260, 5, correlation=2),  # after it ended
+        _x("kernel", "memcpy32_post", 1300, 300, correlation=2),
+    ]
+    for e in events[2:]:
+        e["tid"] = 7
+    (row,) = top_kernels(events, n=1)
+    assert row["kernel"] == "memcpy32_post" and row["calls_per_step"] == 1
+    assert row["op"] == "## Call CompiledFxGraph f1 ##"
 
 
 def test_the_cli_lists_each_traces_top_kernels(tmp_path, capsys):
@@ -64,7 +86,7 @@ def test_the_cli_lists_each_traces_top_kernels(tmp_path, capsys):
     assert main([str(path), "--kernels", "1", "--json", str(tmp_path / "s.json")]) == 0
     out = capsys.readouterr().out
     assert "run_a: the 1 kernels with the most GPU time" in out
-    assert "| sm90_gemm_backward | 1 | 0.30 | 0.462 |" in out
+    assert "| sm90_gemm_backward | 1 | 0.30 | 0.462 | cudaLaunchKernel |" in out
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["kernels"]["run_a"][0]["kernel"] == "sm90_gemm_backward"
 

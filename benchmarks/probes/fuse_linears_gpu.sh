@@ -2,11 +2,15 @@
 # Issue 56 on one GPU, in one command through the device tool:
 #   source .gpu/setup.sh && bash benchmarks/probes/fuse_linears_gpu.sh
 # 1. PROBES (default "gemm posconv"; empty skips them): benchmarks.gemm_ceiling (the model's
-#    GEMM shapes, q/k/v fused among them; $OUT/gemm.md) and benchmarks.kernel_probes posconv at
-#    mb 256 and 512 (block lengths 8, 16, 32; $OUT/posconv.md).
+#    GEMM shapes, q/k/v fused among them; $OUT/gemm.md), benchmarks.kernel_probes posconv at
+#    mb 256 and 512 (block lengths 8, 16, 32; $OUT/posconv.md) and firstlayer (the feature
+#    encoder's first layer unfolded and folded, at mb 256 with its kernels and folded_layer's
+#    tiles, then at mb 512; $OUT/firstlayer.md).
 # 2. The sweep of SPACE (default benchmarks/spaces/h200_fuse_linears.yaml), REPEATS alternated
 #    rounds (default 2), 3 profiled steps a run, stopped with SIGINT after SWEEP_LIMIT s (default
-#    420); RESUME=1 goes on with the sweep a cut call left in /tmp (the same warm machine).
+#    420, and at most CALL_LIMIT - 40 s from the script's start where CALL_LIMIT is set: the
+#    device call's limit); RESUME=1 goes on with the sweep a cut call left in /tmp (the same
+#    warm machine).
 #    Ranking, manifest and per_run_metrics.csv (MFU, audio s/s) under $OUT/sweep_*, the
 #    profiled steps' kernels and idle gaps (first round) in $OUT/sweep_kernels.md.
 # 3. benchmarks.mfu_budget of the point with q/k/v fused (mb 256, 2 s, default compile; BUDGET_LIMIT
@@ -20,13 +24,20 @@ for probe in ${PROBES-gemm posconv}; do
     posconv) for mb in 256 512; do
         timeout 150 python -m benchmarks.kernel_probes posconv --micro-batch $mb --iters 10 2>&1
       done | tee "$OUT/posconv.md" ;;
+    firstlayer) { timeout 200 python -m benchmarks.kernel_probes firstlayer --trace 8 --tiles 2>&1
+        timeout 100 python -m benchmarks.kernel_probes firstlayer --micro-batch 512 2>&1
+      } | tee "$OUT/firstlayer.md" ;;
   esac
 done
 make_corpus
 ROOT=/tmp/sweep
 RUN=(--set repeats="${REPEATS:-2}")  # a resume names the sweep as it started
 if [ "${RESUME:-0}" = 1 ]; then RUN+=(--resume); else rm -rf $ROOT; fi
-timeout -s INT "${SWEEP_LIMIT:-420}" python -m platform.tune \
+LIMIT=${SWEEP_LIMIT:-420}
+if [ -n "${CALL_LIMIT:-}" ] && [ $((CALL_LIMIT - 40 - SECONDS)) -lt "$LIMIT" ]; then
+  LIMIT=$((CALL_LIMIT - 40 - SECONDS))
+fi
+timeout -s INT "$LIMIT" python -m platform.tune \
   --space "${SPACE:-benchmarks/spaces/h200_fuse_linears.yaml}" --output-root $ROOT \
   --set manifest_path=$M --set train_workers=$GPUS --set profile_steps=3 "${RUN[@]}" \
   --no-history 2>&1 | quiet | tee "$OUT/sweep.log"

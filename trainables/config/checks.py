@@ -145,9 +145,9 @@ def _check_strategy(cfg) -> None:
                     f"module's forward, where ZeRO-3 has not gathered them; under zero_stage 3 "
                     f"set {key}={plain}"
                 )
-    if cfg.extractor_norm == "triton" and cfg.extractor_layout != "matmul":
+    if cfg.extractor_norm in ("triton", "folded") and cfg.extractor_layout != "matmul":
         raise ConfigError(
-            "extractor_norm: triton runs inside the GEMM feature encoder; set "
+            f"extractor_norm: {cfg.extractor_norm} runs inside the GEMM feature encoder; set "
             "extractor_layout=matmul (or extractor_norm=auto)"
         )
     if cfg.ddp_comm_hook != "none" and (cfg.strategy != "ddp" or cfg.use_gpu is False):

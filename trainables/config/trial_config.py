@@ -351,12 +351,15 @@ class TrialConfig:
     extractor_norm: choices.ExtractorNorm = _doc(
         "How `extractor_layout: matmul` runs the feature encoder's first GroupNorm and GELU (per "
         "item and channel over time, its largest memory-bound part): `torch` (float32 torch "
-        "ops, fused by torch.compile) or `triton` (four Triton kernels, trainables/model/"
+        "ops, fused by torch.compile), `triton` (four Triton kernels, trainables/model/"
         "norm_gelu.py: two passes forward, two backward, statistics in float32; equal to float "
-        "rounding); `auto`: triton where it can run (a CUDA device and Triton), else torch. On "
-        "an H200 at mb 256, 2 s: the part's forward and backward 12.7 -> 5.9 ms, the compiled "
-        "best's one-GPU step 1.020x (2 pairs). The manifest's extractor_norm_effective says "
-        "which ran.",
+        "rounding) or `folded` (the whole first layer, convolution, norm and GELU, as one "
+        "product a pass, the norm's statistics from each item's covariance of audio windows, "
+        "trainables/model/folded_layer.py: one write forward, one read backward; equal to float "
+        "rounding); `auto`: triton where it can run (a CUDA device and Triton), else torch; "
+        "folded falls back the same way. On an H200 at mb 256, 2 s: the norm's forward and "
+        "backward 12.7 -> 5.9 ms by triton, the compiled best's one-GPU step 1.020x (2 pairs). "
+        "The manifest's extractor_norm_effective says which ran.",
         default="auto",
     )
     speech_attention: choices.Attention = _doc(

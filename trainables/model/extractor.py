@@ -20,7 +20,9 @@ counted on the convolutions:
   the batch gets a buffer of ``P`` rows, ``P`` a multiple of the later strides' product, so the
   next layer's reshape is free too; the rows past an item's frames are never read by a frame
   that is kept, and the GroupNorm's statistics skip them. The first convolution (one input
-  channel) unfolds the audio (10 samples a frame, small beside its 512 outputs) into one GEMM.
+  channel) unfolds the audio (10 samples a frame, small beside its 512 outputs) into one GEMM;
+  its GroupNorm and GELU run as torch ops or norm_gelu's kernels, or the whole layer folded
+  into one product (folded_layer; the ``extractor_norm`` key).
 """
 
 from __future__ import annotations
@@ -83,17 +85,21 @@ class MatmulFeatureEncoder(_FeatureEncoder):
         super().__init__(original)
         if self.conv_layers[0].conv.in_channels != 1:
             raise ValueError("extractor_layout matmul: the first convolution must read raw audio")
-        # The first GroupNorm and GELU as one function (norm_gelu's Triton kernels), or None.
+        # The first GroupNorm and GELU as one function (norm_gelu's Triton kernels), or None;
+        # or the whole first layer as one function (folded_layer's kernels), or None.
         self.fused_norm = None
+        self.folded_layer = None
 
     def use_norm(self, norm: str, device: torch.device) -> str:
         """The extractor_norm key: ``triton`` or ``auto`` run the first layer's GroupNorm and
         GELU as norm_gelu's Triton kernels where they can run on ``device`` and the layer is
-        what they compute (one group per channel, exact GELU); ``torch``, or where they cannot,
-        as torch ops. Returns which. (Triton is imported only where it may run: 0.4 s.)"""
+        what they compute (one group per channel, exact GELU); ``folded`` the whole first
+        layer as folded_layer's kernels, where they can; ``torch``, or where they cannot, as
+        torch ops. Returns which. (Triton is imported only where it may run: 0.4 s.)"""
         layer = self.conv_layers[0]
         group = getattr(layer, "layer_norm", None)
         self.fused_norm = None
+        self.folded_layer = None
         if (
             norm != "torch"
             and len(self.conv_layers) > 1
@@ -102,8 +108,11 @@ class MatmulFeatureEncoder(_FeatureEncoder):
             and _exact_gelu(layer.activation)
             and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
         ):
-            from trainables.model import norm_gelu
+            from trainables.model import folded_layer, norm_gelu
 
+            if norm == "folded" and folded_layer.available(device):
+                self.folded_layer = folded_layer.folded_conv_norm_gelu
+                return "folded"
             if norm_gelu.available(device):
                 self.fused_norm = norm_gelu.group_norm_gelu
         return "torch" if self.fused_norm is None else "triton"
@@ -120,11 +129,14 @@ class MatmulFeatureEncoder(_FeatureEncoder):
             later *= conv.stride[0]
         rows = -(-frames[1] // later) * later  # the first buffer's rows per item
         dtype = compute_dtype(input_values)
-        hidden = _first_conv(input_values.to(dtype), convs[0], rows)
         last = len(self.conv_layers) - 1
-        first = 0 if self.fused_norm is None else 1
-        if first:
-            group = self.conv_layers[0].layer_norm
+        first = 0 if self.fused_norm is None and self.folded_layer is None else 1
+        group = getattr(self.conv_layers[0], "layer_norm", None)
+        if self.folded_layer is not None:
+            hidden = self.folded_layer(input_values, convs[0], group, rows, frames[1], dtype)
+        else:
+            hidden = _first_conv(input_values.to(dtype), convs[0], rows)
+        if self.fused_norm is not None:
             hidden = self.fused_norm(hidden, group.weight, group.bias, frames[1], group.eps)
         for i, layer in enumerate(self.conv_layers):
             if i < first:
@@ -214,8 +226,8 @@ def use_extractor_layout(speech: nn.Module, layout: str, norm: str = "torch") ->
     """Put the feature encoder of ``layout`` into a transformers ``Wav2Vec2Model``:
     ``channels_first`` (transformers' own), ``channels_last`` or ``matmul``, the latter's first
     GroupNorm and GELU by ``norm`` (the extractor_norm key) on the parameters' device. Returns
-    the norm it runs (the extractor_norm_effective column): ``triton`` where asked for and
-    runnable, else ``torch``."""
+    the norm it runs (the extractor_norm_effective column): ``triton`` or ``folded`` where
+    asked for and runnable, else ``torch``."""
     kinds = {"channels_last": ChannelsLastFeatureEncoder, "matmul": MatmulFeatureEncoder}
     kind = kinds.get(layout)
     if kind is not None and not isinstance(speech.feature_extractor, kind):
