@@ -36,7 +36,8 @@ pooled ranking (``--history confirm``) added group_summary.csv's and ranked_grou
 summary.json's ``pooled``; its review the catalogue's ``git_commit`` and ``manifest_path`` (what
 a prior must share with the sweep to be pooled). Issue 56's Triton GroupNorm added the config key
 ``extractor_norm`` and the manifest's ``extractor_norm_effective``; its q/k/v fusion the config
-key ``compile_fuse_linears``.
+key ``compile_fuse_linears``; its compiled positional convolution the config key
+``compile_pos_conv``.
 """
 
 from __future__ import annotations

@@ -66,6 +66,12 @@ def test_int_accepted_for_float_and_converted():
         ),
         ({"extractor_norm": "triton"}, "extractor_norm", "set extractor_layout=matmul"),
         ({"extractor_norm": "folded"}, "extractor_norm", "set extractor_layout=matmul"),
+        ({"compile_pos_conv": True}, "compile_pos_conv", "compile_scope=layers"),
+        (
+            {"compile_pos_conv": True, "torch_compile": True},
+            "compile_pos_conv",
+            "set torch_compile=true with compile_scope=layers",
+        ),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(values, key, fragment):

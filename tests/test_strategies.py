@@ -282,6 +282,9 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     cfg = _compiled_tiny(
         compile_backend="aot_eager",
         compile_scope=scope,
+        # regional: the positional convolution a region too (the compile_pos_conv key)
+        compile_pos_conv=scope == "layers",
+        pos_conv="matmul",
         dataset="manifest",
         crop_buckets_s="1,1.5",
         text_tokens=8,
@@ -328,8 +331,10 @@ def test_the_compile_warm_up_compiles_every_shape_before_the_first_step(gloo_wor
     if scope == "layers":
         from trainables.engine import compile_regions
 
-        regions = compile_regions(engine.bare)
-        assert len(regions) == 5 and all(r._compiled_call_impl is not None for r in regions)
+        assert len(compile_regions(engine.bare)) == 5  # feature encoder, 2 + 2 layers
+        regions = compile_regions(engine.bare, pos_conv=True)
+        assert regions[1] is engine.bare.speech.encoder.pos_conv_embed
+        assert len(regions) == 6 and all(r._compiled_call_impl is not None for r in regions)
 
 
 def _three_steps(cfg: TrialConfig) -> tuple[list[float], object]:

@@ -130,6 +130,12 @@ def _check_strategy(cfg) -> None:
             "compile_scope: fsdp2 compiles layer by layer (its hooks sit between the layers); "
             "set compile_scope=layers"
         )
+    if cfg.compile_pos_conv and not (cfg.torch_compile and cfg.compile_scope == "layers"):
+        raise ConfigError(
+            "compile_pos_conv: a region of regional compilation; set torch_compile=true with "
+            "compile_scope=layers (compile_scope model compiles it with the rest) or "
+            "compile_pos_conv=false"
+        )
     if cfg.compile_fuse_linears and not (cfg.torch_compile and cfg.compile_backend == "inductor"):
         raise ConfigError(
             "compile_fuse_linears: an Inductor pass, it runs only in compiled code; set "

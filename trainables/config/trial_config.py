@@ -291,6 +291,15 @@ class TrialConfig:
         "(benchmarks/results/fuse_linears_1xh200/).",
         default=False,
     )
+    compile_pos_conv: bool = _doc(
+        "With compile_scope layers, wav2vec2's positional convolution is a compiled region too "
+        "(between the feature encoder and the first layer; otherwise it runs eagerly there). "
+        "With `pos_conv: matmul` that fuses its input windows' copies and the sum of their "
+        "gradients (eagerly torch's `unfold` backward, 7.1 ms of a 227 ms step on an H200 at "
+        "mb 512, 2 s; benchmarks/results/folded_layer_1xh200/). Needs torch_compile with "
+        "compile_scope layers.",
+        default=False,
+    )
     compile_warmup: bool = _doc(
         "With torch_compile and known shapes (crop_buckets_s, batching duration, or a synthetic "
         "dataset), compile every shape in a forward and backward pass before the first timed "

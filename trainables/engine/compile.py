@@ -177,22 +177,27 @@ def setup_compile(
     return kwargs, compiled
 
 
-def compile_regions(model: torch.nn.Module) -> list[torch.nn.Module]:
+def compile_regions(model: torch.nn.Module, pos_conv: bool = False) -> list[torch.nn.Module]:
     """compile_scope layers: the modules compiled one by one (regional compilation): every
-    transformer layer of both encoders and the wav2vec2 convolutional feature encoder. The
-    layers of one encoder are instances of one class with one code object, so dynamo compiles
-    their forward once per shape and reuses it for all of them."""
+    transformer layer of both encoders and the wav2vec2 convolutional feature encoder, and
+    with ``pos_conv`` (the compile_pos_conv key) its positional convolution. The layers of one
+    encoder are instances of one class with one code object, so dynamo compiles their forward
+    once per shape and reuses it for all of them."""
     speech, text = model.speech, model.text
     regions: list[torch.nn.Module] = [speech.feature_extractor]
+    if pos_conv:
+        regions.append(speech.encoder.pos_conv_embed)
     regions += list(speech.encoder.layers)
     regions += list(text.encoder.layer)
     return regions
 
 
-def _compile_layers(model: torch.nn.Module, kwargs: dict[str, Any], wrapper: torch.nn.Module):
+def _compile_layers(
+    cfg: TrialConfig, model: torch.nn.Module, kwargs: dict[str, Any], wrapper: torch.nn.Module
+):
     """Compile each region of ``model`` in place (nn.Module.compile); returns the engine's
     ``_to_eager``: undo it and run ``wrapper`` (DDP or the DeepSpeed engine) as it is."""
-    regions = compile_regions(model)
+    regions = compile_regions(model, cfg.compile_pos_conv)
     for region in regions:
         region.compile(**kwargs)
 
@@ -223,7 +228,7 @@ def compile_ddp(
     # runs of both scopes.
     dynamo_config.optimize_ddp = not (cfg.torch_compile and cfg.compile_scope == "layers")
     if cfg.torch_compile and cfg.compile_scope == "layers":
-        compiled["_to_eager"] = _compile_layers(model, kwargs, ddp)
+        compiled["_to_eager"] = _compile_layers(cfg, model, kwargs, ddp)
     elif cfg.torch_compile:
         # The DDP module, not the inner one: dynamo's DDPOptimizer then splits the graph at
         # bucket boundaries, so gradient all-reduce still overlaps the backward pass.
@@ -238,7 +243,7 @@ def compile_deepspeed(
     """Compile a DeepSpeed engine in place: its module's regions, or engine.compile of the
     whole; ``compiled["_to_eager"]`` undoes it."""
     if cfg.torch_compile and cfg.compile_scope == "layers":
-        compiled["_to_eager"] = _compile_layers(engine.module, kwargs, engine)
+        compiled["_to_eager"] = _compile_layers(cfg, engine.module, kwargs, engine)
     elif cfg.torch_compile:
         backend = kwargs.pop("backend")
         engine.compile(backend=backend, compile_kwargs=kwargs)

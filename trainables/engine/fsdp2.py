@@ -54,7 +54,7 @@ def wrap_fsdp2(cfg: TrialConfig, parts: EngineParts, lap: Callable[[str], object
     optimizer = build_optimizer(cfg, model.parameters(), device.type == "cuda")
     compiled = dict(parts.compiled)
     if cfg.torch_compile:  # compile_scope layers (config_checks): each region in place
-        regions = compile_regions(model)
+        regions = compile_regions(model, cfg.compile_pos_conv)
         for region in regions:
             region.compile(**parts.compile_kwargs)
 
