@@ -14,6 +14,8 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
 - ``firstlayer``: the feature encoder's whole first layer (convolution, GroupNorm, GELU),
   unfolded (torch ops; norm_gelu's kernels) and folded (folded_layer), beside the folded form's
   floor; ``--tiles`` times folded_layer's tiles;
+- ``extractor``: the whole GEMM feature encoder, its strided convolutions as strided_conv's ops
+  against the torch form they replaced (at mb 256 and ``--micro-batch``);
 - ``autotune``: a speech layer, a text layer and the GEMM feature encoder compiled by default
   and with max-autotune-no-cudagraphs (the ``compile_mode`` lever), q, k and v fused.
   Forms measured no faster, so not kept (2026-11-29, one H200, mb 256, 2 s / 3 s, compiled,
@@ -23,7 +25,7 @@ GPU, forward and backward, by CUDA events (median of ``--iters``), variants alte
   against 57.9 at 2 s) (benchmarks/results/mfu_levers_1xh200/).
 
     python -m benchmarks.kernel_probes [attention] [groupnorm] [tiles] [posconv] [autotune]
-        [firstlayer] [--micro-batch 256] [--frames 99 149] [--iters 20] [--trace N] [--tiles]
+        [firstlayer] [extractor] [--micro-batch 256] [--frames 99 149] [--iters 20] [--trace N] [--tiles]
 """
 
 from __future__ import annotations
@@ -261,9 +263,10 @@ def firstlayer(args: argparse.Namespace) -> None:
         torch._dynamo.reset()
 
 
-def _first_layer_step(fn, audio, rows, frames, grad):
-    """One forward and backward of a first-layer form on these inputs."""
-    return lambda: fn(audio, rows, frames).backward(grad)
+def _first_layer_step(fn, audio, *args):
+    """One forward and backward of a form on these inputs (the output's gradient last)."""
+    *inputs, grad = args
+    return lambda: fn(audio, *inputs).backward(grad)
 
 
 def _fold_tiles(step, iters: int) -> None:
@@ -278,6 +281,81 @@ def _fold_tiles(step, iters: int) -> None:
                 f"<!-- tile {kind} {tile}: {timed_ms(step, CUDA, 3, iters):.3f} ms -->", flush=True
             )
         folded_layer.TILES.update(built)
+
+
+def _strided_conv_torch(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> torch.Tensor:
+    """The strided convolution as the GEMM encoder ran it before strided_conv's ops: torch ops,
+    the later tap groups added into the output by ``out[:-q] +=`` (compiled: a functional copy,
+    and a scatter into a zero-filled buffer backward)."""
+    kernel, stride = conv.kernel_size[0], conv.stride[0]
+    batch, rows, channels = hidden.shape
+    flat = hidden.reshape(batch * rows // stride, stride * channels)
+    weight = conv.weight.to(dtype)
+    out = None
+    for q in range(-(-kernel // stride)):
+        taps = min(stride, kernel - q * stride)
+        w = (
+            weight[:, :, q * stride : q * stride + taps]
+            .permute(2, 1, 0)
+            .reshape(-1, weight.shape[0])
+        )
+        if q == 0:
+            out = torch.matmul(flat[:, : taps * channels], w)
+        else:
+            out[:-q] += torch.matmul(flat[q:, : taps * channels], w)
+    return out.view(batch, rows // stride, -1)
+
+
+def extractor(args: argparse.Namespace) -> None:
+    """wav2vec2-base's GEMM feature encoder whole (its first layer folded where it can run),
+    compiled, forward and backward on 2 s of audio: its strided convolutions as strided_conv's
+    ops (accumulating in place) against the torch form they replaced; ``--trace N`` lists each
+    form's top kernels."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    from trainables.model.extractor import MatmulFeatureEncoder
+
+    class TorchStrided(MatmulFeatureEncoder):
+        strided = staticmethod(_strided_conv_torch)
+
+    original = Wav2Vec2Model(Wav2Vec2Config()).feature_extractor.cuda()
+    forms = {"ops": MatmulFeatureEncoder(original), "torch form": TorchStrided(original)}
+    norms = {k: m.use_norm("folded", CUDA) for k, m in forms.items()}
+    print(f"<!-- first layer: {norms} -->")
+    print(f"| feature encoder (fwd+bwd, compiled), ms | {' | '.join(forms)} | ratio |")
+    print("| --- | --- | --- | --- |")
+    for mb in sorted({256, args.micro_batch}):
+        audio = torch.randn(mb, 32000, device="cuda") * 0.1
+        fns = {}
+        for name, module in forms.items():
+
+            def fn(x, module=module):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return module(x)
+
+            fns[name] = torch.compile(fn, dynamic=False)
+        grad = torch.randn_like(fns["ops"](audio))
+        a = [fns["ops"](audio)]
+        b = [fns["torch form"](audio)]
+        params = list(original.parameters())
+        a += torch.autograd.grad(a[0], params, grad)
+        b += torch.autograd.grad(b[0], params, grad)
+        worst = max((x.float() - y.float()).abs().max().item() / y.float().abs().max().item()
+                    for x, y in zip(a, b, strict=True))  # fmt: skip
+        print(
+            f"<!-- mb {mb}: ops vs torch form, largest difference / largest value {worst:.1e} -->"
+        )
+        steps = {k: _first_layer_step(f, audio, grad) for k, f in fns.items()}
+        ms: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(3):  # alternated
+            for k, step in steps.items():
+                ms[k].append(timed_ms(step, CUDA, 3, args.iters))
+        x, y = (statistics.median(ms[k]) for k in fns)
+        print(f"| mb {mb}, 2 s | {x:.3f} | {y:.3f} | {y / x:.3f} |", flush=True)
+        if args.trace:
+            for k, step in steps.items():
+                _kernels(step, f"{k}, mb {mb}", args.trace)
+        torch._dynamo.reset()
 
 
 POSCONV_BLOCKS = (4, 8, 16)  # block_for picks 8 at the best point; 16 was its old choice
@@ -485,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "probes",
         nargs="*",
-        help="attention, groupnorm, tiles, posconv, autotune, firstlayer (default: the first two)",
+        help="attention, groupnorm, tiles, posconv, autotune, firstlayer, extractor (default: "
+        "the first two)",
     )
     p.add_argument("--micro-batch", type=int, default=256)
     p.add_argument(
@@ -508,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         "posconv": posconv,
         "autotune": autotune,
         "firstlayer": firstlayer,
+        "extractor": extractor,
     }
     unknown = [name for name in args.probes if name not in probes]
     if unknown:

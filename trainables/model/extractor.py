@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from trainables.model.pos_conv import compute_dtype
+from trainables.model.strided_conv import strided_conv
 
 __all__ = ["ChannelsLastFeatureEncoder", "MatmulFeatureEncoder", "use_extractor_layout"]
 
@@ -77,9 +78,24 @@ class ChannelsLastFeatureEncoder(_FeatureEncoder):
         return hidden.squeeze(2)
 
 
+def _strided_conv(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> torch.Tensor:
+    """(batch, rows, in) -> (batch, rows / stride, out): the convolution as ``ceil(k / s)``
+    GEMMs over rows of ``stride`` frames, the ``q``-th reading those rows ``q`` further on with
+    taps ``q*s ..`` and adding into the output in place (strided_conv's ops). Flat over the
+    batch: an item's last rows read the next item's first, and the batch's last ``q`` rows miss
+    the ``q``-th term; none of them is a kept frame (an item holds at least ``ceil(k / s) - 1``
+    rows past its frames)."""
+    out = strided_conv(hidden, conv.weight.to(dtype), conv.stride[0])
+    if conv.bias is not None:
+        out = out + conv.bias.to(out.dtype)
+    return out
+
+
 class MatmulFeatureEncoder(_FeatureEncoder):
     """``Wav2Vec2FeatureEncoder``'s forward as GEMMs over channels-last activations (its input
     takes no gradient: transformers' marks it only for gradient checkpointing)."""
+
+    strided = staticmethod(_strided_conv)  # how layers 2.. run (a benchmark swaps it)
 
     def __init__(self, original: nn.Module):
         super().__init__(original)
@@ -142,7 +158,7 @@ class MatmulFeatureEncoder(_FeatureEncoder):
             if i < first:
                 continue
             if i > 0:
-                hidden = _strided_conv(hidden, layer.conv, dtype)
+                hidden = self.strided(hidden, layer.conv, dtype)
                 rows //= layer.conv.stride[0]
             norm = getattr(layer, "layer_norm", None)
             if isinstance(norm, nn.GroupNorm):
@@ -169,33 +185,6 @@ def _first_conv(audio: torch.Tensor, conv: nn.Conv1d, rows: int) -> torch.Tensor
     if conv.bias is not None:
         out = out + conv.bias.to(out.dtype)
     return out.view(batch, rows, -1)
-
-
-def _strided_conv(hidden: torch.Tensor, conv: nn.Conv1d, dtype: torch.dtype) -> torch.Tensor:
-    """(batch, rows, in) -> (batch, rows / stride, out): the convolution as ``ceil(k / s)``
-    GEMMs over rows of ``stride`` frames, the ``q``-th reading those rows ``q`` further on with
-    taps ``q*s ..``. Flat over the batch: an item's last rows read the next item's first, and
-    the batch's last ``q`` rows miss the ``q``-th term; none of them is a kept frame (an item
-    holds at least ``ceil(k / s) - 1`` rows past its frames)."""
-    kernel, stride = conv.kernel_size[0], conv.stride[0]
-    batch, rows, channels = hidden.shape
-    flat = hidden.reshape(batch * rows // stride, stride * channels)  # a view: rows divide
-    weight = conv.weight.to(dtype)  # out, in, kernel
-    out = None
-    for q in range(-(-kernel // stride)):
-        taps = min(stride, kernel - q * stride)
-        w = (
-            weight[:, :, q * stride : q * stride + taps]
-            .permute(2, 1, 0)
-            .reshape(-1, weight.shape[0])
-        )
-        if q == 0:
-            out = torch.matmul(flat[:, : taps * channels], w)
-        else:
-            out[:-q] += torch.matmul(flat[q:, : taps * channels], w)
-    if conv.bias is not None:
-        out = out + conv.bias.to(out.dtype)
-    return out.view(batch, rows // stride, -1)
 
 
 def _group_norm_over_time(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm) -> torch.Tensor:
