@@ -5,7 +5,9 @@
 #    GEMM shapes, q/k/v fused among them; $OUT/gemm.md), benchmarks.kernel_probes posconv at
 #    mb 256 and 512 (block lengths 8, 16, 32; $OUT/posconv.md) and firstlayer (the feature
 #    encoder's first layer unfolded and folded, at mb 256 with its kernels and folded_layer's
-#    tiles, then at mb 512 unless FIRSTLAYER_512=0; $OUT/firstlayer.md).
+#    tiles, then at mb 512 unless FIRSTLAYER_512=0; $OUT/firstlayer.md) and extractor (the
+#    feature encoder's strided convolutions as strided_conv's ops and as torch ops, at mb 256
+#    and 512, with their kernels; $OUT/extractor.md).
 # 2. The sweep of SPACE (default benchmarks/spaces/h200_fuse_linears.yaml), REPEATS alternated
 #    rounds (default 2), 3 profiled steps a run, stopped with SIGINT after SWEEP_LIMIT s (default
 #    420, and at most CALL_LIMIT - 40 s from the script's start where CALL_LIMIT is set: the
@@ -28,6 +30,8 @@ for probe in ${PROBES-gemm posconv}; do
         [ "${FIRSTLAYER_512:-1}" = 1 ] && timeout 100 python -m benchmarks.kernel_probes \
           firstlayer --micro-batch 512 2>&1
       } | tee "$OUT/firstlayer.md" ;;
+    extractor) timeout 150 python -m benchmarks.kernel_probes extractor --micro-batch 512 --trace 10 \
+        2>&1 | tee "$OUT/extractor.md" ;;
   esac
 done
 make_corpus
