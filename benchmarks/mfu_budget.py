@@ -87,8 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--extractor-norm",
         default="torch",
-        choices=("torch", "triton", "auto"),
-        help="the matmul encoder's first GroupNorm + GELU (the extractor_norm key)",
+        choices=("torch", "triton", "folded", "auto"),
+        help="the matmul encoder's first layer's norm (the extractor_norm key)",
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN picks its conv kernels")
     p.add_argument(

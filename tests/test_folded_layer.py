@@ -125,6 +125,7 @@ def test_without_a_gpu_or_interpreter_folded_falls_back_to_torch_and_says_so(mon
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     speech = Wav2Vec2Model(Wav2Vec2Config(**SMALL))
     assert use_extractor_layout(speech, "matmul", "folded") == "torch"
+    assert use_extractor_layout(speech, "matmul", "auto") == "torch"
     assert speech.feature_extractor.folded_layer is None
     assert speech.feature_extractor.fused_norm is None
 

@@ -358,17 +358,18 @@ class TrialConfig:
         default="channels_first",
     )
     extractor_norm: choices.ExtractorNorm = _doc(
-        "How `extractor_layout: matmul` runs the feature encoder's first GroupNorm and GELU (per "
-        "item and channel over time, its largest memory-bound part): `torch` (float32 torch "
-        "ops, fused by torch.compile), `triton` (four Triton kernels, trainables/model/"
-        "norm_gelu.py: two passes forward, two backward, statistics in float32; equal to float "
-        "rounding) or `folded` (the whole first layer, convolution, norm and GELU, as one "
-        "product a pass, the norm's statistics from each item's covariance of audio windows, "
-        "trainables/model/folded_layer.py: one write forward, one read backward; equal to float "
-        "rounding); `auto`: triton where it can run (a CUDA device and Triton), else torch; "
-        "folded falls back the same way. On an H200 at mb 256, 2 s: the norm's forward and "
-        "backward 12.7 -> 5.9 ms by triton, the compiled best's one-GPU step 1.020x (2 pairs). "
-        "The manifest's extractor_norm_effective says which ran.",
+        "How `extractor_layout: matmul` runs the feature encoder's first layer (convolution, "
+        "GroupNorm per item and channel over time, GELU: its largest memory-bound part): "
+        "`torch` (float32 torch ops, fused by torch.compile), `triton` (the norm and GELU as "
+        "four Triton kernels, trainables/model/norm_gelu.py: two passes forward, two backward) "
+        "or `folded` (the whole layer as one product a pass, the norm's statistics from each "
+        "item's covariance of audio windows, trainables/model/folded_layer.py: one write "
+        "forward, one read backward); each equal to float rounding, statistics in float32. "
+        "`auto`: folded where it can run (a CUDA device and Triton), else torch; triton falls "
+        "back the same way. On an H200 at mb 256, 2 s, compiled, the layer's forward and "
+        "backward: torch 12.7, triton 6.9, folded 4.0 ms; at the fastest point (mb 512) folded "
+        "against triton 1.034x the step (2 pairs on each of two hosts; benchmarks/results/"
+        "folded_layer_1xh200/). The manifest's extractor_norm_effective says which ran.",
         default="auto",
     )
     speech_attention: choices.Attention = _doc(
