@@ -9,9 +9,11 @@
 #    device call: run it again with RESUME=1 on the same warm machine (the corpus and the
 #    output root stay in /tmp there; --resume runs what is left); BUDGET_LIMIT=0 skips step 2.
 # 2. The MFU budget (benchmarks/mfu_budget.py, parts) of an old and a new point, one on each
-#    GPU at once (each stopped after BUDGET_LIMIT s, default 150): by default today's best point
-#    eager, with pieces, without and with the convolution levers; OLD and NEW replace the
-#    options after the shared ones (micro-batch 256, 2 s, 64 tokens, no masks).
+#    GPU at once (each stopped after BUDGET_LIMIT s, default 150): by default the issue's old
+#    best (mb 256, compiled) and the new one (mb 512, dropout 0, the convolution levers, the
+#    first layer folded, q/k/v fused, compiled), parts compiled alone by default (the budget
+#    cannot run CUDA graphs); OLD and NEW replace the options after the shared ones
+#    (micro-batch 256, 2 s, 64 tokens, no masks).
 set -u -o pipefail
 source "$(dirname "$0")/gpu_common.sh"
 list_gpus
@@ -35,8 +37,9 @@ if [ -n "${PROFILE:-}" ] && ls /tmp/levers/runs/*/profile-rank0.json > /dev/null
 fi
 [ "${BUDGET_LIMIT:-150}" = 0 ] && exit 0
 P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks"
-OLD=${OLD:---dropout 0 --detail}
-NEW=${NEW:---dropout 0 --detail --pos-conv matmul --extractor-layout channels_last}
+OLD=${OLD:---compile default}
+NEW=${NEW:---micro-batch 512 --dropout 0 --pos-conv matmul --extractor-layout matmul \
+  --extractor-norm folded --compile default --fuse-linears}
 CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $OLD \
   --json "$OUT/budget_old.json" > "$OUT/budget_old.md" 2> "$OUT/budget_old.log" &
 CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $NEW \
