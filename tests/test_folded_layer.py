@@ -139,3 +139,20 @@ def test_the_fold_is_used_only_for_the_layer_it_computes(monkeypatch):
     assert encoder.use_norm("triton", cpu) == "triton" and encoder.folded_layer is None
     assert _encoder(feat_extract_norm="layer").use_norm("folded", cpu) == "torch"  # LayerNorms
     assert _encoder(feat_extract_activation="gelu_new").use_norm("folded", cpu) == "torch"
+
+
+def test_before_tf32_tensor_cores_auto_takes_norm_gelus_kernels_and_folded_falls_back(
+    monkeypatch,
+):
+    # No GPU here: a CUDA device of compute capability 7.0 (a V100) stands in, Triton "on" it.
+    from trainables.model import folded_layer, norm_gelu
+
+    monkeypatch.setattr(norm_gelu, "available", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    cuda = torch.device("cuda")
+    assert not folded_layer.available(cuda)
+    assert _encoder().use_norm("auto", cuda) == "triton"
+    assert _encoder().use_norm("folded", cuda) == "torch"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert _encoder().use_norm("auto", cuda) == "folded"
+    assert _encoder().use_norm("triton", cuda) == "triton"

@@ -365,8 +365,9 @@ class TrialConfig:
         "or `folded` (the whole layer as one product a pass, the norm's statistics from each "
         "item's covariance of audio windows, trainables/model/folded_layer.py: one write "
         "forward, one read backward); each equal to float rounding, statistics in float32. "
-        "`auto`: folded where it can run (a CUDA device and Triton), else torch; triton falls "
-        "back the same way. On an H200 at mb 256, 2 s, compiled, the layer's forward and "
+        "`auto`: folded where it can run (Triton on a CUDA device of compute capability 8.0 "
+        "or more), else triton where it can (Triton on a CUDA device), else torch; folded and "
+        "triton fall back to torch. On an H200 at mb 256, 2 s, compiled, the layer's forward and "
         "backward: torch 12.7, triton 6.9, folded 4.0 ms; at the fastest point (mb 512) folded "
         "against triton 1.034x the step (2 pairs on each of two hosts; benchmarks/results/"
         "folded_layer_1xh200/). The manifest's extractor_norm_effective says which ran.",

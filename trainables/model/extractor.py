@@ -107,11 +107,11 @@ class MatmulFeatureEncoder(_FeatureEncoder):
         self.folded_layer = None
 
     def use_norm(self, norm: str, device: torch.device) -> str:
-        """The extractor_norm key: ``folded`` or ``auto`` run the whole first layer as
-        folded_layer's Triton kernels where they can run on ``device`` and the layer is what
-        they compute (one group per channel, exact GELU); ``triton`` its GroupNorm and GELU as
-        norm_gelu's kernels, where they can; ``torch``, or where they cannot, as torch ops.
-        Returns which. (Triton is imported only where it may run: 0.4 s.)"""
+        """The extractor_norm key: ``folded`` runs the whole first layer as folded_layer's
+        Triton kernels where they can run on ``device`` and the layer is what they compute (one
+        group per channel, exact GELU); ``triton`` its GroupNorm and GELU as norm_gelu's
+        kernels, where they can; ``auto`` the first of the two that can; ``torch``, or where
+        none can, torch ops. Returns which. (Triton is imported only where it may run: 0.4 s.)"""
         layer = self.conv_layers[0]
         group = getattr(layer, "layer_norm", None)
         self.fused_norm = None
@@ -129,7 +129,7 @@ class MatmulFeatureEncoder(_FeatureEncoder):
             if norm in ("folded", "auto") and folded_layer.available(device):
                 self.folded_layer = folded_layer.folded_conv_norm_gelu
                 return "folded"
-            if norm_gelu.available(device):
+            if norm in ("triton", "auto") and norm_gelu.available(device):
                 self.fused_norm = norm_gelu.group_norm_gelu
         return "torch" if self.fused_norm is None else "triton"
 

@@ -53,7 +53,14 @@ __all__ = ["TILES", "available", "folded_conv_norm_gelu"]
 # Measured on an H200 at mb 256, 2 s and 3 s (benchmarks.kernel_probes firstlayer --tiles).
 TILES = {"forward": Tile(128, 64, 4), "backward": Tile(64, 64, 4, programs=8192)}
 
-available = norm_gelu.available
+
+def available(device: torch.device) -> bool:
+    """Whether the kernels can run on ``device``: norm_gelu's conditions (Triton, and a CUDA
+    device or Triton's interpreter), and on CUDA tensor cores that take float32 products as
+    TF32 (compute capability 8.0 or more: the products are ``tl.dot``s)."""
+    if not norm_gelu.available(device):
+        return False
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def folded_conv_norm_gelu(
