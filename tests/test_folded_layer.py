@@ -7,32 +7,17 @@ read when the kernels are defined). Their speed is measured on a GPU
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-from trainables.model.extractor import MatmulFeatureEncoder, use_extractor_layout
+from tests.triton_interpreted import SMALL, run_interpreted, small_encoder
+from trainables.model.extractor import use_extractor_layout
 
 pytest.importorskip("triton", reason="the dev extras install Triton (its interpreter runs here)")
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# A feature encoder of three 64-channel layers, the first with its GroupNorm (one per channel).
-SMALL = dict(
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    intermediate_size=64,
-    conv_dim=(64,) * 3,
-    conv_kernel=(10, 3, 2),
-    conv_stride=(5, 2, 2),
-)
 
 INTERPRETED = textwrap.dedent(
     """
@@ -104,21 +89,7 @@ INTERPRETED = textwrap.dedent(
 
 
 def test_the_folded_kernels_equal_the_unfolded_layer_and_its_gradients():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", f"SMALL = {SMALL!r}\n{INTERPRETED}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "interpreted ok" in done.stdout
-
-
-def _encoder(**config) -> MatmulFeatureEncoder:
-    return MatmulFeatureEncoder(Wav2Vec2Model(Wav2Vec2Config(**SMALL, **config)).feature_extractor)
+    assert "interpreted ok" in run_interpreted(INTERPRETED)
 
 
 def test_without_a_gpu_or_interpreter_folded_falls_back_to_torch_and_says_so(monkeypatch):
@@ -133,12 +104,12 @@ def test_without_a_gpu_or_interpreter_folded_falls_back_to_torch_and_says_so(mon
 def test_the_fold_is_used_only_for_the_layer_it_computes(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # "runnable" here; nothing is run
     cpu = torch.device("cpu")
-    encoder = _encoder()
+    encoder = small_encoder()
     assert encoder.use_norm("folded", cpu) == "folded" and encoder.folded_layer is not None
     # asked again for another norm, the fold is dropped (resident workers reuse models)
     assert encoder.use_norm("triton", cpu) == "triton" and encoder.folded_layer is None
-    assert _encoder(feat_extract_norm="layer").use_norm("folded", cpu) == "torch"  # LayerNorms
-    assert _encoder(feat_extract_activation="gelu_new").use_norm("folded", cpu) == "torch"
+    assert small_encoder(feat_extract_norm="layer").use_norm("folded", cpu) == "torch"  # LayerNorms
+    assert small_encoder(feat_extract_activation="gelu_new").use_norm("folded", cpu) == "torch"
 
 
 def test_before_tf32_tensor_cores_auto_takes_norm_gelus_kernels_and_folded_falls_back(
@@ -151,8 +122,8 @@ def test_before_tf32_tensor_cores_auto_takes_norm_gelus_kernels_and_folded_falls
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
     cuda = torch.device("cuda")
     assert not folded_layer.available(cuda)
-    assert _encoder().use_norm("auto", cuda) == "triton"
-    assert _encoder().use_norm("folded", cuda) == "torch"
+    assert small_encoder().use_norm("auto", cuda) == "triton"
+    assert small_encoder().use_norm("folded", cuda) == "torch"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert _encoder().use_norm("auto", cuda) == "folded"
-    assert _encoder().use_norm("triton", cuda) == "triton"
+    assert small_encoder().use_norm("auto", cuda) == "folded"
+    assert small_encoder().use_norm("triton", cuda) == "triton"

@@ -6,32 +6,17 @@ they cannot run, the encoder falls back to torch and says so. Their speed is mea
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-from trainables.model.extractor import MatmulFeatureEncoder, use_extractor_layout
+from tests.triton_interpreted import SMALL, run_interpreted, small_encoder
+from trainables.model.extractor import use_extractor_layout
 
 pytest.importorskip("triton", reason="the dev extras install Triton (its interpreter runs here)")
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# A feature encoder of three 64-channel layers, the first with its GroupNorm (one per channel).
-SMALL = dict(
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    intermediate_size=64,
-    conv_dim=(64,) * 3,
-    conv_kernel=(10, 3, 2),
-    conv_stride=(5, 2, 2),
-)
 
 INTERPRETED = textwrap.dedent(
     """
@@ -94,21 +79,7 @@ INTERPRETED = textwrap.dedent(
 
 
 def test_the_triton_kernels_equal_the_torch_form_and_its_gradients():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", f"SMALL = {SMALL!r}\n{INTERPRETED}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "interpreted ok" in done.stdout
-
-
-def _encoder(**config) -> MatmulFeatureEncoder:
-    return MatmulFeatureEncoder(Wav2Vec2Model(Wav2Vec2Config(**SMALL, **config)).feature_extractor)
+    assert "interpreted ok" in run_interpreted(INTERPRETED)
 
 
 def test_without_a_gpu_or_interpreter_the_norm_falls_back_to_torch_and_says_so(monkeypatch):
@@ -125,8 +96,10 @@ def test_without_a_gpu_or_interpreter_the_norm_falls_back_to_torch_and_says_so(m
 def test_the_kernels_are_used_only_for_the_layer_they_compute(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # "runnable" here; nothing is run
     cpu = torch.device("cpu")
-    assert _encoder().use_norm("triton", cpu) == "triton"
-    assert _encoder().use_norm("auto", cpu) == "folded"  # the faster of the two
-    assert _encoder().use_norm("torch", cpu) == "torch"
-    assert _encoder(feat_extract_norm="layer").use_norm("triton", cpu) == "torch"  # LayerNorms
-    assert _encoder(feat_extract_activation="gelu_new").use_norm("triton", cpu) == "torch"  # tanh
+    assert small_encoder().use_norm("triton", cpu) == "triton"
+    assert small_encoder().use_norm("auto", cpu) == "folded"  # the faster of the two
+    assert small_encoder().use_norm("torch", cpu) == "torch"
+    assert small_encoder(feat_extract_norm="layer").use_norm("triton", cpu) == "torch"  # LayerNorms
+    assert (
+        small_encoder(feat_extract_activation="gelu_new").use_norm("triton", cpu) == "torch"
+    )  # tanh

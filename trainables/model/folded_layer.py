@@ -189,15 +189,10 @@ if triton is not None:
         batch, channels, kernel = taps.shape
         dy = dy.contiguous()
         t = TILES["backward"]
-        per_item = triton.cdiv(channels, t.cols)
-        splits = max(
-            1, min(triton.cdiv(t.programs, batch * per_item), triton.cdiv(frames, 4 * t.rows))
-        )
-        per_split = triton.cdiv(triton.cdiv(frames, splits), t.rows) * t.rows
-        splits = triton.cdiv(frames, per_split)
+        grid, splits, per_split = norm_gelu.reduce_grid(batch, channels, frames, t)
         d_taps = taps.new_empty((batch, splits, channels, kernel))
         d_shift = taps.new_empty((batch, splits, channels))
-        torch.library.wrap_triton(_backward_kernel)[(batch, per_item, splits)](
+        torch.library.wrap_triton(_backward_kernel)[grid](
             dy, audio, taps, shift, d_taps, d_shift, audio.shape[1], dy.shape[1], frames,
             stride, per_split, splits, C=channels, K=kernel,
             KP=max(16, triton.next_power_of_2(kernel)), BR=t.rows, BC=t.cols, num_warps=t.warps,

@@ -221,10 +221,11 @@ if triton is not None:
         dx = tl.where((r < frames)[:, None], rstd * w * (dy * slope - mg - xhat * mgx), 0.0)
         tl.store(dx_ptr + at, dx.to(dx_ptr.dtype.element_ty), mask=inside)
 
-    def _reduce_grid(batch: int, channels: int, frames: int) -> tuple[tuple, int, int]:
-        """The reductions' grid, their row slices per item (enough programs to fill the GPU, at
-        least four tiles a slice) and the rows each slice holds (a multiple of the tile)."""
-        t = TILES["reduce"]
+    def reduce_grid(batch: int, channels: int, frames: int, t: Tile) -> tuple[tuple, int, int]:
+        """A reduction over each item's rows in tiles ``t``: its grid (item, channel block,
+        slice), the row slices per item (enough programs to fill the GPU, at least four tiles a
+        slice) and the rows each slice holds (a multiple of the tile). folded_layer's backward
+        shares it."""
         per_item = triton.cdiv(channels, t.cols)
         splits = max(
             1, min(triton.cdiv(t.programs, batch * per_item), triton.cdiv(frames, 4 * t.rows))
@@ -250,7 +251,7 @@ if triton is not None:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         _check(x, frames)
         batch, rows, channels = x.shape
-        grid, splits, per_split = _reduce_grid(batch, channels, frames)
+        grid, splits, per_split = reduce_grid(batch, channels, frames, TILES["reduce"])
         part = x.new_empty((2, batch, splits, channels), dtype=torch.float32)
         t = TILES["reduce"]
         torch.library.wrap_triton(_stats)[grid](
@@ -303,7 +304,7 @@ if triton is not None:
         dy = dy.contiguous()
         w = weight.float().contiguous()
         b = bias.float().contiguous()
-        grid, splits, per_split = _reduce_grid(batch, channels, frames)
+        grid, splits, per_split = reduce_grid(batch, channels, frames, TILES["reduce"])
         part = x.new_empty((2, batch, splits, channels), dtype=torch.float32)
         t = TILES["reduce"]
         torch.library.wrap_triton(_grad_sums)[grid](
