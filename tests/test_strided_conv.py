@@ -50,3 +50,21 @@ def test_compiled_it_stays_one_op_each_way_and_passes_torch_librarys_checks():
     eager = torch.autograd.grad(strided_conv(hidden, weight, 2).sum(), weight)[0]
     torch.testing.assert_close(weight.grad, eager)
     opcheck(torch.ops.stage1.strided_conv.default, (hidden, weight, 2))
+
+
+def test_a_frozen_weight_or_input_takes_no_gradient_and_the_other_is_unchanged():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 24, 6, dtype=torch.float64)
+    weight = torch.randn(5, 6, 3, dtype=torch.float64)
+    grad = torch.randn(2, 12, 5, dtype=torch.float64)
+    both = torch.autograd.grad(
+        strided_conv(hidden.requires_grad_(), weight.requires_grad_(), 2), (hidden, weight), grad
+    )
+    (only_input,) = torch.autograd.grad(
+        strided_conv(hidden, weight.detach(), 2), (hidden,), grad
+    )  # fmt: skip
+    (only_weight,) = torch.autograd.grad(
+        strided_conv(hidden.detach(), weight, 2), (weight,), grad
+    )  # fmt: skip
+    torch.testing.assert_close(only_input, both[0])
+    torch.testing.assert_close(only_weight, both[1])

@@ -68,37 +68,46 @@ def _(hidden: torch.Tensor, weight: torch.Tensor, stride: int) -> torch.Tensor:
 
 @torch.library.custom_op("stage1::strided_conv_backward", mutates_args=())
 def _backward(
-    grad: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, stride: int
+    grad: torch.Tensor,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    stride: int,
+    need_input: bool,
+    need_weight: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of the input and of the weight, each an empty tensor where not needed (a
+    frozen encoder skips its weight-gradient GEMMs)."""
     batch, rows, channels = hidden.shape
     flat = hidden.reshape(batch * rows // stride, stride * channels)
     dout = grad.reshape(flat.shape[0], -1)
-    d_flat = torch.empty_like(flat)
-    d_weight = torch.empty_like(weight)
+    d_flat = torch.empty_like(flat) if need_input else flat.new_empty(0)
+    d_weight = torch.empty_like(weight) if need_weight else weight.new_empty(0)
     kernel = weight.shape[-1]
     for q in range(_groups(weight, stride)):
         w = _taps(weight, stride, q)
         width = w.shape[0]
         taps = width // channels
-        if q == 0 and width == d_flat.shape[1]:
+        rows_in = flat[q:, :width]  # the rows and columns this tap group read
+        if need_input and q == 0 and width == d_flat.shape[1]:
             torch.mm(dout, w.t(), out=d_flat)
-            d_w = flat.t() @ dout
-        elif q == 0:  # a kernel shorter than its stride: the columns no tap reads are zero
+        elif need_input and q == 0:  # a kernel shorter than its stride: unread columns are 0
             d_flat.zero_()[:, :width].addmm_(dout, w.t())
-            d_w = flat[:, :width].t() @ dout
-        else:
-            d_flat[q:, :width].addmm_(dout[:-q], w.t())
-            d_w = flat[q:, :width].t() @ dout[:-q]
-        # (taps * in, out) -> the weight's (out, in, taps) slice
-        d_weight[:, :, q * stride : min(kernel, q * stride + taps)] = d_w.view(
-            taps, channels, -1
-        ).permute(2, 1, 0)
-    return d_flat.view_as(hidden), d_weight
+        elif need_input:
+            d_flat[q:, :width].addmm_(dout[: dout.shape[0] - q], w.t())
+        if need_weight:
+            d_w = rows_in.t() @ dout[: dout.shape[0] - q]  # (taps * in, out)
+            d_weight[:, :, q * stride : min(kernel, q * stride + taps)] = d_w.view(
+                taps, channels, -1
+            ).permute(2, 1, 0)
+    return (d_flat.view_as(hidden) if need_input else d_flat), d_weight
 
 
 @_backward.register_fake
-def _(grad, hidden, weight, stride):
-    return torch.empty_like(hidden), torch.empty_like(weight)
+def _(grad, hidden, weight, stride, need_input, need_weight):
+    return (
+        torch.empty_like(hidden) if need_input else hidden.new_empty(0),
+        torch.empty_like(weight) if need_weight else weight.new_empty(0),
+    )
 
 
 def _setup_context(ctx, inputs, output) -> None:
@@ -109,10 +118,11 @@ def _setup_context(ctx, inputs, output) -> None:
 
 def _grad(ctx, grad):
     hidden, weight = ctx.saved_tensors
+    need_input, need_weight = ctx.needs_input_grad[:2]
     d_hidden, d_weight = torch.ops.stage1.strided_conv_backward(
-        grad.contiguous(), hidden, weight, ctx.stride
+        grad.contiguous(), hidden, weight, ctx.stride, need_input, need_weight
     )
-    return d_hidden, d_weight, None
+    return (d_hidden if need_input else None), (d_weight if need_weight else None), None
 
 
 _forward.register_autograd(_grad, setup_context=_setup_context)
