@@ -77,18 +77,13 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     remote = Location.of(bucket)
     args = ["--space", "train_smoke", *sets(learnable_manifest, slow_end=True)]
     plain = ["--space", "train_smoke", *sets(learnable_manifest)]
-    # The clean run trains while the faulted run's first two attempts do (their output roots
-    # are their own): much of either is waiting (Ray's start, a worker group's start, the slow
-    # steps). With another Ray cluster on the machine (issue 43 item 7): a quiet console all the
-    # same, for both.
-    with LocalCluster(tmp_path / "other-cluster", workers=0), ThreadPoolExecutor(1) as pool:
+    # The clean run trains while the faulted run restarts, is killed and resumes (their output
+    # roots are their own). Started with the kill, not before: the faulted run's first attempt
+    # reaches its kill with both cores to itself, and the clean run fills the waits after it
+    # (the worker group's restart, the slow steps, the --resume's start). With another Ray
+    # cluster on the machine (issue 43 item 7): a quiet console all the same, for all three.
+    with LocalCluster(tmp_path / "other-cluster", workers=0), ThreadPoolExecutor(2) as pool:
         driver = LiveCli("platform.train", *args, "--output-root", faulted)
-        # Its local cluster first: two started at one instant could both take Ray's default
-        # dashboard port.
-        driver.wait_for("Ray dashboard: ", timeout_s=120)
-        clean_run = pool.submit(
-            run_module, "platform.train", *plain, "--output-root", clean, timeout=400
-        )
         # A worker killed with SIGKILL mid-run: Ray Train restarts the group from checkpoint 10
         # (asynchronous: written while training goes on, announced once complete on every
         # rank).
@@ -98,6 +93,11 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
         pid = json.loads(remote.join("runs", RUN, "workers", "rank1.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
         killed_at = len(driver.lines)
+        # Long after the faulted run's local cluster came up: two started at one instant could
+        # both take Ray's default dashboard port.
+        clean_run = pool.submit(
+            run_module, "platform.train", *plain, "--output-root", clean, timeout=400
+        )
         at = driver.wait_for("restarted (attempt 2)", timeout_s=180)
         # One line: why, the step resumed from, where the ended attempt's log tails are; Ray's
         # tracebacks (the controller's ActorDiedError, the workers') stay off the console.
@@ -109,7 +109,26 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
         # Then the driver itself, once the restarted group's checkpoint 20 is complete.
         driver.wait_for(f"{RUN}: checkpoint at step 20:", timeout_s=180, after=at)
         driver.crash()
-        done = clean_run.result()
+        # The faulted run, stopped by the SIGKILL of its driver above.
+        assert driver.proc.returncode == -signal.SIGKILL
+        # A checkpoint cut off mid-upload, newer than the last complete one: never resumed from.
+        run_dir = remote.join("runs", RUN)
+        kept = sorted(
+            {rel.split("/")[0] for rel in run_dir.files() if rel.startswith("checkpoint_")}
+        )
+        assert kept[-1] == "checkpoint_step0000020", kept  # in the bucket; its node's copy deleted
+        local = run_dir.join(kept[-1]).download(tmp_path / "ckpt20")
+        (local / "done-rank1.json").unlink()
+        run_dir.join("checkpoint_step0000029").upload(local)
+        # The nodes' scratch folders (one per Ray node id; earlier tests' stay, /tmp outlives them).
+        scratch = Path(tempfile.gettempdir()) / "stage1-scratch" / staging_folder(bucket).name
+        nodes_before = set(scratch.glob("*"))
+        # The --resume without the slow steps (it has no kill to make room for; they change no
+        # arithmetic: the clean run, whose loss it must end with, never had them).
+        resume_run = pool.submit(
+            run_module, "platform.train", *plain, "--output-root", faulted, "--resume", timeout=400
+        )
+        done, resumed = clean_run.result(), resume_run.result()
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     quoted = ("Traceback", "pid=", "Received async checkpoint request", "may be a performance")
@@ -140,23 +159,6 @@ def test_clean_run_and_killed_worker_and_driver_resume_to_the_same_loss(
     assert info["source"].startswith("best val_mean_r1")
     assert model.speech.config.hidden_size == 32 and model.text_proj.out_features == 64
 
-    # The faulted run, stopped by the SIGKILL of its driver above.
-    assert driver.proc.returncode == -signal.SIGKILL
-    # A checkpoint cut off mid-upload, newer than the last complete one: never resumed from.
-    run_dir = remote.join("runs", RUN)
-    kept = sorted({rel.split("/")[0] for rel in run_dir.files() if rel.startswith("checkpoint_")})
-    assert kept[-1] == "checkpoint_step0000020", kept  # in the bucket; its node's copy deleted
-    local = run_dir.join(kept[-1]).download(tmp_path / "ckpt20")
-    (local / "done-rank1.json").unlink()
-    run_dir.join("checkpoint_step0000029").upload(local)
-    # The nodes' scratch folders (one per Ray node id; earlier tests' stay, /tmp outlives them).
-    scratch = Path(tempfile.gettempdir()) / "stage1-scratch" / staging_folder(bucket).name
-    nodes_before = set(scratch.glob("*"))
-    # The --resume without the slow steps (it has no kill to make room for; they change no
-    # arithmetic: the clean run, whose loss it must end with, never had them).
-    resumed = run_module(
-        "platform.train", *plain, "--output-root", faulted, "--resume", timeout=400
-    )
     out = resumed.stdout
     assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
     assert "skipped checkpoint_step0000029 in the bucket: incomplete (rank 1's part is" in out
