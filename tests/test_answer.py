@@ -4,6 +4,7 @@ command), the page carries summary.md's noise line, integer config values show a
 and the console's ranking explains its ``*``. Output roots by hand, no Ray."""
 
 import html
+import json
 import re
 
 import pytest
@@ -22,10 +23,17 @@ SWEPT = {
     "c": {"micro_batch": 8, "strategy": "ddp"},
 }
 CASES = {
-    # a and b: intervals overlap (two runs each, 10 samples/s apart per run)
+    # a and b: b's interval against a reaches 1 (two runs each, 10 samples/s apart per run)
     "within noise": {"a": [200.0, 220.0], "b": [195.0, 215.0], "c": [100.0, 101.0]},
     # a and b: tight intervals far apart
     "clearly ahead": {"a": [300.0, 301.0], "b": [200.0, 201.0], "c": [100.0, 101.0]},
+    # 2x H200, issue 56's sweep: 8 % apart, each group's repeats within 1 %. The t intervals
+    # over 2 runs (1 degree of freedom) overlap; the resampled interval does not reach 1.
+    "apart, t intervals overlap": {
+        "a": [6515.2, 6546.4],
+        "b": [6067.7, 6004.5],
+        "c": [1628.6, 1541.3],
+    },
     # one run per group: no interval
     "one run each": {"a": [210.0], "b": [200.0], "c": [100.0]},
 }
@@ -86,14 +94,33 @@ def test_the_page_opens_with_the_verdict_and_carries_the_noise_line(tmp_path, ca
     assert line.rstrip(".").endswith(f"train it with {train}")
     mean_a, mean_c = (sum(CASES[case][g]) / len(CASES[case][g]) for g in "ac")
     assert f"{mean_a / mean_c:.2f}x the baseline (c)" in line
+    sure = json.loads((root / "summary.json").read_text())["confidence"]
+    within = (
+        "The top two groups are within noise of each other (the runner-up's 95 % interval "
+        "against the winner, runs and windows resampled, reaches 1)."
+    )
+    apart = (
+        "The top two groups are apart beyond noise (the runner-up's 95 % interval against the "
+        "winner, runs and windows resampled, stays below 1)."
+    )
     if case == "within noise":
-        assert "within noise of b (" in line and "95 % intervals" in line and "overlap" in line
+        assert re.search(
+            r"within noise of b \(.*its 95 % interval against the winner "
+            r"0\.\d{3}-1\.\d{3}x reaches 1\)",
+            line,
+        ), line
         assert "more repeats of the two, or more steps per run" in line and retest in line
-        noise = "The top two groups are within noise of each other (95 % intervals overlap)."
-    elif case == "clearly ahead":
-        assert "clearly ahead of b (49.9 % faster; 95 % intervals" in line and "apart" in line
-        assert retest not in line
-        noise = "The top two groups are apart beyond noise (95 % intervals do not overlap)."
+        assert sure["within_noise"] == ["b"]  # the "How sure" line says the same
+        noise = within
+    elif case.startswith("apart") or case == "clearly ahead":
+        gap = "49.9" if case == "clearly ahead" else "8.2"
+        assert re.search(
+            rf"clearly ahead of b \({gap} % faster; its 95 % interval against "
+            r"the winner 0\.\d{3}-0\.\d{3}x, 2 and 2 ok runs\)",
+            line,
+        ), line
+        assert retest not in line and sure["within_noise"] == []
+        noise = apart
     else:
         assert "how sure cannot be told with one ok run per group" in line
         assert "(5.0 % faster than b)" in line

@@ -158,14 +158,6 @@ def test_ranking_puts_unstable_groups_after_stable_ones_and_empty_groups_last():
         "never_ok",
     ]
     assert list(ranked["rank"]) == [1, 2, 3, 4, 5]
-    assert stats.within_noise(ranked) is False  # 150 +- 0 against 100 +- 0
-
-
-def test_top_two_within_noise_needs_overlapping_intervals_and_repeats():
-    close = pd.DataFrame(per_run_rows("a", [100.0, 120.0]) + per_run_rows("b", [105.0, 110.0]))
-    assert stats.within_noise(stats.rank(stats.group_summary(close))) is True
-    single = pd.DataFrame(per_run_rows("a", [100.0]) + per_run_rows("b", [90.0, 95.0]))
-    assert stats.within_noise(stats.rank(stats.group_summary(single))) is None
 
 
 def make_root(tmp_path):

@@ -318,7 +318,7 @@ def _yaml(value: Any) -> str:
 
 def _summary(root: OutputRoot, manifest, per_run, ranked, best, unstable_ratio) -> dict[str, Any]:
     statuses = manifest["status"].value_counts().to_dict()
-    noise = stats.within_noise(ranked)
+    noise = confidence.top_two_within_noise(ranked)
     unstable = per_run.loc[per_run["unstable_run_flag"].astype(bool), "run"].tolist()
     not_ok = manifest[manifest["status"] != "ok"]
     return {

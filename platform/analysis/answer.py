@@ -5,8 +5,10 @@ The winner's probability of being the fastest comes from confidence.py (summary.
 ``confidence``).
 
 Plain text, commands in backticks (summary.md is markdown; the page makes them <code>). How
-sure is ``stats.within_noise``: the top two groups' 95 % intervals overlap (within noise), do
-not (clearly ahead), or cannot be told (a group with fewer than 2 ok runs has no interval).
+sure is ``confidence.top_two_within_noise``: the runner-up's 95 % interval against the winner
+(runs and windows resampled) reaches 1 (within noise), stays below it (clearly ahead), or
+cannot be told (a group with fewer than 2 ok runs). The same interval as the "How sure" line's,
+so the two never disagree.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ from platform.analysis import stats
 __all__ = ["NOISE_LINES", "jittery_legend", "noise_line", "verdict"]
 
 NOISE_LINES = {
-    True: "The top two groups are within noise of each other (95 % intervals overlap).",
-    False: "The top two groups are apart beyond noise (95 % intervals do not overlap).",
+    True: (
+        "The top two groups are within noise of each other (the runner-up's 95 % interval "
+        "against the winner, runs and windows resampled, reaches 1)."
+    ),
+    False: (
+        "The top two groups are apart beyond noise (the runner-up's 95 % interval against the "
+        "winner, runs and windows resampled, stays below 1)."
+    ),
     None: "Noise between the top two cannot be told: run 2 or more repeats per group.",
 }
 # Repeats per group of the retest that tells the top two apart when a group has one run: 3 is
@@ -118,17 +126,16 @@ def _how_sure(top: dict, second: dict | None, noise: bool | None, retest: tuple)
         return f"ahead of {name} only because {name} is jittery ({(b / a - 1) * 100:.1f} % faster)"
     gap = f"{(a / b - 1) * 100:.1f} % faster" if a and b else "?"
     jitter = f"; {name} is jittery" if _true(second.get("unstable_group")) else ""
-    intervals = f"95 % intervals {_interval(top)} and {_interval(second)} samples/s"
+    interval = f"its 95 % interval against the winner {_ratio_interval(second)}"
     if noise is True:
         more = max(2 * max(runs), RETEST_REPEATS)
         return (
-            f"within noise of {name} ({gap}{jitter}; {intervals} overlap): more repeats of "
+            f"within noise of {name} ({gap}{jitter}; {interval} reaches 1): more repeats of "
             f"the two, or more steps per run, would separate them{_retest(*retest, more)}"
         )
     if noise is False:
         return (
-            f"clearly ahead of {name} ({gap}{jitter}; {intervals} apart, {runs[0]} and "
-            f"{runs[1]} ok runs)"
+            f"clearly ahead of {name} ({gap}{jitter}; {interval}, {runs[0]} and {runs[1]} ok runs)"
         )
     few = "one ok run per group" if max(runs) == 1 else f"{runs[0]} and {runs[1]} ok runs"
     return (
@@ -158,9 +165,10 @@ def _retest(space: str | None, root: str, repeats: int) -> str:
     )
 
 
-def _interval(g: dict[str, Any]) -> str:
-    low, high = stats.finite(g.get("ci95_low")), stats.finite(g.get("ci95_high"))
-    return "-" if low is None or high is None else f"{low:.1f}-{high:.1f}"
+def _ratio_interval(g: dict[str, Any]) -> str:
+    """A group's 95 % interval against the winner (confidence.py), as '0.879-0.971x'."""
+    low, high = stats.finite(g.get("vs_best_low")), stats.finite(g.get("vs_best_high"))
+    return "-" if low is None or high is None else f"{low:.3f}-{high:.3f}x"
 
 
 def _true(value: Any) -> bool:

@@ -28,7 +28,15 @@ import pandas as pd
 
 from platform.analysis.stats import in_order_and_tail, tail_points
 
-__all__ = ["COLUMNS", "DRAWS", "confidence", "of_sweep", "sentence", "tail_windows"]
+__all__ = [
+    "COLUMNS",
+    "DRAWS",
+    "confidence",
+    "of_sweep",
+    "sentence",
+    "tail_windows",
+    "top_two_within_noise",
+]
 
 DRAWS = 4000
 LEVEL = 0.95
@@ -103,6 +111,21 @@ def confidence(
     table["_first"] = table["group"] != best
     table = table.sort_values(["_first", "p_best"], ascending=[True, False], kind="stable")
     return table.drop(columns="_first").reset_index(drop=True)
+
+
+def top_two_within_noise(ranked: pd.DataFrame) -> bool | None:
+    """Whether the runner-up is within noise of the winner: its 95 % interval against the
+    winner (runs and windows resampled: the ``vs_best_high`` of ``of_sweep``'s ranking) reaches
+    1. None when either of the top two has fewer than 2 ok runs (one run's interval carries its
+    windows' noise only, not a repeat's) or the runner-up has no interval. The one basis of
+    summary.md's noise line, the verdict's "how sure" and the line above: t intervals over 2
+    runs (1 degree of freedom) are 9 standard deviations wide and once called two groups 8 %
+    apart within noise while this interval put the runner-up at 0.879-0.971x."""
+    top = ranked[ranked["runs_ok"] > 0].head(2)
+    if len(top) < 2 or (top["runs_ok"] < 2).any() or "vs_best_high" not in top:
+        return None
+    high = top.iloc[1]["vs_best_high"]
+    return None if not np.isfinite(high) else bool(high >= 1.0)
 
 
 def sentence(table: pd.DataFrame) -> str:

@@ -51,7 +51,6 @@ __all__ = [
     "t_quantile",
     "tail_ratio",
     "window_ratio",
-    "within_noise",
 ]
 
 P50_FLOOR_MS = 1.0
@@ -282,16 +281,6 @@ def rank(groups: pd.DataFrame) -> pd.DataFrame:
     ranked = ranked.drop(columns=["_none", "_out", "_score", "_it"]).reset_index(drop=True)
     ranked.insert(0, "rank", range(1, len(ranked) + 1))
     return ranked
-
-
-def within_noise(ranked: pd.DataFrame) -> bool | None:
-    """Whether the top two groups' 95 % intervals overlap (None: fewer than two groups with two
-    or more ok runs at the top, so noise cannot be told)."""
-    top = ranked[ranked["runs_ok"] > 0].head(2)
-    if len(top) < 2 or (top["runs_ok"] < 2).any():
-        return None
-    a, b = top.iloc[0], top.iloc[1]
-    return bool(a["ci95_low"] <= b["ci95_high"] and b["ci95_low"] <= a["ci95_high"])
 
 
 # Bottleneck attribution (a run's tail figures; NVML samples of its GPUs).
