@@ -14,8 +14,9 @@ rounding), ``extractor_matmul`` (``extractor_layout: matmul`` alone: the same ma
 ``dropout0_both_matmul`` (dropout 0 and both GEMM convolutions: the new best's math),
 ``dropout0_both_matmul_mb2x`` (the same at twice the micro-batch, as mb 256 -> 512: twice the
 contrastive loss's negatives; it runs half the steps, and half the learning rate's warm-up, so
-that it sees the same audio seconds), ``dropout0_both_matmul_mb2x_lr`` (and the learning rate
-times sqrt 2). Runs go two at a time (one process and one thread each).
+that it sees the same audio seconds), ``dropout0_both_matmul_mb4x`` (four times, as mb 256 ->
+1024: a quarter of the steps), ``dropout0_both_matmul_mb2x_lr`` (and the learning rate times
+sqrt 2). Runs go two at a time (one process and one thread each).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ VARIANTS = {
         "pos_conv": "matmul",
         "extractor_layout": "matmul",
         "micro_batch": 2 * 32,
+    },
+    # Four times the micro-batch, as mb 256 -> 1024 (twice today's best's 512): a quarter of
+    # the steps for the same audio seconds.
+    "dropout0_both_matmul_mb4x": {
+        "dropout": 0.0,
+        "pos_conv": "matmul",
+        "extractor_layout": "matmul",
+        "micro_batch": 4 * 32,
     },
     # The same with the learning rate scaled by the square root of the batch's growth (the
     # usual rule for Adam-type optimizers): half the updates, each a larger one.

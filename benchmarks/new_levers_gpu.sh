@@ -9,7 +9,8 @@
 #    device call: run it again with RESUME=1 on the same warm machine (the corpus and the
 #    output root stay in /tmp there; --resume runs what is left); BUDGET_LIMIT=0 skips step 2.
 # 2. The MFU budget (benchmarks/mfu_budget.py, parts) of an old and a new point, one on each
-#    GPU at once (each stopped after BUDGET_LIMIT s, default 150): by default the old
+#    GPU at once (each stopped after BUDGET_LIMIT s, default 300: at 150 s neither had finished
+#    on 2x H200; one after the other on one H200, 135 s each): by default the old
 #    best (mb 256, compiled) and the new one (mb 512, dropout 0, the convolution levers, the
 #    first layer folded, q/k/v fused, compiled), parts compiled alone by default (the budget
 #    cannot run CUDA graphs); OLD and NEW replace the options after the shared ones
@@ -35,14 +36,14 @@ if [ -n "${PROFILE:-}" ] && ls /tmp/levers/runs/*/profile-rank0.json > /dev/null
   python -m benchmarks.step_profile /tmp/levers/runs/*/profile-rank0.json --kernels 25 --gaps 15 \
     > "$OUT/kernels.md" 2>&1
 fi
-[ "${BUDGET_LIMIT:-150}" = 0 ] && exit 0
+[ "${BUDGET_LIMIT:-300}" = 0 ] && exit 0
 P="--micro-batch 256 --audio-s 2.0 --text-tokens 64 --no-masks"
 OLD=${OLD:---compile default}
 NEW=${NEW:---micro-batch 512 --dropout 0 --pos-conv matmul --extractor-layout matmul \
   --extractor-norm folded --compile default --fuse-linears}
-CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $OLD \
+CUDA_VISIBLE_DEVICES=0 timeout ${BUDGET_LIMIT:-300} python -m benchmarks.mfu_budget $P $OLD \
   --json "$OUT/budget_old.json" > "$OUT/budget_old.md" 2> "$OUT/budget_old.log" &
-CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-150} python -m benchmarks.mfu_budget $P $NEW \
+CUDA_VISIBLE_DEVICES=1 timeout ${BUDGET_LIMIT:-300} python -m benchmarks.mfu_budget $P $NEW \
   --json "$OUT/budget_new.json" > "$OUT/budget_new.md" 2> "$OUT/budget_new.log" &
 wait
 cat "$OUT/budget_old.md" "$OUT/budget_new.md"
