@@ -2,8 +2,7 @@
 GPU, forward and backward, by CUDA events (median of ``--iters``), variants alternated:
 
 - ``attention``: scaled_dot_product_attention at the encoders' shapes (speech frames at 2 s and
-  3 s, text tokens) on each SDPA backend (flash, cuDNN, efficient, math), math compiled, and
-  short_attention's kernels (the ``triton_short`` kind) with their error against cuDNN;
+  3 s, text tokens) on each SDPA backend (flash, cuDNN, efficient, math) and math compiled;
 - ``groupnorm``: the GEMM feature encoder's first-layer GroupNorm + GELU (per item and channel,
   over time, on (batch, rows, channels)) as ``trainables.model.extractor`` runs it with torch
   ops (eager, compiled) and as ``trainables.model.norm_gelu``'s Triton kernels (eager,
@@ -55,9 +54,8 @@ BACKENDS = {
 
 
 def attention(args: argparse.Namespace) -> None:
-    columns = [*BACKENDS, "math compiled", "triton_short", "its error"]
-    print("| attention (fwd+bwd, one layer), ms | " + " | ".join(columns) + " |")
-    print("| --- |" + " --- |" * len(columns))
+    print("| attention (fwd+bwd, one layer), ms | " + " | ".join(BACKENDS) + " | math compiled |")
+    print("| --- |" + " --- |" * (len(BACKENDS) + 1))
     for name, seq in {"speech 2 s": 99, "speech 3 s": 149, "text": 64}.items():
         cells = _attention_cells(args.micro_batch, seq, args.iters)
         print(f"| {name} ({seq}) | " + " | ".join(cells) + " |")
@@ -90,33 +88,7 @@ def _attention_cells(batch: int, seq: int, iters: int) -> list[str]:
 
     compiled = torch.compile(math)
     cells.append(f"{timed_ms(lambda: compiled(q, k, v).backward(grad), CUDA, 3, iters):.3f}")
-    cells += _short_cells(q, k, v, grad, iters)
     return cells
-
-
-def _short_cells(q, k, v, grad, iters: int) -> list[str]:
-    """trainables/model/short_attention.py's kernels (the triton_short kind), and their
-    largest error against cuDNN's output and gradients, relative to the largest value."""
-    from trainables.model.short_attention import short_attention
-
-    def step():
-        short_attention(q, k, v).backward(grad.transpose(1, 2))
-
-    try:
-        ms = timed_ms(step, CUDA, 3, iters)
-    except Exception as exc:  # noqa: BLE001 (a kernel that fails to build here: say so)
-        return [f"n/a ({type(exc).__name__}: {str(exc).splitlines()[0][:60]})", "-"]
-    q.grad = k.grad = v.grad = None
-    got = [short_attention(q, k, v).transpose(1, 2)]
-    got += torch.autograd.grad(got[0], (q, k, v), grad)
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        want = [F.scaled_dot_product_attention(q, k, v)]
-    want += torch.autograd.grad(want[0], (q, k, v), grad)
-    error = max(
-        ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
-        for a, b in zip(got, want, strict=True)
-    )
-    return [f"{ms:.3f}", f"{error:.1e}"]
 
 
 def _group_norm_gelu(hidden: torch.Tensor, frames: int, norm: nn.GroupNorm) -> torch.Tensor:

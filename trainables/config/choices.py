@@ -46,7 +46,6 @@ Attention = Literal[
     "sdpa_efficient",
     "sdpa_math",
     "flash_attention_2",
-    "triton_short",
 ]
 CommHook = Literal["none", "bf16", "fp16"]
 MatmulPrecision = Literal["highest", "high", "medium"]

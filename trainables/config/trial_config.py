@@ -379,10 +379,7 @@ class TrialConfig:
         "`flash_attention_2` (the flash_attn package); `sdpa_cudnn`, `sdpa_flash`, "
         "`sdpa_efficient`, `sdpa_math`: SDPA on that backend alone (cuDNN attention, "
         "FlashAttention-2, memory-efficient, math; flash takes no padding mask on a GPU, so "
-        "padded batches run sdpa there); `triton_short`: a Triton kernel that holds a whole "
-        "sequence of at most 256 in one tile (trainables/model/short_attention.py; its calls "
-        "with a padding mask or attention dropout run sdpa; needs compute capability >= 8.0 "
-        "and bf16/fp16); `auto`: flash_attention_2 on compute capability >= "
+        "padded batches run sdpa there); `auto`: flash_attention_2 on compute capability >= "
         "8.0 with bf16/fp16 and flash_attn installed, else sdpa. A kind that cannot run here "
         "(no GPU, dtype, head size, attention dropout) falls back to sdpa, with the reason in "
         "the manifest's fallbacks.",

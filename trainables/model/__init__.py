@@ -4,8 +4,7 @@
   contrastive space), how it is built, and its contrastive loss;
 - ``attention``: the SDPA backend kinds of ``speech_attention`` / ``text_attention``
   (``sdpa_cudnn``, ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_math``) and their build-time
-  probe, and the ``triton_short`` kind;
-- ``short_attention``: ``triton_short``'s kernels, every key of a short sequence in one tile;
+  probe;
 - ``pretrained``: local pretrained checkpoints, read offline (no torch);
 - ``export``: a trained model written as ``save_pretrained`` folders, and read back.
 

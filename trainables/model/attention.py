@@ -21,13 +21,6 @@ attention dropout, tells whether the backend runs here: if not, the encoder uses
 and the reason joins the run's fallbacks (``speech: sdpa_cudnn needs a CUDA GPU, used sdpa``);
 if it runs but takes no padding mask (flash on a GPU), calls with a mask run plain `sdpa`
 (PyTorch's own choice), noted too, and calls without one run the backend.
-
-One kind is not an SDPA backend: `triton_short` (trainables/model/short_attention.py), one
-tile of keys a (batch, head) for sequences of at most 256. Its calls with a padding mask, an
-attention dropout in training, or a shape it does not take run transformers' SDPA. It needs
-Triton and a CUDA GPU of compute capability 8.0 or more, in bf16 or fp16 (or Triton's
-interpreter, for the CPU tests); elsewhere the encoder uses `sdpa`, and the run's fallbacks
-say why.
 """
 
 from __future__ import annotations
@@ -40,12 +33,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 __all__ = [
     "SDPA_BACKENDS",
-    "TRITON_SHORT",
     "apply_sdpa_backend",
-    "apply_triton_short",
     "attention_kind",
     "register_sdpa_backends",
-    "register_triton_short",
     "transformers_name",
 ]
 
@@ -108,76 +98,6 @@ def register_sdpa_backends() -> None:
         if name not in AttentionInterface._global_mapping:
             AttentionInterface.register(name, _attention_of(kind, sdpa_forward))
             AttentionMaskInterface.register(name, sdpa_mask)
-
-
-TRITON_SHORT = "triton_short"
-
-
-def _short_attention_of(sdpa_forward):
-    """The `triton_short` kind's attention function: short_attention where the call allows it,
-    else transformers' SDPA attention (the same arguments)."""
-    from trainables.model import short_attention as short  # read at each call (tests count)
-
-    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-        plain = (
-            attention_mask is not None
-            or dropout
-            or kwargs.get("is_causal")
-            or kwargs.get("position_bias") is not None
-            or not short.fits(query, key)
-        )
-        if plain:
-            return sdpa_forward(
-                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                **kwargs,
-            )  # fmt: skip
-        return short.short_attention(query, key, value, scaling), None
-
-    return attention
-
-
-def register_triton_short() -> None:
-    """Make `triton_short` a valid ``attn_implementation`` (with SDPA's masks, which its
-    masked calls are handed on to). Idempotent."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    if TRITON_SHORT not in AttentionInterface._global_mapping:
-        AttentionInterface.register(
-            TRITON_SHORT, _short_attention_of(ALL_ATTENTION_FUNCTIONS["sdpa"])
-        )
-        AttentionMaskInterface.register(TRITON_SHORT, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-
-
-def apply_triton_short(
-    encoder, side: str, *, device: torch.device, dtype: torch.dtype
-) -> list[str]:
-    """Keep `triton_short` on ``encoder`` (built with it) where its kernels run: Triton, and a
-    CUDA GPU of compute capability 8.0 or more computing in bf16 or fp16 (float32 products
-    would run as TF32), or Triton's interpreter; else switch it to plain `sdpa`. Returns the
-    notes for the run's fallbacks (also when its training calls will run SDPA: the encoder's
-    attention dropout is not 0)."""
-    from trainables.model import norm_gelu, short_attention
-
-    why = ""
-    if short_attention.triton is None:
-        why = "needs Triton"
-    elif not norm_gelu.available(device):
-        why = "needs a CUDA GPU"
-    elif device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
-        why = "needs compute capability 8.0"
-    elif device.type == "cuda" and dtype not in (torch.bfloat16, torch.float16):
-        why = "needs bf16 or fp16"
-    config = encoder.config
-    if config.hidden_size // config.num_attention_heads not in short_attention.HEAD_SIZES:
-        why = f"takes head sizes {short_attention.HEAD_SIZES}"
-    if why:
-        _set_attention(encoder, "sdpa")
-        return [f"{side}: {TRITON_SHORT} {why}, used sdpa"]
-    if _attention_dropout(config) > 0:
-        return [f"{side}: {TRITON_SHORT} takes no attention dropout; training calls use sdpa"]
-    return []
 
 
 def _attention_dropout(config) -> float:

@@ -14,12 +14,9 @@ from trainables.config import MAX_TEXT_TOKENS
 from trainables.data.text import TINY_TEXT_VOCAB
 from trainables.model.attention import (
     SDPA_BACKENDS,
-    TRITON_SHORT,
     apply_sdpa_backend,
-    apply_triton_short,
     attention_kind,
     register_sdpa_backends,
-    register_triton_short,
     transformers_name,
 )
 
@@ -86,8 +83,6 @@ def build_model(
 
     if SDPA_BACKENDS.keys() & {speech_attention, text_attention}:
         register_sdpa_backends()
-    if TRITON_SHORT in (speech_attention, text_attention):
-        register_triton_short()
     speech_attention = transformers_name(speech_attention)
     text_attention = transformers_name(text_attention)
     speech_rates, text_rates = dropout_overrides(dropout)
@@ -197,8 +192,7 @@ def build_model_with_attention(
 ) -> tuple[Stage1Model, dict[str, str]]:
     """Resolve ``auto``, build (or load), and fall back to SDPA when a requested kernel cannot
     run here (flash_attention_2 off a GPU or without flash_attn; an SDPA backend kind whose
-    backend cannot run on ``device`` at ``precision``; triton_short without its GPU or
-    dtype); returns the model and what was used
+    backend cannot run on ``device`` at ``precision``); returns the model and what was used
     (with the reason for any fallback)."""
     wanted = {
         "speech": auto_attention(device, precision) if speech == "auto" else speech,
@@ -242,8 +236,6 @@ def build_model_with_attention(
             notes += apply_sdpa_backend(
                 encoder, side, wanted[side], device=device, dtype=compute_dtype
             )
-        elif wanted[side] == TRITON_SHORT:
-            notes += apply_triton_short(encoder, side, device=device, dtype=compute_dtype)
     effective = {
         "speech_attention_effective": attention_kind(model.speech.config._attn_implementation),
         "text_attention_effective": attention_kind(model.text.config._attn_implementation),
