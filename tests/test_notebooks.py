@@ -74,12 +74,50 @@ def execute(name: str, output_root: Path) -> str:
 
 
 def outputs_text(nb) -> str:
-    parts = []
+    """The text a reader sees. A cell's printing may reach the notebook as one stream output or
+    as several (the kernel flushes stdout on a timer, so a slow machine splits it): consecutive
+    stream outputs of one name are one text, as Jupyter shows them."""
+    parts, last_stream = [], None
     for cell in nb.cells:
+        last_stream = None
         for out in cell.get("outputs", []):
             assert out["output_type"] != "error", out
+            if out["output_type"] == "stream" and out["name"] == last_stream:
+                parts[-1] += out["text"]
+                continue
+            last_stream = out["name"] if out["output_type"] == "stream" else None
             parts.append(out.get("text", "") + out.get("data", {}).get("text/plain", ""))
     return "\n".join(parts)
+
+
+def test_a_print_split_by_the_kernel_reads_as_one_text():
+    out = nbformat.v4.new_output
+    split = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                outputs=[
+                    out("stream", name="stdout", text="limits\n"),
+                    out("stream", name="stdout", text="OK\n"),
+                    out("stream", name="stderr", text="warn\n"),
+                    out("stream", name="stdout", text="LEAK\n"),
+                ]
+            ),
+            nbformat.v4.new_code_cell(outputs=[out("stream", name="stdout", text="next\n")]),
+        ]
+    )
+    whole = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                outputs=[
+                    out("stream", name="stdout", text="limits\nOK\n"),
+                    out("stream", name="stderr", text="warn\n"),
+                    out("stream", name="stdout", text="LEAK\n"),
+                ]
+            ),
+            nbformat.v4.new_code_cell(outputs=[out("stream", name="stdout", text="next\n")]),
+        ]
+    )
+    assert outputs_text(split) == outputs_text(whole) == "limits\nOK\n\nwarn\n\nLEAK\n\nnext\n"
 
 
 def test_the_notebooks_draw_every_plot_and_judge_leaks_as_the_leak_check(tmp_path):
