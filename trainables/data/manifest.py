@@ -147,9 +147,10 @@ def collate_padded(
     only its lengths (transformers' feature-vector mask takes a bool one as it is).
 
     No row padded (crop buckets, equal crops): no audio mask at all. An all-true mask changes
-    nothing the model computes but costs wav2vec2 a masked fill (a boolean index: a host sync)
-    and the frames' mask: 7 % of an eager step at mb 256 and 2 s on an H200
-    (benchmarks/results/mfu_budget_2xh200/). With ``audio_to`` (batching duration, whose
+    nothing the model computes but costs wav2vec2 its frame mask, a masked fill and masked
+    attention (when the fill was a boolean index, a host sync: 7 % of an eager step at mb 256
+    and 2 s on an H200, benchmarks/results/mfu_budget_2xh200/; now without one,
+    trainables/model/padding.py). With ``audio_to`` (batching duration, whose
     batches nearly all hold padding) always a mask: one compiled graph per shape, not two."""
     from torch.nn.utils.rnn import pad_sequence
 

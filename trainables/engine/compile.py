@@ -18,6 +18,7 @@ import torch
 from trainables.config import TrialConfig
 from trainables.data.durations import duration_bins
 from trainables.engine.shapes import shape_batch
+from trainables.model.padding import padding_changes_code
 from trainables.model.stage1 import contrastive_loss
 from trainables.observe.gc_control import collector_paused
 
@@ -340,12 +341,13 @@ def warm_up(
     if not (cfg.compile_warmup and shapes and engine.compiling and engine.kind != "deepspeed"):
         return CompileTime(0.0, "")
     device = next(engine.bare.parameters()).device
-    # batching duration: its batches always carry an audio mask, with padding (nearly always)
-    # or without (every row as long as its bin: crops of max_audio_s), each its own code in the
-    # encoder layers; every shape is warmed both ways.
-    variants = [{"masked": True, "padded": True}, {"masked": True}]
-    if cfg.batching != "duration":
-        variants = [{}]
+    # The loader's batches: transcripts padded to text_tokens; batching duration's also carry
+    # an audio mask, with padding (nearly always) or without (every row as long as its bin:
+    # crops of max_audio_s). Padding changes the layers' code only for attention kinds that
+    # take the 2D mask (trainables/model/padding.py): then every shape is warmed both ways.
+    variants = [{"masked": cfg.batching == "duration", "padded": True}]
+    if cfg.batching == "duration" and padding_changes_code(engine.bare):
+        variants.append({"masked": True})
     # cudagraph trees run a function eagerly once (warm-up), record it at its second call and
     # replay it from the third.
     passes = [0.0] * (CUDAGRAPH_PASSES if engine.cudagraphs else 1)

@@ -22,10 +22,11 @@ def shape_batch(
 ) -> dict[str, torch.Tensor]:
     """A made-up batch of one shape, as the loader gives it (silent audio, unpadded: so no audio
     mask, as trainables.data.manifest.collate_padded leaves it out; ``masked``: with one, as the
-    collate of batching duration always gives; ``padded``: the last row's audio and transcript
-    padded): for counting FLOPs and for the compile warm-up, where only shapes and dtypes matter,
-    and whether a mask holds padding: transformers drops an all-true mask before the encoder
-    layers, so their compiled code differs with and without padding."""
+    collate of batching duration always gives; ``padded``: the last row's transcript padded, and
+    its audio when ``masked``): for counting FLOPs and for the compile warm-up, where only
+    shapes and dtypes matter, and, for attention kinds that take the 2D mask
+    (flash_attention_2), whether a mask holds padding: their mask is dropped when it pads
+    nothing, so the compiled code differs (trainables/model/padding.py)."""
     batch = {
         "audio": torch.zeros(rows, audio_n, device=device, dtype=dtype),
         "input_ids": torch.full((rows, text_n), 5, dtype=torch.long, device=device),
@@ -33,9 +34,10 @@ def shape_batch(
     }
     if masked:
         batch["audio_mask"] = torch.ones(rows, audio_n, dtype=torch.bool, device=device)
+    if padded:
+        batch["text_mask"][-1, text_n // 2 :] = 0
     if masked and padded:
         batch["audio_mask"][-1, audio_n // 2 :] = False
-        batch["text_mask"][-1, text_n // 2 :] = 0
     return batch
 
 

@@ -19,6 +19,7 @@ from trainables.model.attention import (
     register_sdpa_backends,
     transformers_name,
 )
+from trainables.model.padding import speech_states, text_states
 
 __all__ = [
     "Stage1Model",
@@ -270,15 +271,15 @@ class Stage1Model(nn.Module):
         audio_mask: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """No mask: no row is padded (the mean over every frame; attention unmasked)."""
-        frames = self.speech(audio, attention_mask=audio_mask).last_hidden_state
-        if audio_mask is None:
+        """No mask: no row is padded (the mean over every frame; attention unmasked). The masks'
+        handling has no host sync (trainables/model/padding.py)."""
+        frames, frame_mask = speech_states(self.speech, audio, audio_mask)
+        if frame_mask is None:
             pooled = frames.mean(1)
         else:
-            frame_mask = self.speech._get_feature_vector_attention_mask(frames.shape[1], audio_mask)
             frame_mask = frame_mask.unsqueeze(-1).to(frames.dtype)
             pooled = (frames * frame_mask).sum(1) / frame_mask.sum(1).clamp(min=1.0)
-        cls = self.text(input_ids, attention_mask=text_mask).last_hidden_state[:, 0]
+        cls = text_states(self.text, input_ids, text_mask)[:, 0]
         speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
         text_emb = F.normalize(self.text_proj(cls), dim=-1)
         # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky, and a
