@@ -86,6 +86,12 @@ def test_the_model_computes_what_transformers_computes_without_a_host_sync(kind)
     assert torch.equal(speech, proj(model.speech_proj(pooled), dim=-1))
     assert torch.equal(text, proj(model.text_proj(cls), dim=-1))
 
+    model.sync_free_masks = False  # padding_masks: transformers, to measure the difference
+    with HostSyncs() as old:
+        assert all(map(torch.equal, model(**batch), (speech, text, scale)))
+    assert old.seen == before.seen
+    assert padding_changes_code(model) is True
+
 
 def test_a_large_wav2vec2_and_its_stable_layer_norm_compute_as_in_transformers():
     config = Wav2Vec2Config(

@@ -32,6 +32,7 @@ __all__ = [
     "PosConv",
     "ExtractorLayout",
     "ExtractorNorm",
+    "PaddingMasks",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
@@ -71,3 +72,4 @@ Executor = Literal["auto", "resident", "fresh"]
 PosConv = Literal["conv", "matmul"]
 ExtractorLayout = Literal["channels_first", "channels_last", "matmul"]
 ExtractorNorm = Literal["torch", "triton", "folded", "auto"]
+PaddingMasks = Literal["sync_free", "transformers"]

@@ -336,6 +336,17 @@ class TrialConfig:
         "learnable corpus).",
         default="model",
     )
+    padding_masks: choices.PaddingMasks = _doc(
+        "How the encoders' padding masks are built: `sync_free` (on the device, the 4D mask "
+        "the layers take built whether or not it pads anything, wav2vec2's padded frames "
+        "zeroed by masked_fill; trainables/model/padding.py) or `transformers` (transformers' "
+        "forward: it asks whether a mask pads anything and zeroes padded frames with a "
+        "boolean index, each a host sync, one in every step since transcripts are padded to "
+        "text_tokens). The same numbers; `transformers` is kept to measure the difference. "
+        "Attention kinds that take the 2D mask (flash_attention_2) build it as transformers "
+        "does either way.",
+        default="sync_free",
+    )
     pos_conv: choices.PosConv = _doc(
         "wav2vec2's positional convolution (768 channels in 16 groups, kernel 128 at base): "
         "`conv` (torch's grouped convolution, cuDNN on a GPU: about 3 % of an H200's peak) or "

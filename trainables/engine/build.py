@@ -73,6 +73,7 @@ def build_engine(
     # The forward clamps the temperature too (the only clamp under DeepSpeed, whose master
     # weights live in its optimizer).
     model.logit_scale_max = cfg.logit_scale_max
+    model.sync_free_masks = cfg.padding_masks == "sync_free"
     # Counted on the bare model, before DDP or DeepSpeed wrap (and ZeRO-3 partitions) it.
     flops = cached_flops_per_sample(cfg, model, device, load_dtype, attention, flops_cache)
     terms = None

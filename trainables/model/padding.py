@@ -19,7 +19,8 @@ none: the same result; and one compiled graph for padded and unpadded batches, n
 Used for the attention kinds whose masks are transformers' `sdpa` or `eager` masks (sdpa, the
 SDPA backend kinds of trainables/model/attention.py, eager). Others (flash_attention_2, which
 takes the 2D mask) and a wav2vec2 with an adapter or LayerDrop go through transformers'
-forward as before."""
+forward as before. The padding_masks key (`transformers`) runs transformers' own forwards, to
+measure the difference."""
 
 from __future__ import annotations
 
@@ -58,7 +59,11 @@ def _builds_4d_masks(config) -> bool:
 def padding_changes_code(model: nn.Module) -> bool:
     """Whether a batch that pads nothing runs other code in a Stage1Model's encoder layers than
     a padded one (an encoder whose masks transformers builds and drops when they pad nothing)."""
-    return not (_sync_free_speech(model.speech) and _builds_4d_masks(model.text.config))
+    return not (
+        getattr(model, "sync_free_masks", True)
+        and _sync_free_speech(model.speech)
+        and _builds_4d_masks(model.text.config)
+    )
 
 
 def frame_mask(speech: nn.Module, audio_mask: torch.Tensor, frames: int) -> torch.Tensor:
@@ -81,16 +86,23 @@ def _sync_free_speech(speech: nn.Module) -> bool:
 
 
 def speech_states(
-    speech: nn.Module, audio: torch.Tensor, audio_mask: torch.Tensor | None
+    speech: nn.Module,
+    audio: torch.Tensor,
+    audio_mask: torch.Tensor | None,
+    *,
+    sync_free: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A transformers Wav2Vec2Model's last hidden states and, when ``audio_mask`` is given, its
     frame mask: Wav2Vec2Model.forward and its encoder's, step by step (both encoder forms:
     post-norm as wav2vec2-base, `do_stable_layer_norm` as the large ones), masks without a
-    host sync."""
+    host sync. ``sync_free`` False (padding_masks: transformers): transformers' forward and
+    frame mask."""
     if audio_mask is None:
         return speech(audio).last_hidden_state, None
-    if not _sync_free_speech(speech):
+    if not (sync_free and _sync_free_speech(speech)):
         hidden = speech(audio, attention_mask=audio_mask).last_hidden_state
+        if not sync_free:
+            return hidden, speech._get_feature_vector_attention_mask(hidden.shape[1], audio_mask)
         return hidden, frame_mask(speech, audio_mask, hidden.shape[1])
     features = speech.feature_extractor(audio).transpose(1, 2)
     frames = frame_mask(speech, audio_mask, features.shape[1])
@@ -113,12 +125,16 @@ def speech_states(
 
 
 def text_states(
-    text: nn.Module, input_ids: torch.Tensor, text_mask: torch.Tensor | None
+    text: nn.Module,
+    input_ids: torch.Tensor,
+    text_mask: torch.Tensor | None,
+    *,
+    sync_free: bool = True,
 ) -> torch.Tensor:
     """A transformers BertModel's last hidden states, its layers' mask built without a host
-    sync (BertModel takes a 4D mask as it is)."""
+    sync (BertModel takes a 4D mask as it is); ``sync_free`` False: as transformers builds it."""
     mask = text_mask
-    if text_mask is not None:
+    if text_mask is not None and sync_free:
         dtype = text.get_input_embeddings().weight.dtype  # the embeddings' output dtype
         mask = layer_mask(text.config, text_mask, dtype)
         if mask is None:

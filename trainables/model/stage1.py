@@ -249,6 +249,9 @@ class Stage1Model(nn.Module):
     """Mean-pooled speech frames and the text [CLS] state, projected and L2-normalised."""
 
     logit_scale_max: float = 100.0  # CLIP's clamp of 1/temperature (TrialConfig.logit_scale_max)
+    # The padding_masks key: masks without a host sync (trainables/model/padding.py), or
+    # transformers' own forwards.
+    sync_free_masks: bool = True
 
     def __init__(self, speech: nn.Module, text: nn.Module, proj_dim: int):
         super().__init__()
@@ -271,15 +274,15 @@ class Stage1Model(nn.Module):
         audio_mask: torch.Tensor | None = None,
         text_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """No mask: no row is padded (the mean over every frame; attention unmasked). The masks'
-        handling has no host sync (trainables/model/padding.py)."""
-        frames, frame_mask = speech_states(self.speech, audio, audio_mask)
+        """No mask: no row is padded (the mean over every frame; attention unmasked)."""
+        sync_free = self.sync_free_masks
+        frames, frame_mask = speech_states(self.speech, audio, audio_mask, sync_free=sync_free)
         if frame_mask is None:
             pooled = frames.mean(1)
         else:
             frame_mask = frame_mask.unsqueeze(-1).to(frames.dtype)
             pooled = (frames * frame_mask).sum(1) / frame_mask.sum(1).clamp(min=1.0)
-        cls = text_states(self.text, input_ids, text_mask)[:, 0]
+        cls = text_states(self.text, input_ids, text_mask, sync_free=sync_free)[:, 0]
         speech_emb = F.normalize(self.speech_proj(pooled), dim=-1)
         text_emb = F.normalize(self.text_proj(cls), dim=-1)
         # Clamp as CLIP does: a temperature below 1/100 makes the loss numerically spiky, and a
