@@ -150,3 +150,23 @@ def test_the_compile_warm_up_batch_is_padded_as_the_loaders():
     assert "audio_mask" not in batch and batch["text_mask"][-1].tolist() == [1] * 4 + [0] * 4
     masked = shape_batch(3, 800, 8, "cpu", masked=True, padded=True)
     assert masked["audio_mask"][-1].sum() == 400 and masked["audio_mask"][:2].all()
+
+
+def test_a_ddp_engines_forward_and_backward_read_nothing_on_the_host(gloo_world_of_one):
+    """The whole step but the optimizer (on a CPU, AdamW reads each parameter's step count, a
+    host tensor; fused AdamW on a GPU keeps them on the device), under each padding_masks."""
+    from trainables.config import TrialConfig
+    from trainables.engine import build_engine
+
+    # the fill, the two `.all()`, and the fill's backward (a boolean index again)
+    transformers = ["index_put_ (boolean index)"] + ["_local_scalar_dense"] * 2
+    transformers.append("index_put (boolean index)")
+    for padding_masks, expected in (("sync_free", []), ("transformers", transformers)):
+        cfg = TrialConfig(
+            model_size="tiny", proj_dim=16, use_gpu=False, padding_masks=padding_masks
+        )
+        engine = build_engine(cfg, torch.device("cpu"))
+        with HostSyncs() as syncs, engine.accumulating(True):
+            speech, text, scale = engine(padded_batch())
+            engine.backward(contrastive_loss(speech.float(), text.float(), scale.float()))
+        assert syncs.seen == expected

@@ -3,7 +3,7 @@
 transformers builds them with two: before the encoder layers it asks whether any row is padded
 (`padding_mask.all()` in an `if`, to drop a mask that pads nothing), and wav2vec2 zeroes its
 padded frames with a boolean index (`hidden_states[~mask] = 0`, which counts the True entries
-first). Each makes the host wait until the GPU has run everything queued before it, so the GPU
+first; its backward is a boolean index again). Each makes the host wait until the GPU has run everything queued before it, so the GPU
 then idles while the host launches the next kernels one by one. BERT's transcripts are padded
 to `text_tokens` in every batch, so every step paid the first; a padded audio batch (batching
 duration: nearly every one) paid both, and wav2vec2 computed its frame mask twice (a reversed
