@@ -16,7 +16,9 @@ rounding), ``extractor_matmul`` (``extractor_layout: matmul`` alone: the same ma
 contrastive loss's negatives; it runs half the steps, and half the learning rate's warm-up, so
 that it sees the same audio seconds), ``dropout0_both_matmul_mb4x`` (four times, as mb 256 ->
 1024: a quarter of the steps), ``dropout0_both_matmul_mb2x_lr`` (and the learning rate times
-sqrt 2). Runs go two at a time (one process and one thread each).
+sqrt 2), ``dropout0_both_matmul_bf16`` (the new best's math under bf16 autocast, as a GPU runs
+it: the residual stream float32) and ``dropout0_both_matmul_bf16_residual`` (the stream bf16,
+``residual_dtype: bf16``). Runs go two at a time (one process and one thread each).
 """
 
 from __future__ import annotations
@@ -60,6 +62,23 @@ VARIANTS = {
         "extractor_layout": "matmul",
         "micro_batch": 2 * 32,
         "lr": 3e-3 * 2**0.5,
+    },
+    # The new best's math as a GPU computes it: bf16 autocast, the residual stream float32
+    # (trainables/model/residual.py makes the CPU's autocast give LayerNorm float32 inputs,
+    # as CUDA's does) ...
+    "dropout0_both_matmul_bf16": {
+        "dropout": 0.0,
+        "pos_conv": "matmul",
+        "extractor_layout": "matmul",
+        "precision": "bf16",
+    },
+    # ... and with the stream in bf16 (residual_dtype: bf16).
+    "dropout0_both_matmul_bf16_residual": {
+        "dropout": 0.0,
+        "pos_conv": "matmul",
+        "extractor_layout": "matmul",
+        "precision": "bf16",
+        "residual_dtype": "bf16",
     },
 }
 MICRO_BATCH = 32

@@ -37,7 +37,8 @@ summary.json's ``pooled``; its review the catalogue's ``git_commit`` and ``manif
 a prior must share with the sweep to be pooled). Issue 56's Triton GroupNorm added the config key
 ``extractor_norm`` and the manifest's ``extractor_norm_effective``; its q/k/v fusion the config
 key ``compile_fuse_linears``; its compiled positional convolution the config key
-``compile_pos_conv``; its masks without a host sync the config key ``padding_masks``.
+``compile_pos_conv``; its masks without a host sync the config key ``padding_masks``; its bf16 residual stream the config key
+``residual_dtype`` and the manifest's ``residual_dtype_effective``.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ def test_ddp_engine_steps_and_changes_the_weights(gloo_world_of_one, precision):
         "model_load_dtype_effective": "fp32",  # auto under DDP: fp32 master weights
         "compile_effective": "off",
         "extractor_norm_effective": "torch",  # channels_first: transformers' GroupNorm
+        "residual_dtype_effective": "fp32",  # autocast's float32 LayerNorms, the default
         "speech_attention_effective": "sdpa",  # auto on the CPU
         "text_attention_effective": "sdpa",
         "fallbacks": "",

@@ -52,6 +52,7 @@ EFFECTIVE_KEYS = (
     "telemetry_effective",
     "intra_op_threads_effective",
     "extractor_norm_effective",
+    "residual_dtype_effective",
     "fallbacks",
     "missing_files",
     "resident_group",

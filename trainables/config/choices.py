@@ -33,6 +33,7 @@ __all__ = [
     "ExtractorLayout",
     "ExtractorNorm",
     "PaddingMasks",
+    "ResidualDtype",
 ]
 
 Strategy = Literal["ddp", "fsdp2", "deepspeed", "auto"]
@@ -73,3 +74,4 @@ PosConv = Literal["conv", "matmul"]
 ExtractorLayout = Literal["channels_first", "channels_last", "matmul"]
 ExtractorNorm = Literal["torch", "triton", "folded", "auto"]
 PaddingMasks = Literal["sync_free", "transformers"]
+ResidualDtype = Literal["fp32", "bf16"]

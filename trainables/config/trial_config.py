@@ -347,6 +347,16 @@ class TrialConfig:
         "does either way.",
         default="sync_free",
     )
+    residual_dtype: choices.ResidualDtype = _doc(
+        "The encoders' residual stream under DDP at precision bf16: `fp32` (autocast's: every "
+        "LayerNorm returns float32, so each residual add, norm and their backward move "
+        "float32) or `bf16` (every LayerNorm's output cast to bf16, as FSDP2's and DeepSpeed's "
+        "bf16 weights already compute, and Megatron-LM by default; trainables/model/"
+        "residual.py). Changes the math: judge it on the learnable corpus. Other strategies "
+        "and precisions compute as their weights do; the manifest's residual_dtype_effective "
+        "says which ran.",
+        default="fp32",
+    )
     pos_conv: choices.PosConv = _doc(
         "wav2vec2's positional convolution (768 channels in 16 groups, kernel 128 at base): "
         "`conv` (torch's grouped convolution, cuDNN on a GPU: about 3 % of an H200's peak) or "

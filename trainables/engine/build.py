@@ -19,6 +19,7 @@ from trainables.engine.optim import build_optimizer
 from trainables.engine.precision import DTYPES, resolve_load_dtype, resolve_precision
 from trainables.model.extractor import use_extractor_layout
 from trainables.model.pos_conv import use_pos_conv
+from trainables.model.residual import residual_dtype_effective, use_residual_dtype
 from trainables.model.stage1 import build_model_with_attention
 
 __all__ = ["build_engine"]
@@ -84,6 +85,9 @@ def build_engine(
     # formula), and the parameters the same either way.
     use_pos_conv(model.speech, cfg.pos_conv)
     extractor_norm = use_extractor_layout(model.speech, cfg.extractor_layout, cfg.extractor_norm)
+    residual = residual_dtype_effective(cfg.residual_dtype, precision, cfg.strategy, load_dtype)
+    if cfg.strategy == "ddp" and load_dtype == "fp32" and precision != "fp32":  # autocast
+        use_residual_dtype(model, residual, device.type)
     peak = peak_tflops(device, precision)
     optimizer = build_optimizer(cfg, model.parameters(), on_gpu)
     effective = {
@@ -92,8 +96,12 @@ def build_engine(
         "model_load_dtype_effective": load_dtype,
         "compile_effective": "off",
         "extractor_norm_effective": extractor_norm,
+        "residual_dtype_effective": residual,
         **attention,
     }
+    if cfg.residual_dtype == "bf16" and residual != "bf16":
+        note = f"residual_dtype: bf16 needs precision bf16 (resolved {precision}), ran {residual}"
+        effective["fallbacks"] = "; ".join(filter(None, (effective["fallbacks"], note)))
     compile_kwargs, compiled = setup_compile(cfg, on_gpu, effective)
     parts = EngineParts(
         model=model,
