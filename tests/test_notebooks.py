@@ -90,33 +90,20 @@ def outputs_text(nb) -> str:
     return "\n".join(parts)
 
 
+def printed(*cells: list[tuple[str, str]]):
+    """A notebook whose code cells printed these (stream, text) outputs, in order."""
+    out, cell = nbformat.v4.new_output, nbformat.v4.new_code_cell
+    return nbformat.v4.new_notebook(
+        cells=[cell(outputs=[out("stream", name=n, text=t) for n, t in c]) for c in cells]
+    )
+
+
 def test_a_print_split_by_the_kernel_reads_as_one_text():
-    out = nbformat.v4.new_output
-    split = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                outputs=[
-                    out("stream", name="stdout", text="limits\n"),
-                    out("stream", name="stdout", text="OK\n"),
-                    out("stream", name="stderr", text="warn\n"),
-                    out("stream", name="stdout", text="LEAK\n"),
-                ]
-            ),
-            nbformat.v4.new_code_cell(outputs=[out("stream", name="stdout", text="next\n")]),
-        ]
+    err, next_cell = ("stderr", "warn\n"), [("stdout", "next\n")]
+    split = printed(
+        [("stdout", "limits\n"), ("stdout", "OK\n"), err, ("stdout", "LEAK\n")], next_cell
     )
-    whole = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_code_cell(
-                outputs=[
-                    out("stream", name="stdout", text="limits\nOK\n"),
-                    out("stream", name="stderr", text="warn\n"),
-                    out("stream", name="stdout", text="LEAK\n"),
-                ]
-            ),
-            nbformat.v4.new_code_cell(outputs=[out("stream", name="stdout", text="next\n")]),
-        ]
-    )
+    whole = printed([("stdout", "limits\nOK\n"), err, ("stdout", "LEAK\n")], next_cell)
     assert outputs_text(split) == outputs_text(whole) == "limits\nOK\n\nwarn\n\nLEAK\n\nnext\n"
 
 

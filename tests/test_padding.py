@@ -12,7 +12,12 @@ from transformers import Wav2Vec2Config, Wav2Vec2Model
 
 from trainables.engine.shapes import shape_batch
 from trainables.model.padding import frame_mask, padding_changes_code, speech_states
-from trainables.model.stage1 import _TINY_SPEECH, build_model, contrastive_loss
+from trainables.model.stage1 import (
+    _TINY_SPEECH,
+    build_model,
+    contrastive_loss,
+    dropout_overrides,
+)
 
 HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2"}
 INDEXING = {"index", "index_put", "index_put_", "_index_put_impl_"}
@@ -100,10 +105,7 @@ def test_a_large_wav2vec2_and_its_stable_layer_norm_compute_as_in_transformers()
         feat_extract_norm="layer",
         mask_time_prob=0.0,
         layerdrop=0.0,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        feat_proj_dropout=0.0,
+        **dropout_overrides(0.0)[0],
         attn_implementation="sdpa",
     )
     speech, batch = Wav2Vec2Model(config), padded_batch()
