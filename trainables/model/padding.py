@@ -1,13 +1,14 @@
 """The encoders' padding masks, built on the device with no host sync.
 
-transformers builds them with two: before the encoder layers it asks whether any row is padded
-(`padding_mask.all()` in an `if`, to drop a mask that pads nothing), and wav2vec2 zeroes its
-padded frames with a boolean index (`hidden_states[~mask] = 0`, which counts the True entries
-first; its backward is a boolean index again). Each makes the host wait until the GPU has run everything queued before it, so the GPU
-then idles while the host launches the next kernels one by one. BERT's transcripts are padded
-to `text_tokens` in every batch, so every step paid the first; a padded audio batch (batching
-duration: nearly every one) paid both, and wav2vec2 computed its frame mask twice (a reversed
-cumulative sum over every audio sample).
+transformers builds them with host syncs: before the encoder layers it asks whether any row is
+padded (`padding_mask.all()` in an `if`, to drop a mask that pads nothing), and wav2vec2 zeroes
+its padded frames with a boolean index (`hidden_states[~mask] = 0`, which counts the True
+entries first; its backward is a boolean index again). Each makes the host wait until the GPU
+has run everything queued before it, so the GPU then idles while the host launches the next
+kernels one by one. BERT's transcripts are padded to `text_tokens` in every batch, so every
+step paid the first; a padded audio batch (batching duration: nearly every one) paid all of
+them, and wav2vec2 computed its frame mask twice (a reversed cumulative sum over every audio
+sample).
 
 Here the same masks are built without asking: the layers get the 4D mask transformers would
 build for a padded batch (its own `create_bidirectional_mask`, told not to drop it), padded
