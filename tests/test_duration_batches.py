@@ -405,10 +405,12 @@ def test_the_driver_counts_the_samplers_steps_and_refuses_a_corpus_too_small_for
     assert planned.config.max_steps == 3 * per_epoch
 
 
-def test_the_compile_warm_up_compiles_the_corpus_shapes_and_the_steps_compile_nothing():
-    """With torch_compile (regional, as h200_fastest's) the warm-up compiles every (rows, bin)
-    a micro-batch can have (the loader's compile_shapes, masked as the collate always masks);
-    an epoch of real batches, padded audio and text, then compiles nothing more."""
+@pytest.mark.parametrize("scope", ["layers", "model"])
+def test_the_compile_warm_up_compiles_the_corpus_shapes_and_the_steps_compile_nothing(scope):
+    """With torch_compile (regional, as h200_fastest's, or the whole model) the warm-up compiles
+    every (rows, bin) a micro-batch can have (the loader's compile_shapes, masked as the collate
+    always masks); an epoch of real batches, padded audio and text, then compiles nothing more
+    (the masks are built the same whether a batch pads anything: trainables/model/padding.py)."""
     import os
 
     import torch._dynamo
@@ -424,7 +426,7 @@ def test_the_compile_warm_up_compiles_the_corpus_shapes_and_the_steps_compile_no
     try:
         cfg = duration_config(
             model_size="tiny", proj_dim=16, use_gpu=False, torch_compile=True,
-            compile_backend="aot_eager", compile_scope="layers", batch_audio_s=4.0,
+            compile_backend="aot_eager", compile_scope=scope, batch_audio_s=4.0,
             batch_max_pad=0.5, min_audio_s=1.4, max_audio_s=2.0,
         )  # fmt: skip
         lengths = crop_lengths(corpus_lengths(n=8, seed=2, high_s=3.0), crop_settings(cfg))
